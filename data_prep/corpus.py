@@ -1,0 +1,385 @@
+"""The corpus model: Kaldi data directories and plain audio folders, read, validated and written.
+
+Everything in voxanon reads and writes corpus metadata through this module.
+
+Kaldi data directory files (see anchors Part B §1.2):
+
+- ``wav.scp``     ``<utt> <path>``, or ``<utt> <command> |`` (only with ``allow_pipes``)
+- ``utt2spk``     ``<utt> <spk>``; ``spk2utt`` ``<spk> <utt1> <utt2> ...`` (derived, checked)
+- ``spk2gender``  ``<spk> f|m``
+- ``text``        ``<utt> <WORDS ...>``
+- ``utt2dur``     ``<utt> <seconds>``
+- ``enrolls``     one utterance id a line (enrolment = speaker mean over these)
+- ``trials``      ``<enrol-spk> <test-utt> target|nontarget``
+
+Relative paths in ``wav.scp`` are resolved against the current directory (Kaldi's
+convention) and, when nothing is there, against the data directory itself; voxanon
+writes paths relative to the data directory, so its own output directories can be moved.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.errors import VoxanonError
+
+log = logging.getLogger(__name__)
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au", ".sph")
+GENDERS = ("f", "m")
+# Metadata files copied unchanged into anonymised sets beside the ones modelled here.
+PASSTHROUGH_FILES = ("utt2emo", "spk2fold", "utt2lang", "segments_orig")
+MODELLED_FILES = ("wav.scp", "utt2spk", "spk2utt", "spk2gender", "text", "utt2dur", "enrolls", "trials")
+
+
+class DataDirError(VoxanonError):
+    """A data directory that cannot be used; lists every problem found."""
+
+    def __init__(self, where: str, problems: list[str]):
+        self.where = where
+        self.problems = problems
+        shown = problems[:20]
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        super().__init__(f"{where}: {len(problems)} problem(s):\n  " + "\n  ".join(shown) + more)
+
+
+@dataclass(frozen=True)
+class Trial:
+    enrol_speaker: str
+    test_utt: str
+    target: bool
+
+
+@dataclass
+class DataDir:
+    """One corpus set. ``wav`` maps utterance ids to a path or a ``command |`` entry."""
+
+    name: str
+    wav: dict[str, str]
+    utt2spk: dict[str, str]
+    spk2gender: dict[str, str] = field(default_factory=dict)
+    text: dict[str, str] = field(default_factory=dict)
+    utt2dur: dict[str, float] = field(default_factory=dict)
+    enrolls: list[str] | None = None
+    trials: list[Trial] | None = None
+    passthrough: dict[str, str] = field(default_factory=dict)  # file name -> content
+    path: Path | None = None
+
+    @property
+    def utterances(self) -> list[str]:
+        return sorted(self.wav)
+
+    @property
+    def spk2utt(self) -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = defaultdict(list)
+        for utt in sorted(self.utt2spk):
+            grouped[self.utt2spk[utt]].append(utt)
+        return dict(sorted(grouped.items()))
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(set(self.utt2spk.values()))
+
+    def is_pipe(self, utt: str) -> bool:
+        return self.wav[utt].rstrip().endswith("|")
+
+    def audio_path(self, utt: str) -> Path:
+        """The file behind a plain ``wav.scp`` entry, resolved as the module doc says."""
+        entry = Path(self.wav[utt])
+        if entry.is_absolute() or self.path is None:
+            return entry
+        if entry.exists():
+            return entry
+        return self.path / entry
+
+    def validate(self, *, check_files: bool = True, need_gender: bool = False) -> list[str]:
+        """Every consistency problem, each naming the file and the ids concerned."""
+        problems: list[str] = []
+        if not self.wav:
+            problems.append("wav.scp: no utterances")
+        for utt in sorted(set(self.wav) - set(self.utt2spk)):
+            problems.append(f"utt2spk: utterance {utt!r} (in wav.scp) has no speaker")
+        for utt in sorted(set(self.utt2spk) - set(self.wav)):
+            problems.append(f"wav.scp: utterance {utt!r} (in utt2spk) has no audio entry")
+        for name, table in (("text", self.text), ("utt2dur", self.utt2dur)):
+            for utt in sorted(set(table) - set(self.wav)):
+                problems.append(f"{name}: unknown utterance {utt!r}")
+        speakers = set(self.utt2spk.values())
+        for spk, gender in sorted(self.spk2gender.items()):
+            if gender not in GENDERS:
+                problems.append(f"spk2gender: speaker {spk!r} has label {gender!r}, expected f or m")
+        if need_gender:
+            for spk in sorted(speakers - set(self.spk2gender)):
+                problems.append(f"spk2gender: speaker {spk!r} has no sex label (this recipe needs one)")
+        if self.enrolls is not None:
+            for utt in self.enrolls:
+                if utt not in self.wav:
+                    problems.append(f"enrolls: unknown utterance {utt!r}")
+            for utt in _duplicates(self.enrolls):
+                problems.append(f"enrolls: utterance {utt!r} listed more than once")
+        if self.trials is not None:
+            enrolled = ({self.utt2spk[u] for u in self.enrolls if u in self.utt2spk}
+                        if self.enrolls is not None else None)
+            seen: set[tuple[str, str]] = set()
+            for trial in self.trials:
+                if trial.test_utt not in self.wav:
+                    problems.append(f"trials: unknown test utterance {trial.test_utt!r}")
+                if enrolled is not None and trial.enrol_speaker not in enrolled:
+                    problems.append(f"trials: enrolment speaker {trial.enrol_speaker!r} has no enrolls utterance")
+                elif enrolled is None and trial.enrol_speaker not in speakers:
+                    problems.append(f"trials: unknown enrolment speaker {trial.enrol_speaker!r}")
+                key = (trial.enrol_speaker, trial.test_utt)
+                if key in seen:
+                    problems.append(f"trials: pair {key[0]} {key[1]} listed more than once")
+                seen.add(key)
+        if check_files:
+            for utt in sorted(self.wav):
+                if not self.is_pipe(utt) and not self.audio_path(utt).is_file():
+                    problems.append(f"wav.scp: utterance {utt!r}: missing file {self.wav[utt]}")
+        return problems
+
+    def subset(self, utterances: Iterable[str]) -> "DataDir":
+        """The metadata of the given utterances (speakers, trials and enrolls filtered to match)."""
+        keep = set(utterances)
+        speakers = {self.utt2spk[u] for u in keep if u in self.utt2spk}
+        return DataDir(
+            name=self.name,
+            wav={u: p for u, p in self.wav.items() if u in keep},
+            utt2spk={u: s for u, s in self.utt2spk.items() if u in keep},
+            spk2gender={s: g for s, g in self.spk2gender.items() if s in speakers},
+            text={u: t for u, t in self.text.items() if u in keep},
+            utt2dur={u: d for u, d in self.utt2dur.items() if u in keep},
+            enrolls=None if self.enrolls is None else [u for u in self.enrolls if u in keep],
+            trials=None if self.trials is None else [t for t in self.trials if t.test_utt in keep],
+            passthrough=dict(self.passthrough),
+            path=self.path,
+        )
+
+
+def _duplicates(items: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    repeated: list[str] = []
+    for item in items:
+        if item in seen and item not in repeated:
+            repeated.append(item)
+        seen.add(item)
+    return repeated
+
+
+def _lines(path: Path) -> Iterable[tuple[int, str]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if line:
+                yield number, line
+
+
+def read_mapping(path: str | os.PathLike, problems: list[str] | None = None) -> dict[str, str]:
+    """Read a two-column Kaldi table (``<key> <rest of line>``).
+
+    Malformed lines and duplicate keys are problems: appended to ``problems`` when a
+    list is given, raised as :class:`DataDirError` otherwise.
+    """
+    path = Path(path)
+    own = problems is None
+    found: list[str] = [] if own else problems
+    mapping: dict[str, str] = {}
+    for number, line in _lines(path):
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2:
+            found.append(f"{path.name}:{number}: expected '<id> <value>', got {line!r}")
+            continue
+        key, value = parts
+        if key in mapping:
+            found.append(f"{path.name}:{number}: duplicate id {key!r}")
+            continue
+        mapping[key] = value
+    if own and found:
+        raise DataDirError(str(path), found)
+    return mapping
+
+
+def read_list(path: str | os.PathLike) -> list[str]:
+    """One id a line (``enrolls``): only the first field of each line counts."""
+    return [line.split()[0] for _, line in _lines(Path(path))]
+
+
+def read_trials(path: str | os.PathLike, problems: list[str] | None = None) -> list[Trial]:
+    path = Path(path)
+    own = problems is None
+    found: list[str] = [] if own else problems
+    trials: list[Trial] = []
+    for number, line in _lines(path):
+        parts = line.split()
+        if len(parts) != 3 or parts[2] not in ("target", "nontarget"):
+            found.append(f"{path.name}:{number}: expected '<enrol-spk> <utt> target|nontarget', got {line!r}")
+            continue
+        trials.append(Trial(parts[0], parts[1], parts[2] == "target"))
+    if own and found:
+        raise DataDirError(str(path), found)
+    return trials
+
+
+def format_mapping(mapping: dict[str, object]) -> str:
+    return "".join(f"{key} {mapping[key]}\n" for key in sorted(mapping))
+
+
+def format_trials(trials: Iterable[Trial]) -> str:
+    return "".join(f"{t.enrol_speaker} {t.test_utt} {'target' if t.target else 'nontarget'}\n" for t in trials)
+
+
+def write_mapping(path: str | os.PathLike, mapping: dict[str, object]) -> None:
+    atomic_write_text(path, format_mapping(mapping))
+
+
+def read_data_dir(path: str | os.PathLike, *, allow_pipes: bool = False) -> DataDir:
+    """Parse a Kaldi data directory; format errors (duplicates, malformed lines) raise.
+
+    Consistency between the files is checked by :meth:`DataDir.validate`.
+    """
+    path = Path(path)
+    if not (path / "wav.scp").is_file():
+        raise DataDirError(str(path), ["wav.scp: missing (is this a Kaldi data directory?)"])
+    if (path / "segments").is_file():
+        raise DataDirError(str(path), ["segments: segmented recordings are not supported; "
+                                       "cut the segments into files first"])
+    problems: list[str] = []
+    wav = read_mapping(path / "wav.scp", problems)
+    for utt, entry in wav.items():
+        if entry.rstrip().endswith("|") and not allow_pipes:
+            problems.append(f"wav.scp: utterance {utt!r} is a command ({entry!r}); "
+                            "commands run only with --allow-pipes")
+        elif re.search(r"\.ark:\d+$", entry):
+            problems.append(f"wav.scp: utterance {utt!r} points into an archive ({entry!r}); not supported")
+    utt2spk = read_mapping(path / "utt2spk", problems) if (path / "utt2spk").is_file() else {}
+    if not (path / "utt2spk").is_file():
+        problems.append("utt2spk: missing")
+    if (path / "spk2utt").is_file():
+        spk2utt = read_mapping(path / "spk2utt", problems)
+        from_spk2utt = {utt: spk for spk, utts in spk2utt.items() for utt in utts.split()}
+        if from_spk2utt != utt2spk:
+            differing = sorted(set(from_spk2utt.items()) ^ set(utt2spk.items()))
+            problems.append(f"spk2utt: disagrees with utt2spk for {len(differing)} entries, "
+                            f"e.g. {differing[0][0]!r}")
+    spk2gender = {s: g.lower() for s, g in read_mapping(path / "spk2gender", problems).items()} \
+        if (path / "spk2gender").is_file() else {}
+    text = read_mapping(path / "text", problems) if (path / "text").is_file() else {}
+    utt2dur: dict[str, float] = {}
+    if (path / "utt2dur").is_file():
+        for utt, value in read_mapping(path / "utt2dur", problems).items():
+            try:
+                utt2dur[utt] = float(value)
+            except ValueError:
+                problems.append(f"utt2dur: utterance {utt!r} has duration {value!r}, not a number")
+    enrolls = read_list(path / "enrolls") if (path / "enrolls").is_file() else None
+    trials = read_trials(path / "trials", problems) if (path / "trials").is_file() else None
+    passthrough = {name: (path / name).read_text(encoding="utf-8")
+                   for name in PASSTHROUGH_FILES if (path / name).is_file()}
+    if problems:
+        raise DataDirError(str(path), problems)
+    return DataDir(name=path.name, wav=wav, utt2spk=utt2spk, spk2gender=spk2gender, text=text,
+                   utt2dur=utt2dur, enrolls=enrolls, trials=trials, passthrough=passthrough, path=path)
+
+
+def write_data_dir(data: DataDir, path: str | os.PathLike) -> None:
+    """Write every file the data directory has, sorted as Kaldi requires, each atomically."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_mapping(path / "wav.scp", data.wav)
+    write_mapping(path / "utt2spk", data.utt2spk)
+    write_mapping(path / "spk2utt", {spk: " ".join(utts) for spk, utts in data.spk2utt.items()})
+    if data.spk2gender:
+        write_mapping(path / "spk2gender", data.spk2gender)
+    if data.text:
+        write_mapping(path / "text", data.text)
+    if data.utt2dur:
+        write_mapping(path / "utt2dur", {u: f"{d:.3f}" for u, d in data.utt2dur.items()})
+    if data.enrolls is not None:
+        atomic_write_text(path / "enrolls", "".join(f"{u}\n" for u in data.enrolls))
+    if data.trials is not None:
+        atomic_write_text(path / "trials", format_trials(data.trials))
+    for name, content in data.passthrough.items():
+        atomic_write_text(path / name, content)
+
+
+def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
+                      speaker_regex: str | None = None) -> DataDir:
+    """A data set from a plain folder of audio files.
+
+    The utterance id is the file name without its extension. The speaker is the name of
+    the folder ``speaker_level`` levels above the file (1 = its parent), or, with
+    ``speaker_regex``, the group ``spk`` (else the first group) of a match against the
+    path relative to ``root``.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataDirError(str(root), ["not a folder"])
+    pattern = re.compile(speaker_regex) if speaker_regex else None
+    problems: list[str] = []
+    wav: dict[str, str] = {}
+    utt2spk: dict[str, str] = {}
+    for file in sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file()):
+        relative = file.relative_to(root)
+        utt = file.stem
+        if utt in wav:
+            problems.append(f"duplicate utterance id {utt!r}: {wav[utt]} and {file}")
+            continue
+        if pattern is not None:
+            match = pattern.search(relative.as_posix())
+            if not match:
+                problems.append(f"{relative}: speaker regex {speaker_regex!r} does not match")
+                continue
+            speaker = match.group("spk") if "spk" in pattern.groupindex else match.group(1)
+        else:
+            if len(relative.parts) <= speaker_level:
+                problems.append(f"{relative}: no folder {speaker_level} level(s) above the file "
+                                "to take the speaker from")
+                continue
+            speaker = relative.parts[-1 - speaker_level]
+        wav[utt] = str(file.resolve())
+        utt2spk[utt] = speaker
+    if not wav and not problems:
+        problems.append(f"no audio files ({', '.join(AUDIO_EXTENSIONS)}) found")
+    if problems:
+        raise DataDirError(str(root), problems)
+    return DataDir(name=root.name, wav=wav, utt2spk=utt2spk, path=root)
+
+
+def load_corpus(path: str | os.PathLike, *, allow_pipes: bool = False, speaker_level: int = 1,
+                speaker_regex: str | None = None) -> DataDir:
+    """A Kaldi data directory when ``path`` has a ``wav.scp``, else a plain audio folder."""
+    path = Path(path)
+    if (path / "wav.scp").is_file():
+        return read_data_dir(path, allow_pipes=allow_pipes)
+    return scan_audio_folder(path, speaker_level=speaker_level, speaker_regex=speaker_regex)
+
+
+def write_anonymised_dir(source: DataDir, out_dir: str | os.PathLike, produced: dict[str, float]) -> DataDir:
+    """Finish a VoicePrivacy-layout output set ``<out>/<set><suffix>``.
+
+    ``produced`` maps each utterance written to ``wav/<utt>.wav`` to its duration in
+    seconds. Metadata is copied from the source; ``wav.scp`` and ``utt2dur`` are rebuilt
+    from what was produced. Utterances that failed keep their metadata, so validation
+    of the output names them as missing audio rather than silently losing them.
+    """
+    out_dir = Path(out_dir)
+    result = DataDir(
+        name=out_dir.name,
+        wav={utt: f"wav/{utt}.wav" for utt in produced},
+        utt2spk=dict(source.utt2spk),
+        spk2gender=dict(source.spk2gender),
+        text=dict(source.text),
+        utt2dur=dict(produced),
+        enrolls=source.enrolls,
+        trials=source.trials,
+        passthrough=dict(source.passthrough),
+        path=out_dir,
+    )
+    write_data_dir(result, out_dir)
+    return result

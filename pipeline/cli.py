@@ -1,0 +1,48 @@
+"""The ``voxanon`` command line."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import pkgutil
+import sys
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline import commands
+
+# Nothing may reach a model hub at run time: every model is local.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voxanon",
+        description="Anonymise speech corpora and evaluate how well that worked.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debugging detail")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s: %(message)s")
+    try:
+        return int(args.run(args) or 0)
+    except VoxanonError as error:
+        print(f"voxanon {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
