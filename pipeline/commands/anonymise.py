@@ -1,0 +1,67 @@
+"""``voxanon anonymise``: run a system over one or more data sets."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from voxanon.data_prep.corpus import load_corpus
+from voxanon.pipeline.runner import FAILURES, anonymise_set
+from voxanon.pipeline.systems import available_systems, load_system_config
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options for reading input sets, shared by every command that takes ``--data``."""
+    parser.add_argument("--allow-pipes", action="store_true",
+                        help="run 'command |' entries of wav.scp through the shell (they execute text "
+                             "from the data files: only for data you trust)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--speaker-level", type=int, default=1, metavar="N",
+                       help="plain audio folders: the speaker is the folder N levels above each file (default 1)")
+    group.add_argument("--speaker-regex", metavar="REGEX",
+                       help="plain audio folders: take the speaker from the group 'spk' (or the first group) "
+                            "of REGEX matched against each file's relative path")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "anonymise", aliases=["anonymize"], help="anonymise data sets with a system",
+        description="Anonymise Kaldi data directories (or plain audio folders) with a system. Output: "
+                    "<out>/<set><suffix>/wav/<utt>.wav (16 kHz mono 16-bit) plus the set's metadata. "
+                    "Reruns resume: finished utterances are verified and skipped.")
+    parser.add_argument("--system", required=True, help=f"system name ({', '.join(available_systems())}) "
+                                                        "or the path of a recipe .yaml")
+    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
+                        help="input set: a Kaldi data directory or a folder of audio files (repeatable)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="where output sets go (default: beside each input set, as VoicePrivacy does)")
+    parser.add_argument("--suffix", help="appended to each set's name (default: _<system>)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="worker processes (default: the number of cores)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
+    parser.add_argument("--seed", type=int, help="run seed (default: the recipe's); per-utterance seeds derive from it")
+    parser.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="redo every utterance instead of skipping verified finished ones")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_corpus_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    config = load_system_config(args.system, overrides)
+    suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
+    any_failed = False
+    for data_path in args.data:
+        data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
+                           speaker_regex=args.speaker_regex)
+        out_root = args.out if args.out is not None else data_path.resolve().parent
+        result = anonymise_set(data, config, out_root / f"{data.name}{suffix}", workers=max(1, args.workers),
+                               resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet)
+        status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
+        print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} resumed), "
+              f"{status} -> {result.out_dir}", file=sys.stderr)
+        any_failed |= not result.ok
+    return 1 if any_failed else 0

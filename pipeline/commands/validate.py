@@ -1,0 +1,49 @@
+"""``voxanon validate``: check a data set's metadata and, optionally, every audio file."""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from voxanon.data_prep.audio import AudioError, load_audio
+from voxanon.data_prep.corpus import load_corpus
+from voxanon.pipeline.commands.anonymise import add_corpus_arguments
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="check a data directory (metadata, and audio with --check-audio)",
+        description="Report every problem of a Kaldi data directory or audio folder: malformed or duplicate "
+                    "lines, utterances without speaker or audio, unknown ids in trials/enrolls, missing files; "
+                    "with --check-audio also unreadable, empty, silent, NaN/Inf or over-long audio.")
+    parser.add_argument("data", type=Path, metavar="DIR")
+    parser.add_argument("--need-gender", action="store_true", help="every speaker must have an f/m label")
+    parser.add_argument("--check-audio", action="store_true", help="decode every file")
+    parser.add_argument("--sample-rate", type=int, default=16000, help="rate to check decoding at (default 16000)")
+    parser.add_argument("--max-seconds", type=float, help="flag audio longer than this")
+    add_corpus_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    data = load_corpus(args.data, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
+                       speaker_regex=args.speaker_regex)
+    problems = data.validate(need_gender=args.need_gender)
+    genders = Counter(data.spk2gender.get(spk, "?") for spk in data.speakers)
+    print(f"{args.data}: {len(data.wav)} utterances, {len(data.speakers)} speakers "
+          f"({', '.join(f'{g}: {n}' for g, n in sorted(genders.items()))})"
+          + (f", {len(data.enrolls)} enrolls" if data.enrolls is not None else "")
+          + (f", {len(data.trials)} trials" if data.trials is not None else ""))
+    if args.check_audio:
+        for utt in tqdm(data.utterances, unit="utt", desc="decoding"):
+            source = data.wav[utt] if data.is_pipe(utt) else data.audio_path(utt)
+            try:
+                load_audio(source, args.sample_rate, max_seconds=args.max_seconds, allow_pipe=args.allow_pipes)
+            except AudioError as error:
+                problems.append(f"audio: utterance {utt!r}: {error}")
+    for problem in problems:
+        print(f"  {problem}")
+    print("OK" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1

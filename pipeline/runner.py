@@ -1,0 +1,291 @@
+"""The batch runner: anonymise every utterance of a set, in parallel, resumably.
+
+Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.wav``,
+16-bit mono, plus the set's metadata with ``wav.scp`` and ``utt2dur`` rebuilt). Beside it:
+
+- ``.journal.jsonl``: one line per finished utterance (sha256 of its WAV, samples,
+  the parameters it drew, the configuration hash), appended and synced as each one
+  finishes. A rerun skips an utterance whose WAV exists and whose hash matches its
+  journal line for the same configuration, so a ``kill -9`` loses nothing written:
+  WAVs are written to a temporary file and renamed, and an utterance whose WAV landed
+  but whose journal line did not is simply redone (bit-identically).
+- ``failures.tsv``: ``utt  stage  error`` for every utterance that failed; the rest of
+  the set is still processed and the exit code says that something failed.
+- ``run.json``: configuration, package versions, timing and counts.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import platform
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from importlib import metadata
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import soundfile
+from tqdm import tqdm
+
+from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
+from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
+from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
+from voxanon.pipeline.systems import System, build_system, config_hash
+
+log = logging.getLogger(__name__)
+
+JOURNAL = ".journal.jsonl"
+FAILURES = "failures.tsv"
+RUN_MANIFEST = "run.json"
+REPORTED_PACKAGES = ("voxanon", "numpy", "scipy", "librosa", "soundfile", "soxr", "torch", "torchaudio")
+
+
+@dataclass(frozen=True)
+class Job:
+    utt: str
+    speaker: str
+    gender: str | None
+    source: str
+    out_path: str
+
+
+@dataclass
+class Outcome:
+    utt: str
+    sha256: str | None = None
+    n_samples: int = 0
+    input_seconds: float = 0.0
+    record: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    failed_stage: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class SetResult:
+    name: str
+    out_dir: Path
+    total: int
+    processed: int
+    resumed: int
+    failures: list[Outcome]
+    wall_seconds: float
+    audio_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _wav_bytes(samples, sample_rate: int) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, to_pcm16(samples), sample_rate, subtype="PCM_16", format="WAV")
+    return buffer.getvalue()
+
+
+def _sha256_file(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def process_jobs(system: System, jobs: list[Job], allow_pipes: bool) -> list[Outcome]:
+    """Load, transform and write one batch; every failure is caught and attributed to a stage."""
+    outcomes = {job.utt: Outcome(job.utt) for job in jobs}
+    utterances = []
+    for job in jobs:
+        try:
+            audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds,
+                               allow_pipe=allow_pipes)
+        except AudioError as error:
+            outcomes[job.utt].failed_stage, outcomes[job.utt].error = "load", error.reason
+            continue
+        outcomes[job.utt].input_seconds = audio.seconds
+        outcomes[job.utt].notes = audio.notes()
+        utterances.append(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples))
+    for stage in system.stages:
+        try:
+            stage.process_batch(utterances)
+        except Exception:
+            # Isolate the utterance at fault: rerun the batch's members one at a time.
+            survivors = []
+            for utt in utterances:
+                try:
+                    stage.process_batch([utt])
+                    survivors.append(utt)
+                except Exception as error:
+                    outcomes[utt.utt_id].failed_stage = stage.name
+                    outcomes[utt.utt_id].error = f"{type(error).__name__}: {error}"
+            utterances = survivors
+    by_id = {job.utt: job for job in jobs}
+    for utt in utterances:
+        outcome = outcomes[utt.utt_id]
+        try:
+            data = _wav_bytes(utt.audio, system.sample_rate)
+            atomic_write_bytes(by_id[utt.utt_id].out_path, data)
+        except Exception as error:
+            outcome.failed_stage, outcome.error = "write", f"{type(error).__name__}: {error}"
+            continue
+        outcome.sha256 = hashlib.sha256(data).hexdigest()
+        outcome.n_samples = len(utt.audio)
+        outcome.record = utt.record
+    return [outcomes[job.utt] for job in jobs]
+
+
+_worker_state: dict = {}
+
+
+def _init_worker(config: dict, allow_pipes: bool) -> None:
+    # One thread per worker process: parallelism comes from the pool, not from BLAS.
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    _worker_state["system"] = build_system(config)
+    _worker_state["allow_pipes"] = allow_pipes
+
+
+def _worker_process(jobs: list[Job]) -> list[Outcome]:
+    return process_jobs(_worker_state["system"], jobs, _worker_state["allow_pipes"])
+
+
+def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
+                  allow_pipes: bool) -> Iterator[Outcome]:
+    env_threads = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({name: "1" for name in env_threads})
+    try:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                                 initargs=(config, allow_pipes)) as pool:
+            pending = set()
+            queue = iter(batches)
+            for batch in queue:
+                pending.add(pool.submit(_worker_process, batch))
+                if len(pending) >= workers * 3:
+                    break
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield from future.result()
+                    batch = next(queue, None)
+                    if batch is not None:
+                        pending.add(pool.submit(_worker_process, batch))
+    finally:
+        for name, value in env_threads.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def read_journal(path: Path, current_hash: str) -> dict[str, dict]:
+    """Journal entries of the current configuration; a torn last line (a kill) is ignored."""
+    entries: dict[str, dict] = {}
+    if not path.is_file():
+        return entries
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if entry.get("config") == current_hash:
+            entries[entry["utt"]] = entry
+    return entries
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in REPORTED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
+    lines = ["utt\tstage\terror\n"]
+    lines += [f"{f.utt}\t{f.failed_stage}\t{' '.join(str(f.error).split())}\n" for f in failures]
+    atomic_write_text(path, "".join(lines))
+
+
+def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
+                  allow_pipes: bool = False, progress: bool = True) -> SetResult:
+    """Anonymise one data set into ``out_dir`` (see the module doc for what lands there)."""
+    system = build_system(config)
+    problems = [p for p in data.validate(check_files=False, need_gender=system.needs_gender)]
+    if problems:
+        raise DataDirError(str(data.path or data.name), problems)
+    out_dir = Path(out_dir)
+    wav_dir = out_dir / "wav"
+    wav_dir.mkdir(parents=True, exist_ok=True)
+    current_hash = config_hash(config)
+    journal_path = out_dir / JOURNAL
+    if not resume and journal_path.exists():
+        journal_path.unlink()
+    journal = read_journal(journal_path, current_hash)
+    finished = {utt: entry for utt, entry in journal.items()
+                if utt in data.wav and _sha256_file(wav_dir / f"{utt}.wav") == entry["sha256"]}
+    jobs = [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
+                data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), str(wav_dir / f"{utt}.wav"))
+            for utt in data.utterances if utt not in finished]
+    batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
+    started = time.time()
+    manifest = {
+        "system": system.name, "config": config, "config_hash": current_hash,
+        "data": str(data.path.resolve()) if data.path else data.name, "out": str(out_dir.resolve()),
+        "workers": workers, "versions": package_versions(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
+    }
+    atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    if finished:
+        log.info("%s: resuming, %d of %d utterances already done", data.name, len(finished), len(data.wav))
+
+    failures: list[Outcome] = []
+    audio_seconds = 0.0
+    outcomes = (_run_parallel(config, batches, workers, allow_pipes) if workers > 1 and len(batches) > 1
+                else (o for batch in batches for o in process_jobs(system, batch, allow_pipes)))
+    bar = tqdm(total=len(data.wav), initial=len(finished), unit="utt", desc=f"{system.name} {data.name}",
+               disable=not progress, dynamic_ncols=True)
+    with open(journal_path, "a", encoding="utf-8") as journal_file:
+        for outcome in outcomes:
+            if outcome.error is not None:
+                failures.append(outcome)
+                bar.write(f"FAILED {outcome.utt} [{outcome.failed_stage}]: {outcome.error}")
+            else:
+                for note in outcome.notes:
+                    log.info("%s: %s", outcome.utt, note)
+                entry = {"utt": outcome.utt, "sha256": outcome.sha256, "samples": outcome.n_samples,
+                         "config": current_hash, "record": outcome.record}
+                journal_file.write(json.dumps(entry) + "\n")
+                journal_file.flush()
+                os.fsync(journal_file.fileno())
+                finished[outcome.utt] = entry
+                audio_seconds += outcome.input_seconds
+            bar.update(1)
+            elapsed = time.time() - started
+            if elapsed > 0:
+                bar.set_postfix_str(f"{audio_seconds / elapsed:.1f} s audio/s", refresh=False)
+    bar.close()
+
+    wall = time.time() - started
+    _write_failures(out_dir / FAILURES, failures)
+    produced = {utt: entry["samples"] / system.sample_rate for utt, entry in finished.items()}
+    write_anonymised_dir(data, out_dir, produced)
+    manifest.update({
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_seconds": round(wall, 3),
+        "audio_seconds_processed": round(audio_seconds, 3),
+        "real_time_factor": round(wall / audio_seconds, 5) if audio_seconds else None,
+        "counts": {"total": len(data.wav), "processed": len(jobs) - len(failures),
+                   "resumed": len(data.wav) - len(jobs), "failed": len(failures)},
+        "status": "complete" if not failures else "failures",
+    })
+    atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return SetResult(data.name, out_dir, len(data.wav), len(jobs) - len(failures), len(data.wav) - len(jobs),
+                     failures, wall, audio_seconds)

@@ -1,0 +1,126 @@
+"""Systems: YAML recipes in ``recipes/systems/``, command-line overrides, and the built chain."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.stages import STAGES, Stage, Utterance
+
+RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages"}
+
+
+def _recipe_dir():
+    return resources.files("voxanon.recipes") / "systems"
+
+
+def available_systems() -> list[str]:
+    return sorted(p.name[:-5] for p in _recipe_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``key.sub=value`` with the value read as YAML (numbers, lists, booleans, strings)."""
+    if "=" not in text:
+        raise VoxanonError(f"--set {text!r}: expected key=value, e.g. mcadams.alpha=0.7")
+    key, value = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(value)
+
+
+def apply_overrides(config: dict, overrides: list[str]) -> dict:
+    config = copy.deepcopy(config)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = config
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                if child is not None:
+                    raise VoxanonError(f"--set {text!r}: {part!r} is not a section")
+                child = node[part] = {}
+            node = child
+        node[path[-1]] = value
+    return config
+
+
+def load_system_config(system: str, overrides: list[str] = ()) -> dict:
+    """The resolved configuration of a named system, or of a YAML file given by path."""
+    if system.endswith((".yaml", ".yml")) and Path(system).is_file():
+        text, name = Path(system).read_text(encoding="utf-8"), Path(system).stem
+    else:
+        recipe = _recipe_dir() / f"{system}.yaml"
+        if not recipe.is_file():
+            raise VoxanonError(f"unknown system {system!r}; available: {', '.join(available_systems())} "
+                               "(or give the path of a recipe .yaml)")
+        text, name = recipe.read_text(encoding="utf-8"), system
+    config = yaml.safe_load(text) or {}
+    config.setdefault("name", name)
+    config = apply_overrides(config, list(overrides))
+    unknown = set(config) - RUN_KEYS - {"name"} - set(config.get("stages", []))
+    if unknown:
+        raise VoxanonError(f"system {name!r}: unknown setting(s) {sorted(unknown)}; sections are "
+                           f"{sorted(RUN_KEYS | set(config.get('stages', [])))}")
+    return config
+
+
+def config_hash(config: dict) -> str:
+    """Identity of everything that shapes the output (the description does not)."""
+    relevant = {k: v for k, v in config.items() if k != "description"}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class System:
+    name: str
+    config: dict
+    stages: list[Stage]
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.config.get("sample_rate", 16000))
+
+    @property
+    def max_seconds(self) -> float | None:
+        value = self.config.get("max_seconds")
+        return None if value is None else float(value)
+
+    @property
+    def run_seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+    @property
+    def batch_size(self) -> int:
+        return max(1, int(self.config.get("batch_size", 1)))
+
+    @property
+    def needs_gender(self) -> bool:
+        return "spk2gender" in self.config.get("needs", [])
+
+    def new_utterance(self, utt_id: str, speaker: str, gender: str | None, audio) -> Utterance:
+        return Utterance.create(utt_id, speaker, gender, audio, self.sample_rate, self.run_seed, self.name)
+
+
+def build_system(config: dict) -> System:
+    stages: list[Stage] = []
+    for stage_name in config.get("stages", []):
+        if stage_name not in STAGES:
+            raise VoxanonError(f"system {config['name']!r}: unknown stage {stage_name!r}; "
+                               f"known stages: {', '.join(sorted(STAGES))}")
+        stage_class = STAGES[stage_name]
+        options = config.get(stage_name) or {}
+        accepted = set(inspect.signature(stage_class.__init__).parameters) - {"self"}
+        if set(options) - accepted:
+            raise VoxanonError(f"system {config['name']!r}: stage {stage_name!r} has no setting(s) "
+                               f"{sorted(set(options) - accepted)}; it takes {sorted(accepted)}")
+        try:
+            stages.append(stage_class(**options))
+        except (TypeError, ValueError) as error:
+            raise VoxanonError(f"system {config['name']!r}: {error}") from None
+    return System(config["name"], config, stages)
