@@ -64,23 +64,24 @@ def burg_lpc(frames: np.ndarray, order: int) -> np.ndarray:
     The same recursion, epsilon bias included, as ``librosa.lpc`` (Marple 1980), batched
     over rows in float64.
     """
-    frames = np.asarray(frames, dtype=np.float64)
-    n_frames = frames.shape[0]
+    # Time runs along axis 0 so that the shrinking error arrays stay contiguous slices.
+    samples = np.ascontiguousarray(np.asarray(frames, dtype=np.float64).T)
+    n_frames = samples.shape[1]
     coeffs = np.zeros((n_frames, order + 1))
     coeffs[:, 0] = 1.0
-    forward = frames[:, 1:].copy()
-    backward = frames[:, :-1].copy()
-    den = np.einsum("fn,fn->f", forward, forward) + np.einsum("fn,fn->f", backward, backward)
+    forward = samples[1:].copy()
+    backward = samples[:-1].copy()
+    den = np.einsum("nf,nf->f", forward, forward) + np.einsum("nf,nf->f", backward, backward)
     epsilon = np.finfo(np.float64).tiny
     for i in range(order):
-        reflect = -2.0 * np.einsum("fn,fn->f", backward, forward) / (den + epsilon)
+        reflect = -2.0 * np.einsum("nf,nf->f", backward, forward) / (den + epsilon)
         coeffs[:, 1:i + 2] += reflect[:, None] * coeffs[:, i::-1].copy()
-        scaled_forward = reflect[:, None] * forward
-        forward += reflect[:, None] * backward
+        scaled_forward = reflect * forward
+        forward += reflect * backward
         backward += scaled_forward
-        den = (1.0 - reflect ** 2) * den - backward[:, -1] ** 2 - forward[:, 0] ** 2
-        forward = forward[:, 1:]
-        backward = backward[:, :-1]
+        den = (1.0 - reflect ** 2) * den - backward[-1] ** 2 - forward[0] ** 2
+        forward = forward[1:]
+        backward = backward[:-1]
     return coeffs
 
 
@@ -125,17 +126,14 @@ def allpole_filter_rows(coeffs: np.ndarray, excitation: np.ndarray) -> np.ndarra
     """Each row through its own all-pole filter ``1 / A(z)`` (``lfilter(1, a, x)``, zero state)."""
     n_frames, length = excitation.shape
     order = coeffs.shape[1] - 1
-    feedback = coeffs[:, 1:] / coeffs[:, :1]
-    gain = 1.0 / coeffs[:, 0]
-    # history[:, j] holds y[n - 1 - j]; a ring would save copies but the roll is cheap at order 20.
-    history = np.zeros((n_frames, order))
-    out = np.empty_like(excitation)
+    # Reversed feedback taps against a sliding window of past outputs; time along axis 0
+    # keeps each step's window one contiguous block.
+    taps = np.ascontiguousarray((coeffs[:, :0:-1] / coeffs[:, :1]).T)
+    drive = np.ascontiguousarray((excitation / coeffs[:, :1]).T)
+    out = np.zeros((order + length, n_frames))
     for n in range(length):
-        value = excitation[:, n] * gain - np.einsum("fk,fk->f", feedback, history)
-        out[:, n] = value
-        history[:, 1:] = history[:, :-1]
-        history[:, 0] = value
-    return out
+        out[order + n] = drive[n] - np.einsum("kf,kf->f", out[n:n + order], taps)
+    return np.ascontiguousarray(out[order:].T)
 
 
 def match_level(output: np.ndarray, reference: np.ndarray) -> np.ndarray:

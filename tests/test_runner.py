@@ -1,0 +1,143 @@
+"""The batch runner: resume after a kill, determinism, failures, manifest."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from conftest import make_corpus
+from voxanon.data_prep.corpus import read_data_dir
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.runner import JOURNAL, anonymise_set
+from voxanon.pipeline.stages import derive_seed
+from voxanon.pipeline.systems import load_system_config
+
+
+def _outputs(out_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out_dir / "wav").glob("*.wav"))}
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "voxanon.pipeline.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_resume_after_kill_gives_the_uninterrupted_result(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=10, seconds=2.0)
+    reference = anonymise_set(data, load_system_config("b2r"), tmp_path / "reference", progress=False)
+    assert reference.ok
+    killed_dir = tmp_path / "out" / "toy_b2r"
+    process = _cli("anonymise", "--system", "b2r", "--data", str(data.path), "--out", str(tmp_path / "out"),
+                   "--workers", "1", "--quiet")
+    journal = killed_dir / JOURNAL
+    deadline = time.time() + 120
+    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 5):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = len(journal.read_text().splitlines())
+    assert 5 <= done_before < 40, "the kill must land mid-run"
+    assert not (killed_dir / "wav.scp").exists()
+
+    assert main(["anonymise", "--system", "b2r", "--data", str(data.path), "--out", str(tmp_path / "out"),
+                 "--workers", "1", "--quiet"]) == 0
+    manifest = json.loads((killed_dir / "run.json").read_text())
+    assert manifest["counts"]["resumed"] >= done_before - 1 and manifest["counts"]["failed"] == 0
+    assert _outputs(killed_dir) == _outputs(tmp_path / "reference")
+    assert not list(killed_dir.rglob("*.tmp"))
+    assert read_data_dir(killed_dir).validate() == []
+
+
+def test_reruns_and_worker_counts_are_bit_identical(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=3)
+    config = load_system_config("b2r")
+    anonymise_set(data, config, tmp_path / "one", workers=1, progress=False)
+    anonymise_set(data, config, tmp_path / "two", workers=2, progress=False)
+    anonymise_set(data, config, tmp_path / "again", workers=1, resume=False, progress=False)
+    assert _outputs(tmp_path / "one") == _outputs(tmp_path / "two") == _outputs(tmp_path / "again")
+    other_seed = load_system_config("b2r", ["seed=1"])
+    anonymise_set(data, other_seed, tmp_path / "seed1", progress=False)
+    assert _outputs(tmp_path / "seed1") != _outputs(tmp_path / "one")
+
+
+def _alphas(out_dir: Path) -> dict[str, float]:
+    lines = (out_dir / JOURNAL).read_text().splitlines()
+    return {e["utt"]: e["record"]["mcadams_alpha"] for e in map(json.loads, lines)}
+
+
+def test_alpha_draws_per_utterance_and_per_speaker(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=4)
+    anonymise_set(data, load_system_config("b2r"), tmp_path / "utt", progress=False)
+    per_utt = _alphas(tmp_path / "utt")
+    assert len(set(per_utt.values())) == len(per_utt)
+    assert all(0.7 <= a <= 0.9 for a in per_utt.values())
+    config = load_system_config("b2r", ["mcadams.randomise=speaker", "mcadams.alpha_range=[0.5,0.9]"])
+    anonymise_set(data, config, tmp_path / "spk", progress=False)
+    per_spk = _alphas(tmp_path / "spk")
+    for speaker, utts in data.spk2utt.items():
+        assert len({per_spk[u] for u in utts}) == 1
+    expected = np.random.default_rng(derive_seed(0, "b2r", "spk:spk0")).uniform(0.5, 0.9)
+    assert per_spk["spk0-000"] == expected
+    anonymise_set(data, load_system_config("b2"), tmp_path / "b2", progress=False)
+    assert set(_alphas(tmp_path / "b2").values()) == {0.8}
+
+
+def test_bad_utterances_are_reported_and_the_rest_processed(tmp_path, capsys):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=3)
+    soundfile.write(data.wav["spk0-001"], np.zeros(4000), 16000)
+    Path(data.wav["spk1-002"]).write_bytes(b"not audio at all")
+    Path(data.wav["spk1-000"]).unlink()
+    code = main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(tmp_path / "out"),
+                 "--workers", "1", "--quiet"])
+    assert code == 1
+    out_dir = tmp_path / "out" / "toy_b2"
+    rows = [line.split("\t") for line in (out_dir / "failures.tsv").read_text().splitlines()[1:]]
+    failures = {row[0]: (row[1], row[2]) for row in rows}
+    assert set(failures) == {"spk0-001", "spk1-002", "spk1-000"}
+    assert failures["spk0-001"][1].startswith("silent") and failures["spk1-000"][1] == "missing file"
+    assert all(stage == "load" for stage, _ in failures.values())
+    assert len(_outputs(out_dir)) == 3
+    assert "3 FAILED" in capsys.readouterr().err
+    manifest = json.loads((out_dir / "run.json").read_text())
+    assert manifest["status"] == "failures" and manifest["counts"] == {
+        "total": 6, "processed": 3, "resumed": 0, "failed": 3}
+    assert manifest["versions"]["numpy"] and manifest["config"]["mcadams"]["alpha"] == 0.8
+
+
+def test_output_layout_and_lengths(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=2)
+    assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--quiet", "--workers", "1"]) == 0
+    out_dir = tmp_path / "toy_b2"
+    out = read_data_dir(out_dir)
+    assert out.validate() == [] and out.trials == data.trials and out.text == data.text
+    for utt in data.utterances:
+        info = soundfile.info(out_dir / "wav" / f"{utt}.wav")
+        assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+        assert info.frames == soundfile.info(data.wav[utt]).frames
+        assert out.utt2dur[utt] == pytest.approx(info.frames / 16000, abs=1e-3)
+
+
+def test_changed_configuration_redoes_the_work(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    first = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    second = anonymise_set(data, load_system_config("b2", ["mcadams.alpha=0.7"]), tmp_path / "out", progress=False)
+    third = anonymise_set(data, load_system_config("b2", ["mcadams.alpha=0.7"]), tmp_path / "out", progress=False)
+    assert (first.processed, second.processed, third.processed, third.resumed) == (2, 2, 0, 2)
+
+
+def test_tampered_output_is_redone(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    original = _outputs(tmp_path / "out")
+    (tmp_path / "out" / "wav" / "spk0-001.wav").write_bytes(b"truncated")
+    again = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    assert (again.processed, again.resumed) == (1, 1) and _outputs(tmp_path / "out") == original
