@@ -1,0 +1,225 @@
+"""Score calibration: PAV oracle LLRs, and maps learnt on one score set and applied to another.
+
+Spec §2 and §6.5. All LLRs are natural-log likelihood ratios, ``ln P(s|target) / P(s|non)``.
+
+Oracle LLRs follow the BOSARIS / ZEBRA reference code (EXT):
+
+* scores of both classes are sorted with a *stable* sort of a concatenation; the
+  concatenation order decides how tied scores of different classes are ordered
+  (``tie_order``): ``"non_tar"`` (``[non, tar]``, the default, used for min Cllr and
+  the worst-case disclosure) puts a tied target after the non-target, which favours
+  the attacker; ``"tar_non"`` (``[tar, non]``, used by the ROCCH and D_ECE) pools ties;
+* PAV runs on the sorted 0/1 labels, optionally with Laplace's rule of succession (one
+  pseudo-target and one pseudo-non-target at each end);
+* ``llr = logit(posterior) - ln(Nt / Nn)`` with the real counts, plus the monotonicity
+  ramp ``k * eps / N`` on the k-th sorted score (``eps = 1e-6``), which keeps the map
+  strictly increasing while moving no LLR by more than ``eps``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scipy.optimize import isotonic_regression, minimize
+from scipy.special import expit, logit
+
+from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
+
+TIE_ORDERS = ("non_tar", "tar_non")
+MONOTONICITY_EPSILON = 1e-6
+
+
+def pav(y, weights=None) -> tuple[np.ndarray, np.ndarray]:
+    """Pool-adjacent-violators: the nondecreasing ``ghat`` minimising ``sum(w * (y - ghat)**2)``.
+
+    Returns ``(ghat, widths)``: ``ghat`` has the length of ``y``; ``widths`` are the
+    numbers of elements in the successive blocks. Equal neighbouring blocks are pooled,
+    so block values are strictly increasing (spec §2.1). O(n).
+    """
+    y = as_score_array(y, "PAV input")
+    if weights is not None:
+        weights = as_score_array(weights, "PAV weights")
+        if weights.shape != y.shape or np.any(weights <= 0):
+            raise ScoreError("PAV weights: need one positive weight per value")
+    result = isotonic_regression(y, weights=weights, increasing=True)
+    return np.asarray(result.x, dtype=np.float64), np.diff(result.blocks)
+
+
+def _check_tie_order(tie_order: str) -> None:
+    if tie_order not in TIE_ORDERS:
+        raise ScoreError(f"tie_order must be one of {TIE_ORDERS}, got {tie_order!r}")
+
+
+class SortedScores(NamedTuple):
+    """Both classes merged in ascending score order: the scores, and True where a target."""
+
+    scores: np.ndarray
+    is_target: np.ndarray
+
+
+def sort_scores(tar, non, tie_order: str = "non_tar") -> SortedScores:
+    """Merge validated ``tar`` and ``non`` in ascending order, ties ordered by ``tie_order``.
+
+    Equivalent to a stable argsort of the concatenation named by ``tie_order``, but
+    sorting each class separately and merging is several times faster, and metrics
+    that only need the label sequence never need the permutation.
+    """
+    tar, non = check_score_sets(tar, non)
+    _check_tie_order(tie_order)
+    tar_sorted = np.sort(tar)
+    non_sorted = np.sort(non)
+    # "non_tar": a target goes after every non-target <= it; "tar_non": after every one < it.
+    side = "right" if tie_order == "non_tar" else "left"
+    positions = np.arange(tar.size) + np.searchsorted(non_sorted, tar_sorted, side=side)
+    is_target = np.zeros(tar.size + non.size, dtype=bool)
+    is_target[positions] = True
+    scores = np.empty(is_target.size, dtype=np.float64)
+    scores[is_target] = tar_sorted
+    scores[~is_target] = non_sorted
+    return SortedScores(scores, is_target)
+
+
+def _posteriors(is_target_sorted: np.ndarray, laplace: bool) -> np.ndarray:
+    labels = is_target_sorted.astype(np.float64)
+    if laplace:
+        labels = np.concatenate(([1.0, 0.0], labels, [1.0, 0.0]))
+    posterior, _ = pav(labels)
+    return posterior[2:-2] if laplace else posterior
+
+
+def _llrs_from_posteriors(posterior: np.ndarray, n_tar: int, n_non: int) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return logit(posterior) - np.log(n_tar / n_non)
+
+
+def sorted_optimal_llr(is_target_sorted: np.ndarray, *, laplace: bool = False,
+                       monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> np.ndarray:
+    """Oracle LLRs of scores already in ascending order, given only their labels.
+
+    For metrics that do not need the trial order (min Cllr, D_ECE, worst case): pass
+    ``sort_scores(tar, non, tie_order).is_target``.
+    """
+    is_target_sorted = np.asarray(is_target_sorted, dtype=bool)
+    n_tar = int(np.count_nonzero(is_target_sorted))
+    n = is_target_sorted.size
+    if n_tar == 0 or n_tar == n:
+        raise ScoreError(f"oracle calibration needs both classes; got {n_tar} target and "
+                         f"{n - n_tar} non-target scores")
+    llrs = _llrs_from_posteriors(_posteriors(is_target_sorted, laplace), n_tar, n - n_tar)
+    return llrs + np.arange(n) * monotonicity_epsilon / n
+
+
+def optimal_llr(tar, non, laplace: bool = False, *, tie_order: str = "non_tar",
+                monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> tuple[np.ndarray, np.ndarray]:
+    """Oracle (PAV) LLRs of every trial: ``(tar_llr, non_llr)`` in the input order (spec §2.2).
+
+    Without ``laplace`` a lowest block of non-targets only gets -inf (only non-targets
+    can) and a highest block of targets only gets +inf; with ``laplace`` every LLR is
+    finite. The values are the best monotone score-to-LLR map *for this very set*, i.e.
+    an attacker that calibrates on the evaluation data.
+    """
+    tar, non = check_score_sets(tar, non)
+    _check_tie_order(tie_order)
+    first, second = (non, tar) if tie_order == "non_tar" else (tar, non)
+    order = np.argsort(np.concatenate((first, second)), kind="stable")
+    labels = np.concatenate((np.zeros(first.size, dtype=bool), np.ones(second.size, dtype=bool)))
+    if tie_order == "tar_non":
+        labels = ~labels
+    llr_sorted = sorted_optimal_llr(labels[order], laplace=laplace, monotonicity_epsilon=monotonicity_epsilon)
+    llrs = np.empty_like(llr_sorted)
+    llrs[order] = llr_sorted
+    if tie_order == "non_tar":
+        return llrs[non.size:], llrs[:non.size]
+    return llrs[:tar.size], llrs[tar.size:]
+
+
+@dataclass(frozen=True)
+class LinearCalibration:
+    """The affine score-to-LLR map ``llr = slope * score + offset`` (natural log)."""
+
+    slope: float
+    offset: float
+
+    def __call__(self, scores) -> np.ndarray:
+        return self.slope * as_score_array(scores, "scores to calibrate") + self.offset
+
+
+def fit_linear_calibration(tar, non, *, prior: float = 0.5, max_iterations: int = 200) -> LinearCalibration:
+    """Logistic-regression calibration: the affine map minimising the cross-entropy at ``prior``.
+
+    The objective is the prior-weighted cross-entropy (C_llr when ``prior`` is 0.5, the
+    spec §6.5 ASSUMPTION), so each class weighs ``prior`` / ``1 - prior`` whatever its
+    count. Scores are standardised for conditioning. When the classes are separable the
+    optimum is at infinity: the fit stops after ``max_iterations`` with a steep map.
+    """
+    tar, non = check_score_sets(tar, non)
+    if not 0.0 < prior < 1.0:
+        raise ScoreError(f"prior must lie in (0, 1), got {prior}")
+    pooled = np.concatenate((tar, non))
+    centre, scale = pooled.mean(), pooled.std()
+    if scale == 0.0:
+        raise ScoreError("linear calibration: every score is the same; nothing to fit")
+    tar_z, non_z = (tar - centre) / scale, (non - centre) / scale
+    prior_log_odds = logit(prior)
+    weight_tar, weight_non = prior / tar.size, (1.0 - prior) / non.size
+
+    def objective(params):
+        slope, offset = params
+        tar_logit = slope * tar_z + offset + prior_log_odds
+        non_logit = slope * non_z + offset + prior_log_odds
+        value = weight_tar * np.logaddexp(0.0, -tar_logit).sum() + weight_non * np.logaddexp(0.0, non_logit).sum()
+        tar_residual = -weight_tar * expit(-tar_logit)
+        non_residual = weight_non * expit(non_logit)
+        gradient = np.array([tar_residual @ tar_z + non_residual @ non_z, tar_residual.sum() + non_residual.sum()])
+        return value, gradient
+
+    def hessian(params):
+        slope, offset = params
+        tar_curv = weight_tar * _logistic_curvature(slope * tar_z + offset + prior_log_odds)
+        non_curv = weight_non * _logistic_curvature(slope * non_z + offset + prior_log_odds)
+        return np.array([
+            [tar_curv @ tar_z ** 2 + non_curv @ non_z ** 2, tar_curv @ tar_z + non_curv @ non_z],
+            [tar_curv @ tar_z + non_curv @ non_z, tar_curv.sum() + non_curv.sum()]])
+
+    result = minimize(objective, np.array([1.0, 0.0]), jac=True, hess=hessian, method="trust-exact",
+                      options={"maxiter": max_iterations, "gtol": 1e-10})
+    slope_z, offset_z = result.x
+    return LinearCalibration(slope=float(slope_z / scale), offset=float(offset_z - slope_z * centre / scale))
+
+
+def _logistic_curvature(x: np.ndarray) -> np.ndarray:
+    return expit(x) * expit(-x)
+
+
+@dataclass(frozen=True)
+class IsotonicCalibration:
+    """A PAV step function from score to LLR (natural log).
+
+    Block ``k`` covers scores from ``lower_scores[k]`` up to (excluding) the next block's
+    lowest score; scores below the first block take the first block's LLR.
+    """
+
+    lower_scores: np.ndarray
+    llrs: np.ndarray
+
+    def __call__(self, scores) -> np.ndarray:
+        scores = as_score_array(scores, "scores to calibrate")
+        block = np.searchsorted(self.lower_scores, scores, side="right") - 1
+        return self.llrs[np.maximum(block, 0)]
+
+
+def fit_isotonic_calibration(tar, non, *, laplace: bool = True) -> IsotonicCalibration:
+    """Learn the PAV score-to-LLR step function on one score set (spec §6.5, isotonic).
+
+    Ties are ordered ``[tar, non]``, which pools tied scores into one block, so the map
+    is a function of the score. Laplace smoothing (the default, a spec ASSUMPTION)
+    keeps every LLR finite. A score in the gap between two blocks takes the lower
+    block's LLR, a score above the fitted range the last block's (spec: the nearest
+    block at the ends; ASSUMPTION for the gaps, the conservative choice).
+    """
+    scores, is_target = sort_scores(tar, non, "tar_non")
+    n_tar = int(np.count_nonzero(is_target))
+    llr_sorted = _llrs_from_posteriors(_posteriors(is_target, laplace), n_tar, is_target.size - n_tar)
+    starts = np.concatenate(([0], np.flatnonzero(llr_sorted[1:] != llr_sorted[:-1]) + 1))
+    return IsotonicCalibration(lower_scores=scores[starts], llrs=llr_sorted[starts])

@@ -1,0 +1,220 @@
+"""ZEBRA (Zero Evidence Biometric Recognition Assessment): expected and worst-case privacy disclosure.
+
+Spec §6, anchors Part B §2 (reference: ``Voice-Privacy-Challenge/zebra``).
+
+* **D_ECE** (population level, bits): ``integral_0^1 [H(pi) - ECE_min(pi)] dpi`` with pi
+  uniform; the attacker's expected loss of uncertainty, averaged over priors. Oracle
+  LLRs without Laplace, ties ``[tar, non]`` (the reference code's ROCCH routine).
+  0 is perfect privacy, ``1 / (2 ln 2) = 0.7213`` bits complete disclosure.
+* **l_w** (individual level, **log10**): ``max |LLR| / ln 10`` over the Laplace-smoothed
+  oracle LLRs (ties ``[non, tar]``), and its categorical **tag** 0, A ... F.
+* **C_ECE** (adversary calibration, bits): the same integral for a realistic attacker's
+  LLRs, calibrated on one run of a stochastic system and applied to another (§6.5).
+* Relative versions against the unprotected (OO) setting (§6.6).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from voxanon.eval.calibration import (fit_isotonic_calibration, fit_linear_calibration, sort_scores,
+                                      sorted_optimal_llr)
+from voxanon.eval.cllr import cllr
+from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
+
+LN2 = np.log(2.0)
+LN10 = np.log(10.0)
+MAX_DECE_BITS = 1.0 / (2.0 * LN2)
+# Upper end of tag "0" in the reference code: float64 machine epsilon.
+ZERO_TAG_LIMIT = 2.22e-16
+# Lower bounds (log10 LR) of the tags A ... F, Table 1 of [S0] and [S1].
+TAG_BOUNDS = ((0.0, "A"), (1.0, "B"), (2.0, "C"), (4.0, "D"), (5.0, "E"), (6.0, "F"))
+TAG_CONVENTIONS = ("paper", "zebra")
+
+_SERIES_LIMIT = 1e-4
+_OVERFLOW_LIMIT = 30.0
+
+
+def z_function(llr) -> np.ndarray:
+    """``Z(l) = 1/2 + (l - (e^l - 1)) / (e^l - 1)^2``: a trial's share of the ECE integral.
+
+    Z(-inf) = -inf, Z(0) = 0, Z(+inf) = 1/2. Numerically safe branches (spec §6.1): the
+    series ``l/3 - l^2/12`` for |l| < 1e-4, an ``e^-l`` form above 30, ``expm1`` elsewhere.
+    """
+    llr = np.asarray(llr, dtype=np.float64)
+    if np.isnan(llr).any():
+        raise ScoreError("Z(l): NaN LLR")
+    z = np.empty_like(llr)
+    small = np.abs(llr) < _SERIES_LIMIT
+    large = llr > _OVERFLOW_LIMIT
+    middle = ~small & ~large
+    z[small] = llr[small] / 3.0 - llr[small] ** 2 / 12.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        b = np.expm1(llr[middle])
+        z[middle] = 0.5 + (llr[middle] - b) / b ** 2
+        tail = np.exp(-llr[large])
+        z[large] = 0.5 + (llr[large] * tail ** 2 - tail + tail ** 2) / (1.0 - tail) ** 2
+    z[np.isposinf(llr)] = 0.5
+    return z
+
+
+def z_function_lr(lr) -> np.ndarray:
+    """LR form ``Z_LR(x) = [(x-3)(x-1) + 2 ln x] / [4 (x-1)^2]`` ([S1] Eq. 6); ``Z(l) = 2 Z_LR(e^l)``.
+
+    Evaluated as ``[(x-3)/(x-1) + 2 ln x / (x-1)^2] / 4`` so large x cannot overflow; near
+    x = 1, where it cancels, through the series of ``Z(ln x) / 2``.
+    """
+    lr = np.asarray(lr, dtype=np.float64)
+    if np.isnan(lr).any() or np.any(lr < 0):
+        raise ScoreError("Z_LR(x): likelihood ratios must be non-negative numbers")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_lr = np.log(lr)
+        z = ((lr - 3.0) / (lr - 1.0) + 2.0 * log_lr / (lr - 1.0) ** 2) / 4.0
+    near_one = np.abs(log_lr) < _SERIES_LIMIT
+    z[near_one] = z_function(log_lr[near_one]) / 2.0
+    z[np.isposinf(lr)] = 0.25
+    z[lr == 0] = -np.inf
+    return z
+
+
+def ece_integral(tar_llr, non_llr) -> float:
+    """``integral_0^1 [H(pi) - ECE(pi)] dpi`` in bits for LLRs as given (no calibration).
+
+    Closed form ``(<Z(a)>_tar + <Z(-b)>_non) / (2 ln 2)``. On oracle LLRs this is D_ECE;
+    on an attacker's own calibrated LLRs it is C_ECE, which can be negative (-inf when a
+    target LLR is -inf or a non-target LLR +inf).
+    """
+    tar_llr, non_llr = check_score_sets(tar_llr, non_llr, allow_infinite=True)
+    return float((z_function(tar_llr).mean() + z_function(-non_llr).mean()) / (2.0 * LN2))
+
+
+def ece_integral_lr(tar_lr, non_lr) -> float:
+    """:func:`ece_integral` from likelihood ratios, ``(<Z_LR(a)> + <Z_LR(1/b)>) / ln 2`` ([S1] Eq. 6)."""
+    tar_lr, non_lr = check_score_sets(tar_lr, non_lr, allow_infinite=True)
+    with np.errstate(divide="ignore"):
+        inverse_non = 1.0 / non_lr
+    return float((z_function_lr(tar_lr).mean() + z_function_lr(inverse_non).mean()) / LN2)
+
+
+def expected_disclosure(tar, non) -> float:
+    """D_ECE in bits: :func:`ece_integral` of the oracle PAV LLRs (no Laplace, ``[tar, non]`` ties)."""
+    is_target = sort_scores(tar, non, "tar_non").is_target
+    llrs = sorted_optimal_llr(is_target, laplace=False)
+    return ece_integral(llrs[is_target], llrs[~is_target])
+
+
+def worst_case_disclosure(tar, non) -> float:
+    """l_w = max |LLR| / ln 10 over the Laplace-smoothed oracle LLRs: the strongest evidence
+    any single trial gives, in log10 (spec §6.2)."""
+    is_target = sort_scores(tar, non, "non_tar").is_target
+    return float(np.max(np.abs(sorted_optimal_llr(is_target, laplace=True))) / LN10)
+
+
+def worst_case_from_lr(lrs) -> float:
+    """LR form of the worst case, ``max |log10 s|`` over likelihood ratios s ([S1] Eq. 8)."""
+    lrs = as_score_array(lrs, "likelihood ratios", allow_infinite=True)
+    if np.any(lrs < 0):
+        raise ScoreError("likelihood ratios must be non-negative")
+    with np.errstate(divide="ignore"):
+        return float(np.max(np.abs(np.log10(lrs))))
+
+
+def privacy_tag(worst_case_log10: float, convention: str = "paper") -> str:
+    """Categorical tag ``0, A, ..., F`` of a worst-case disclosure (log10).
+
+    ``"paper"``: intervals ``[lo, hi)`` of [S0]/[S1] Table 1, with tag 0 for
+    ``l_w <= 2.22e-16`` (spec §6.3 default). ``"zebra"``: the reference code's
+    ``(lo, hi]`` intervals, with exact 0 (where that code fails) also tagged 0.
+    """
+    if convention not in TAG_CONVENTIONS:
+        raise ScoreError(f"tag convention must be one of {TAG_CONVENTIONS}, got {convention!r}")
+    value = float(worst_case_log10)
+    if np.isnan(value) or value < 0:
+        raise ScoreError(f"worst-case disclosure must be a number >= 0, got {worst_case_log10}")
+    if value <= ZERO_TAG_LIMIT:
+        return "0"
+    tag = "A"
+    for lower, name in TAG_BOUNDS:
+        if value >= lower if convention == "paper" else value > lower:
+            tag = name
+    return tag
+
+
+def format_zebra_value(value: float) -> str:
+    """Reference-code formatting: ``0`` for zero, ``%.e`` below 5e-4, ``%.3f`` otherwise."""
+    if value == 0:
+        return "0"
+    return f"{value:.0e}" if abs(value) < 5e-4 else f"{value:.3f}"
+
+
+@dataclass(frozen=True)
+class ZebraResult:
+    """The ZEBRA triple: D_ECE (bits), l_w (log10), tag."""
+
+    dece_bits: float
+    worst_case_log10: float
+    tag: str
+
+    def __str__(self) -> str:
+        return f"({format_zebra_value(self.dece_bits)}, {format_zebra_value(self.worst_case_log10)}, {self.tag})"
+
+
+def zebra(tar, non, *, tag_convention: str = "paper") -> ZebraResult:
+    """D_ECE, worst case and tag of a score set (scores need not be calibrated)."""
+    worst = worst_case_disclosure(tar, non)
+    return ZebraResult(dece_bits=expected_disclosure(tar, non), worst_case_log10=worst,
+                       tag=privacy_tag(worst, tag_convention))
+
+
+@dataclass(frozen=True)
+class CalibrationDistortion:
+    """C_ECE (bits) and the Cllr (bits) of the attacker-calibrated LLRs, [S0] legend ``[C_ECE; Cllr]``."""
+
+    cece_bits: float
+    cllr_bits: float
+
+
+def calibration_distortion(tar_fit, non_fit, tar_eval, non_eval, *, method: str = "linear",
+                           prior: float = 0.5, laplace: bool = True) -> CalibrationDistortion:
+    """C_ECE of spec §6.5: calibrate run f1's scores with a map learnt on run f0's scores.
+
+    ``method="linear"`` fits logistic regression at ``prior``; ``"isotonic"`` the PAV step
+    function (with ``laplace`` smoothing). The calibrated f1 LLRs go through the closed
+    form with no further PAV. C_ECE <= 0 means the calibrated attacker is worse off than
+    with its prior alone.
+    """
+    if method == "linear":
+        calibration = fit_linear_calibration(tar_fit, non_fit, prior=prior)
+    elif method == "isotonic":
+        calibration = fit_isotonic_calibration(tar_fit, non_fit, laplace=laplace)
+    else:
+        raise ScoreError(f"calibration method must be 'linear' or 'isotonic', got {method!r}")
+    tar_eval, non_eval = check_score_sets(tar_eval, non_eval)
+    tar_llr, non_llr = calibration(tar_eval), calibration(non_eval)
+    return CalibrationDistortion(cece_bits=ece_integral(tar_llr, non_llr), cllr_bits=cllr(tar_llr, non_llr))
+
+
+def dece_deidentification_percent(dece_op: float, dece_oo: float) -> float:
+    """``100 * (1 - D_ECE(OP) / D_ECE(OO))`` ([S0] Eq. 17); NaN when D_ECE(OO) = 0."""
+    return float("nan") if dece_oo == 0 else 100.0 * (1.0 - dece_op / dece_oo)
+
+
+def min_cllr_deidentification_percent(min_cllr_op: float, min_cllr_oo: float) -> float:
+    """``100 * (Cmin(OP) - Cmin(OO)) / (1 - Cmin(OO))`` ([S0] Eq. 18); NaN when Cmin(OO) = 1."""
+    return float("nan") if min_cllr_oo == 1 else 100.0 * (min_cllr_op - min_cllr_oo) / (1.0 - min_cllr_oo)
+
+
+def dece_gain_db(dece_pp: float, dece_oo: float) -> float:
+    """``10 log10(D_ECE(PP) / D_ECE(OO))`` dB ([S0] Eq. 19); NaN when D_ECE(OO) = 0, -inf when D_ECE(PP) = 0."""
+    if dece_oo == 0:
+        return float("nan")
+    return float("-inf") if dece_pp == 0 else 10.0 * float(np.log10(dece_pp / dece_oo))
+
+
+def min_cllr_gain_db(min_cllr_pp: float, min_cllr_oo: float) -> float:
+    """``10 log10((1 - Cmin(PP)) / (1 - Cmin(OO)))`` dB ([S0] Eq. 20 with its numerator typo
+    corrected, spec §6.6); NaN when Cmin(OO) = 1, -inf when Cmin(PP) = 1."""
+    if min_cllr_oo == 1:
+        return float("nan")
+    return float("-inf") if min_cllr_pp == 1 else 10.0 * float(np.log10((1.0 - min_cllr_pp) / (1.0 - min_cllr_oo)))
