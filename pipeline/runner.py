@@ -142,12 +142,6 @@ _worker_state: dict = {}
 
 
 def _init_worker(config: dict, allow_pipes: bool) -> None:
-    # One thread per worker process: parallelism comes from the pool, not from BLAS.
-    try:
-        import torch
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
     _worker_state["system"] = build_system(config)
     _worker_state["allow_pipes"] = allow_pipes
 
@@ -158,6 +152,8 @@ def _worker_process(jobs: list[Job]) -> list[Outcome]:
 
 def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
                   allow_pipes: bool) -> Iterator[Outcome]:
+    # One thread per worker process (torch reads OMP_NUM_THREADS too): parallelism comes
+    # from the pool, not from BLAS inside each worker.
     env_threads = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update({name: "1" for name in env_threads})
     try:
