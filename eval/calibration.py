@@ -223,3 +223,30 @@ def fit_isotonic_calibration(tar, non, *, laplace: bool = True) -> IsotonicCalib
     llr_sorted = _llrs_from_posteriors(_posteriors(is_target, laplace), n_tar, is_target.size - n_tar)
     starts = np.concatenate(([0], np.flatnonzero(llr_sorted[1:] != llr_sorted[:-1]) + 1))
     return IsotonicCalibration(lower_scores=scores[starts], llrs=llr_sorted[starts])
+
+
+class EmpiricalCalibration(NamedTuple):
+    """Per posterior bin: its centre, the fraction of targets among its trials, and its trial count."""
+
+    bin_centres: np.ndarray
+    target_fraction: np.ndarray
+    counts: np.ndarray
+
+
+def empirical_calibration(tar_llr, non_llr, *, n_bins: int = 20) -> EmpiricalCalibration:
+    """Data of the empirical calibration plot ([S0] §3.5, spec §5.3).
+
+    Each LLR becomes the posterior ``sigmoid(llr + logit(Nt / N))`` at the empirical
+    prior; posteriors are binned on ``n_bins`` equal bins of [0, 1]. For calibrated LLRs
+    the target fraction of every bin is close to its centre. Empty bins give NaN.
+    """
+    tar_llr, non_llr = check_score_sets(tar_llr, non_llr, allow_infinite=True)
+    if n_bins < 1:
+        raise ScoreError(f"n_bins must be at least 1, got {n_bins}")
+    posterior = expit(np.concatenate((tar_llr, non_llr)) + np.log(tar_llr.size / non_llr.size))
+    bins = np.minimum((posterior * n_bins).astype(np.int64), n_bins - 1)
+    counts = np.bincount(bins, minlength=n_bins)
+    targets = np.bincount(bins[:tar_llr.size], minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = np.where(counts > 0, targets / counts, np.nan)
+    return EmpiricalCalibration((np.arange(n_bins) + 0.5) / n_bins, fraction, counts)

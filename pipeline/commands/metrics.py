@@ -1,0 +1,111 @@
+"""``voxanon metrics``: verification and privacy metrics of a trials list and its scores."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from voxanon.data_prep.corpus import read_trials
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.scores import read_scores
+from voxanon.eval.cllr import cllr, min_cllr
+from voxanon.eval.eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
+from voxanon.eval.linkability import linkability
+from voxanon.eval.scores import pair_trials_with_scores
+from voxanon.eval.zebra import format_zebra_value, zebra
+
+log = logging.getLogger(__name__)
+
+JSON_KEYS = ("n_target", "n_nontarget", "eer_rocch", "eer_kaldi", "eer_speechbrain", "eer_sweep",
+             "cllr", "min_cllr", "linkability", "zebra_dece", "zebra_worst_case", "zebra_tag")
+_STEPS = (
+    ("eer_rocch", lambda tar, non: 100.0 * rocch_eer(tar, non)),
+    ("eer_kaldi", lambda tar, non: 100.0 * kaldi_eer(tar, non)),
+    ("eer_speechbrain", lambda tar, non: 100.0 * speechbrain_eer(tar, non)),
+    ("eer_sweep", lambda tar, non: 100.0 * sweep_eer(tar, non)),
+    ("cllr", cllr),
+    ("min_cllr", min_cllr),
+    ("linkability", linkability),
+    ("zebra", zebra),
+)
+
+
+def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False) -> dict[str, object]:
+    """Every metric of the JSON output: EERs in %, Cllr and D_ECE in bits, worst case in log10."""
+    metrics: dict[str, object] = {"n_target": int(np.size(tar)), "n_nontarget": int(np.size(non))}
+    for name, function in tqdm(_STEPS, desc="metrics", unit="metric", disable=None if progress else True, leave=False):
+        metrics[name] = function(tar, non)
+    result = metrics.pop("zebra")
+    metrics.update(zebra_dece=result.dece_bits, zebra_worst_case=result.worst_case_log10, zebra_tag=result.tag)
+    return {key: metrics[key] for key in JSON_KEYS}
+
+
+def format_report(metrics: dict[str, object], trials: Path, scores: Path) -> str:
+    """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named."""
+    return "\n".join((
+        f"ASV: trials {trials}, scores {scores}",
+        f"trials: {metrics['n_target']} target, {metrics['n_nontarget']} nontarget",
+        f"EER (kaldi): {metrics['eer_kaldi']:.3f}%",
+        f"EER (speechbrain): {metrics['eer_speechbrain']:.3f}%",
+        f"EER (sweep): {metrics['eer_sweep']:.3f}%",
+        f"ROCCH-EER: {metrics['eer_rocch']:.3f}%",
+        f"Cllr (min/act): {metrics['min_cllr']:.3f}/{metrics['cllr']:.3f}",
+        f"linkability: {metrics['linkability']:.3f}",
+        f"Population: {format_zebra_value(metrics['zebra_dece'])} bit",
+        f"Individual: {format_zebra_value(metrics['zebra_worst_case'])} ({metrics['zebra_tag']})",
+    )) + "\n"
+
+
+def write_plots(directory: Path, label: str, tar: np.ndarray, non: np.ndarray) -> list[Path]:
+    """ECE profile, DET curve and empirical calibration plot, each as PNG and PDF."""
+    from voxanon.eval.plots import calibration_figure, det_figure, ece_profile_figure, save_figure
+    system = [(label, tar, non)]
+    written = save_figure(ece_profile_figure(system), directory / "ece_profile")
+    written += save_figure(det_figure(system), directory / "det")
+    written += save_figure(calibration_figure(tar, non), directory / "calibration")
+    return written
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "metrics", help="EERs, Cllr, linkability and ZEBRA of a trials list and its scores",
+        description="Score a verification trials list. Trials lines: '<enrol-spk> <utt> target|nontarget'; "
+                    "score lines: '<enrol-spk> <utt> <score>'. Reports every EER variant (rocch, kaldi, "
+                    "speechbrain, sweep; %%), Cllr and min Cllr (bits; Cllr reads the scores as natural-log "
+                    "LLRs), linkability D_sys, and ZEBRA: expected disclosure D_ECE (bits), worst case "
+                    "(log10) and tag.")
+    parser.add_argument("--trials", required=True, type=Path, metavar="FILE", help="trials list")
+    parser.add_argument("--scores", required=True, type=Path, metavar="FILE", help="score file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text block")
+    parser.add_argument("--plot", type=Path, metavar="DIR",
+                        help="also write ece_profile, det and calibration figures (PNG and PDF) into DIR")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="drop trials without a score and scores without a trial (reported) "
+                             "instead of failing")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.trials.is_file():
+        raise VoxanonError(f"{args.trials}: trials file not found")
+    paired = pair_trials_with_scores(read_trials(args.trials), read_scores(args.scores),
+                                     allow_missing=args.allow_missing)
+    if paired.trials_without_score:
+        log.warning("dropped %d trial(s) without a score, e.g. %s", len(paired.trials_without_score),
+                    " ".join(paired.trials_without_score[0]))
+    if paired.scores_without_trial:
+        log.warning("dropped %d score(s) without a trial, e.g. %s", len(paired.scores_without_trial),
+                    " ".join(paired.scores_without_trial[0]))
+    metrics = compute_metrics(paired.tar, paired.non, progress=True)
+    if args.json:
+        print(json.dumps(metrics, allow_nan=False))
+    else:
+        print(format_report(metrics, args.trials, args.scores), end="")
+    if args.plot is not None:
+        for path in write_plots(args.plot, args.scores.name, paired.tar, paired.non):
+            log.info("wrote %s", path)
+    return 0
