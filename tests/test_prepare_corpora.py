@@ -277,3 +277,13 @@ def test_libritts_strict_rejects_24k_audio_unless_resampled(tmp_path):
     assert main(["prepare", "libritts", "--root", str(tmp_path), "--subset", "train-clean-100",
                  "--out", str(out), "--resample", "--strict"]) == 0
     assert {name: (out / name).read_bytes() for name in KALDI_FILES} == before
+
+
+def test_preparing_again_leaves_no_stale_files(tmp_path):
+    librispeech_tree(tmp_path)
+    out = tmp_path / "dev"
+    command = ["prepare", "librispeech", "--root", str(tmp_path), "--subset", "dev-clean", "--out", str(out)]
+    assert main(command) == 0 and (out / "utt2dur").is_file()
+    assert main(command + ["--no-durations"]) == 0
+    assert not (out / "utt2dur").exists()
+    assert read_data_dir(out).validate(need_gender=True) == []

@@ -24,7 +24,7 @@ from voxanon.data_prep.corpus import GENDERS, DataDir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.ordering import seeded_order
-from voxanon.data_prep.prepare.relocation import absolute_audio
+from voxanon.data_prep.prepare.output import absolute_audio
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxanon.data_prep.corpus import GENDERS, DataDir, Trial, write_data_dir
+from voxanon.data_prep.corpus import GENDERS, DataDir, Trial
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.ordering import seeded_order
-from voxanon.data_prep.prepare.relocation import absolute_audio
+from voxanon.data_prep.prepare.output import absolute_audio, write_prepared_dir
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def write_trial_sets(sets: dict[str, DataDir], out_dir: str | os.PathLike, name:
         target = Path(out_dir) / f"{name}_{suffix}"
         data.name = target.name
         data.path = target
-        write_data_dir(data, target)
+        write_prepared_dir(data, target)
         written.append(target)
         log.info("%s: %d utterances of %d speakers%s", target.name, len(data.wav), len(data.speakers),
                  "" if data.trials is None else
