@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")
     failed = False
     for system in DEMO_SYSTEMS:
-        result = anonymise_set(data, load_system_config(system), args.out / f"{data.name}_{system}",
+        result = anonymise_set(data, load_system_config(system), args.out / f"demo_{system}",
                                workers=max(1, args.workers))
         rtf = f", real-time factor {result.wall_seconds / result.audio_seconds:.4f}" if result.audio_seconds else ""
         print(f"{system}: {result.out_dir} ({result.processed} processed, {result.resumed} resumed, "
