@@ -287,3 +287,15 @@ def test_preparing_again_leaves_no_stale_files(tmp_path):
     assert main(command + ["--no-durations"]) == 0
     assert not (out / "utt2dur").exists()
     assert read_data_dir(out).validate(need_gender=True) == []
+
+
+def test_speaker_file_filter_reports_unknown_ids(tmp_path, caplog):
+    librispeech_tree(tmp_path)
+    listed = tmp_path / "speakers"
+    listed.write_text("26\n77\n")
+    out = tmp_path / "dev"
+    with caplog.at_level(logging.WARNING):
+        assert main(["prepare", "librispeech", "--root", str(tmp_path), "--subset", "dev-clean",
+                     "--out", str(out), "--speakers", f"@{listed}"]) == 0
+    assert "speaker in the filter but not in the corpus: 1 (e.g. 77)" in caplog.text
+    assert (out / "utt2spk").read_text() == "26-495-0000 26\n"
