@@ -40,7 +40,9 @@ def min_cllr(tar, non, *, tie_order: str = "non_tar",
 
     The default keeps the reference code's 1e-6/N monotonicity ramp, which moves the
     value by at most ~1e-8 on small sets; ``monotonicity_epsilon=0`` gives the pure PAV
-    optimum that BOSARIS / llreval report.
+    optimum that BOSARIS / llreval report. The reference ``[non, tar]`` tie order lets
+    scores tied across classes separate them (a constant scorer gets 0 instead of 1);
+    ``tie_order="tar_non"`` pools ties, as llreval does, for heavily tied scores.
     """
     is_target = sort_scores(tar, non, tie_order).is_target
     llrs = sorted_optimal_llr(is_target, laplace=False, monotonicity_epsilon=monotonicity_epsilon)
