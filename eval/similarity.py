@@ -197,7 +197,11 @@ class SimilarityMatrices:
 def similarity_matrices(oo: ScoreTable, op: ScoreTable, pp: ScoreTable, utt2spk: Mapping[str, str], *,
                         speakers: Sequence[str] | None = None, definition: str = "sigmoid_mean",
                         symmetrize_op: bool = False, exclude_same_utt_id_in_op: bool = True) -> SimilarityMatrices:
-    """The three matrices of spec §7; speakers default to the sorted union over the settings."""
+    """The three matrices of spec §7; speakers default to the sorted union over the settings.
+
+    An OP list that scores one direction per speaker pair (VoicePrivacy's upper-triangle
+    lists) needs ``symmetrize_op=True``, or half of M_OP stays empty.
+    """
     if speakers is None:
         speakers = sorted({utt2spk[u] for table in (oo, op, pp) for u in (*table.first, *table.second)
                            if u in utt2spk})
