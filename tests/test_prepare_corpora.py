@@ -143,14 +143,16 @@ def test_strict_fails_with_every_problem_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_unreadable_audio_is_reported_and_left_out(tmp_path, caplog):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_unreadable_audio_is_reported_and_left_out(tmp_path, caplog, jobs):
     corpus = librispeech_tree(tmp_path)
     (corpus / "dev-clean" / "19" / "198" / "19-198-0001.flac").write_bytes(b"not audio at all")
     out = tmp_path / "dev"
     with caplog.at_level(logging.WARNING):
         assert main(["prepare", "librispeech", "--root", str(tmp_path), "--subset", "dev-clean",
-                     "--out", str(out)]) == 0
+                     "--out", str(out), "--jobs", jobs]) == 0
     assert "audio whose header cannot be read (utterance left out): 1" in caplog.text
+    assert (out / "utt2dur").read_text() == "19-198-0000 0.500\n26-495-0000 1.000\n"
     assert "19-198-0001" not in (out / "wav.scp").read_text()
 
 

@@ -4,13 +4,15 @@ The per-corpus modules only read their layout into a :class:`CorpusListing`; eve
 they share happens here: filters, pairing audio with transcripts, sex labels, audio
 headers (durations and sample rates), optional resampling, and writing the directory.
 
-Audio headers are read with ``soundfile`` (no decoding); ``read_headers=False`` skips
-them for very large listings, leaving out ``utt2dur`` and the sample-rate check.
+Audio headers are read with ``soundfile`` (no decoding), in ``jobs`` processes when
+asked; ``read_headers=False`` skips them for very large listings, leaving out
+``utt2dur`` and the sample-rate check.
 """
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from voxanon.data_prep.prepare.text import normalise_transcript
 log = logging.getLogger(__name__)
 
 TARGET_RATE = 16000
+HEADER_CHUNK = 2000  # files per task sent to a worker process
 RESAMPLED_FOLDER = "wav"
 
 SPEAKERS_FILE_MISSING = "speakers file missing (no speaker has a sex label)"
@@ -58,6 +61,7 @@ class PrepareOptions:
     utterances: set[str] | None = None
     read_headers: bool = True
     resample: bool = False
+    jobs: int = 1  # processes reading audio headers
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,14 @@ def read_audio_header(path: str) -> AudioHeader:
         return AudioHeader(handle.frames, handle.samplerate, handle.channels)
 
 
+def header_or_error(path: str) -> AudioHeader | str:
+    """The header of ``path``, or why it cannot be read (a top-level function for worker processes)."""
+    try:
+        return read_audio_header(path)
+    except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
+        return str(error)
+
+
 def prepare_corpus(listing: CorpusListing, out_dir: str | Path, options: PrepareOptions,
                    issues: PreparationIssues, *, strict: bool = False) -> DataDir:
     """Check ``listing``, report what is wrong (raise in ``strict`` mode), write ``out_dir``."""
@@ -95,7 +107,7 @@ def prepare_corpus(listing: CorpusListing, out_dir: str | Path, options: Prepare
     _pair(selection, issues)
     _label_sexes(selection, listing, issues)
     if options.read_headers:
-        _read_headers(selection, issues, report_rates=not options.resample)
+        _read_headers(selection, issues, report_rates=not options.resample, jobs=options.jobs)
     else:
         log.warning("%s: audio headers not read (--no-durations): no utt2dur, sample rates "
                     "unchecked", listing.name)
@@ -164,14 +176,23 @@ def _label_sexes(selection: _Selection, listing: CorpusListing, issues: Preparat
             issues.add(UNKNOWN_SEX, f"{speaker} (label {label!r})")
 
 
-def _read_headers(selection: _Selection, issues: PreparationIssues, *, report_rates: bool) -> None:
+def _read_headers(selection: _Selection, issues: PreparationIssues, *, report_rates: bool,
+                  jobs: int) -> None:
+    items = sorted(selection.audio.items())
+    paths = [path for _, path in items]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(tqdm(pool.map(header_or_error, paths, chunksize=HEADER_CHUNK), total=len(paths),
+                                desc="audio headers", unit="file", disable=None))
+    else:
+        results = [header_or_error(path) for path in tqdm(paths, desc="audio headers", unit="file",
+                                                           disable=None)]
     unreadable: list[str] = []
-    for utt, path in tqdm(sorted(selection.audio.items()), desc="audio headers", unit="file",
-                          disable=None):
-        try:
-            selection.headers[utt] = read_audio_header(path)
-        except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
-            unreadable.append(f"{path} ({error})")
+    for (utt, path), result in zip(items, results):
+        if isinstance(result, AudioHeader):
+            selection.headers[utt] = result
+        else:
+            unreadable.append(f"{path} ({result})")
             del selection.audio[utt]
             selection.text.pop(utt, None)
             del selection.utt2spk[utt]

@@ -126,6 +126,8 @@ def _corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-durations", action="store_true",
                         help="do not read audio headers: no utt2dur and no sample-rate check "
                              "(for very large listings)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="processes reading audio headers (default %(default)s)")
     parser.add_argument("--strict", action="store_true", help="fail on any reported problem")
 
 
@@ -144,8 +146,10 @@ def _options(args: argparse.Namespace) -> PrepareOptions:
         if not args.utterances.is_file():
             raise VoxanonError(f"--utterances: no file {args.utterances}")
         utterances = set(read_list(args.utterances))
-    return PrepareOptions(speakers=speakers, utterances=utterances,
-                          read_headers=not args.no_durations, resample=args.resample)
+    if args.jobs < 1:
+        raise VoxanonError(f"--jobs must be at least 1, got {args.jobs}")
+    return PrepareOptions(speakers=speakers, utterances=utterances, read_headers=not args.no_durations,
+                          resample=args.resample, jobs=args.jobs)
 
 
 def _finish_corpus(listing, args: argparse.Namespace, issues: PreparationIssues) -> int:
