@@ -15,6 +15,13 @@ log = logging.getLogger(__name__)
 EXAMPLES_SHOWN = 5
 
 
+def summarise(kind: str, items: list[str]) -> str:
+    """``kind: count (e.g. a, b, ...)`` with the first few items in sorted order."""
+    examples = ", ".join(sorted(items)[:EXAMPLES_SHOWN])
+    more = ", ..." if len(items) > EXAMPLES_SHOWN else ""
+    return f"{kind}: {len(items)} (e.g. {examples}{more})"
+
+
 class PreparationIssues:
     """Problems of one preparation run; ``kind`` says what was found and what was done about it."""
 
@@ -40,12 +47,7 @@ class PreparationIssues:
 
     def summary(self) -> list[str]:
         """One line per kind: ``kind: count (e.g. a, b, ...)``."""
-        lines = []
-        for kind, items in self._items.items():
-            examples = ", ".join(sorted(items)[:EXAMPLES_SHOWN])
-            more = ", ..." if len(items) > EXAMPLES_SHOWN else ""
-            lines.append(f"{kind}: {len(items)} (e.g. {examples}{more})")
-        return lines
+        return [summarise(kind, items) for kind, items in self._items.items()]
 
     def conclude(self, *, strict: bool) -> None:
         """Raise every problem in strict mode, else log one warning per kind."""

@@ -19,7 +19,6 @@ from the public corpora (anchors Part B §7.1), so they are taken as given and c
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -30,10 +29,9 @@ from tqdm import tqdm
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir
+from voxanon.data_prep.prepare.issues import summarise
 from voxanon.data_prep.prepare.listing import TARGET_RATE, read_audio_header
 from voxanon.data_prep.prepare.output import write_prepared_dir
-
-log = logging.getLogger(__name__)
 
 SPLITS = ("dev", "test")
 TRIAL_PARTS = {
@@ -43,7 +41,6 @@ TRIAL_PARTS = {
 OPTIONAL_TRIAL_PARTS = {"libri": ("trials_mixed",), "vctk": ()}
 CORPORA = tuple(TRIAL_PARTS)
 INDEX_NAME = "vpc_index.json"
-EXAMPLES_SHOWN = 5
 # Decoders whose output equals the file read natively; other commands stay commands.
 _PLAIN_DECODER_ARGUMENTS = {
     "flac": None,  # any option: flac only decodes here (-c -d -s and spellings of them)
@@ -295,5 +292,4 @@ def _check_trials(vpc_set: VpcSet, data: DataDir, enrolls: DataDir | None, enrol
 
 def _note(vpc_set: VpcSet, what: str, items: list[str]) -> None:
     if items:
-        more = ", ..." if len(items) > EXAMPLES_SHOWN else ""
-        vpc_set.problems.append(f"{what}: {len(items)} (e.g. {', '.join(items[:EXAMPLES_SHOWN])}{more})")
+        vpc_set.problems.append(summarise(what, items))
