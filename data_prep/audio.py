@@ -126,3 +126,18 @@ def check_wav(path: str | os.PathLike, sample_rate: int, n_samples: int | None =
         return False
     return (info.samplerate == sample_rate and info.channels == 1 and info.subtype == "PCM_16"
             and info.frames > 0 and (n_samples is None or info.frames == n_samples))
+
+
+def normalise_loudness(samples: np.ndarray, sample_rate: int, target_lufs: float) -> np.ndarray:
+    """Loudness to ``target_lufs`` (ITU-R BS.1770), then peak-normalised if that would clip (VPC 2024)."""
+    import pyloudnorm
+
+    meter = pyloudnorm.Meter(sample_rate)
+    if len(samples) < int(0.4 * sample_rate):
+        return samples
+    loudness = meter.integrated_loudness(samples.astype(np.float64))
+    if not np.isfinite(loudness):
+        return samples
+    adjusted = pyloudnorm.normalize.loudness(samples.astype(np.float64), loudness, target_lufs)
+    peak = np.max(np.abs(adjusted))
+    return (adjusted / peak if peak > 1.0 else adjusted).astype(np.float32)

@@ -18,12 +18,16 @@ from voxanon.pipeline.stages import STAGES, Stage, Utterance
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages"}
 
 
-def _recipe_dir():
-    return resources.files("voxanon.recipes") / "systems"
+def _recipe_dir(kind: str = "systems"):
+    return resources.files("voxanon.recipes") / kind
+
+
+def available_recipes(kind: str) -> list[str]:
+    return sorted(p.name[:-5] for p in _recipe_dir(kind).iterdir() if p.name.endswith(".yaml"))
 
 
 def available_systems() -> list[str]:
-    return sorted(p.name[:-5] for p in _recipe_dir().iterdir() if p.name.endswith(".yaml"))
+    return available_recipes("systems")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -50,19 +54,25 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
     return config
 
 
+def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
+    """A recipe of ``recipes/<kind>/`` by name, or a YAML file by path, with overrides applied."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        text, stem = Path(name).read_text(encoding="utf-8"), Path(name).stem
+    else:
+        recipe = _recipe_dir(kind) / f"{name}.yaml"
+        if not recipe.is_file():
+            raise VoxanonError(f"unknown {kind[:-1]} {name!r}; available: {', '.join(available_recipes(kind))} "
+                               "(or give the path of a recipe .yaml)")
+        text, stem = recipe.read_text(encoding="utf-8"), name
+    config = yaml.safe_load(text) or {}
+    config.setdefault("name", stem)
+    return apply_overrides(config, list(overrides))
+
+
 def load_system_config(system: str, overrides: list[str] = ()) -> dict:
     """The resolved configuration of a named system, or of a YAML file given by path."""
-    if system.endswith((".yaml", ".yml")) and Path(system).is_file():
-        text, name = Path(system).read_text(encoding="utf-8"), Path(system).stem
-    else:
-        recipe = _recipe_dir() / f"{system}.yaml"
-        if not recipe.is_file():
-            raise VoxanonError(f"unknown system {system!r}; available: {', '.join(available_systems())} "
-                               "(or give the path of a recipe .yaml)")
-        text, name = recipe.read_text(encoding="utf-8"), system
-    config = yaml.safe_load(text) or {}
-    config.setdefault("name", name)
-    config = apply_overrides(config, list(overrides))
+    config = read_recipe("systems", system, overrides)
+    name = config["name"]
     unknown = set(config) - RUN_KEYS - {"name"} - set(config.get("stages", []))
     if unknown:
         raise VoxanonError(f"system {name!r}: unknown setting(s) {sorted(unknown)}; sections are "

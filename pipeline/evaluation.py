@@ -1,0 +1,294 @@
+"""Challenge-style evaluation of an anonymised corpus against its original.
+
+An evaluation set pairs an enrolment list with a trials list, for the original and the
+anonymised speech. Two input forms are understood:
+
+- one data directory holding both ``enrolls`` and ``trials`` (the demo corpus, or any
+  set made with ``voxanon prepare trials``), and its anonymised twin;
+- a folder of VoicePrivacy-layout sets: every ``<prefix>_trials_<x>`` directory is
+  evaluated with the enrolment list of ``<prefix>_enrolls``, and the anonymised sets are
+  ``<name><suffix>`` in the anonymised folder.
+
+ASV conditions (anchors Part B §1.3): o-o (original enrolment and trials), o-a (original
+enrolment, anonymised trials: the ignorant attacker) and a-a (anonymised enrolment and
+trials: the lazy-informed attacker). Enrolment is the mean of each speaker's enrolment
+utterance embeddings; scores are cosine similarities. Embeddings and transcripts are
+cached per audio file content, so reruns only compute what changed.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from voxanon.data_prep.corpus import DataDir, read_data_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.scores import ScoreTable
+from voxanon.eval.results import Result
+
+log = logging.getLogger(__name__)
+
+ASV_CONDITIONS = ("o-o", "o-a", "a-a")
+
+
+@dataclass
+class EvaluationSet:
+    name: str
+    enroll: DataDir
+    trials: DataDir
+    anon_enroll: DataDir | None = None
+    anon_trials: DataDir | None = None
+
+    @property
+    def enroll_utts(self) -> list[str]:
+        return list(self.enroll.enrolls or [])
+
+    @property
+    def test_utts(self) -> list[str]:
+        return sorted({t.test_utt for t in self.trials.trials or []})
+
+
+def _read(path: Path, allow_pipes: bool) -> DataDir:
+    return read_data_dir(path, allow_pipes=allow_pipes)
+
+
+def discover_sets(orig: Path, anon: Path | None = None, suffix: str | None = None, *,
+                  allow_pipes: bool = False) -> list[EvaluationSet]:
+    """The evaluation sets under ``orig`` and their anonymised twins (see the module doc)."""
+    orig = Path(orig)
+    if (orig / "wav.scp").is_file():
+        trials = _read(orig, allow_pipes)
+        if trials.trials is None or trials.enrolls is None:
+            raise VoxanonError(f"{orig}: an evaluation set needs both 'enrolls' and 'trials' files")
+        pairs = [(orig.name, orig, orig)]
+    else:
+        pairs = []
+        for trials_dir in sorted(p for p in orig.glob("*_trials_*") if (p / "trials").is_file()):
+            prefix = trials_dir.name.split("_trials_")[0]
+            enroll_dir = orig / f"{prefix}_enrolls"
+            if suffix and trials_dir.name.endswith(suffix):
+                continue
+            if not (enroll_dir / "enrolls").is_file():
+                raise VoxanonError(f"{trials_dir}: no enrolment list {enroll_dir / 'enrolls'}")
+            pairs.append((trials_dir.name, enroll_dir, trials_dir))
+        if not pairs:
+            raise VoxanonError(f"{orig}: neither a data directory with enrolls and trials nor a folder of "
+                               "VoicePrivacy-layout sets (<prefix>_enrolls, <prefix>_trials_<x>)")
+    sets = []
+    for name, enroll_dir, trials_dir in pairs:
+        enroll = _read(enroll_dir, allow_pipes) if enroll_dir != trials_dir else None
+        trials = _read(trials_dir, allow_pipes)
+        enroll = enroll or trials
+        evaluation = EvaluationSet(name, enroll, trials)
+        if anon is not None:
+            evaluation.anon_enroll, evaluation.anon_trials = _anonymised_twins(
+                Path(anon), enroll_dir, trials_dir, suffix, allow_pipes)
+        sets.append(evaluation)
+    return sets
+
+
+def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: str | None,
+                      allow_pipes: bool) -> tuple[DataDir, DataDir]:
+    if (anon / "wav.scp").is_file():
+        twin = _read(anon, allow_pipes)
+        return twin, twin
+    if suffix is None:
+        raise VoxanonError(f"{anon} is a folder of sets: give --suffix to find the anonymised twin of "
+                           f"{trials_dir.name}")
+    dirs = [anon / f"{d.name}{suffix}" for d in (enroll_dir, trials_dir)]
+    for directory in dirs:
+        if not (directory / "wav.scp").is_file():
+            raise VoxanonError(f"anonymised set {directory} not found")
+    twins = [_read(d, allow_pipes) for d in dirs]
+    return twins[0], twins[1]
+
+
+def check_anonymised(evaluation: EvaluationSet, allow_missing: bool) -> list[str]:
+    """Utterances of the set that have no anonymised audio; an error unless ``allow_missing``."""
+    missing = []
+    for original, twin in ((evaluation.enroll_utts, evaluation.anon_enroll),
+                           (evaluation.test_utts, evaluation.anon_trials)):
+        if twin is None:
+            continue
+        missing += [u for u in original if u not in twin.wav or
+                    (not twin.is_pipe(u) and not twin.audio_path(u).is_file())]
+    missing = sorted(set(missing))
+    if missing and not allow_missing:
+        shown = ", ".join(missing[:10]) + (f" ... ({len(missing) - 10} more)" if len(missing) > 10 else "")
+        raise VoxanonError(f"{evaluation.name}: {len(missing)} utterance(s) have no anonymised audio: {shown}. "
+                           "Anonymise them, or pass --allow-missing to evaluate without them")
+    if missing:
+        log.warning("%s: evaluating without %d utterance(s) that have no anonymised audio, e.g. %s",
+                    evaluation.name, len(missing), missing[0])
+    return missing
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def speaker_enrolment(vectors: dict[str, np.ndarray], utts: Iterable[str], utt2spk: dict[str, str]) -> dict[str, np.ndarray]:
+    """Each speaker's mean enrolment embedding (unnormalised mean, as VoicePrivacy 2024)."""
+    grouped: dict[str, list[np.ndarray]] = {}
+    for utt in utts:
+        if utt in vectors:
+            grouped.setdefault(utt2spk[utt], []).append(vectors[utt])
+    return {spk: np.mean(vecs, axis=0) for spk, vecs in grouped.items()}
+
+
+def cosine_trial_scores(enrolment: dict[str, np.ndarray], tests: dict[str, np.ndarray],
+                        trials) -> tuple[np.ndarray, np.ndarray, int]:
+    """Target and non-target cosine scores of the trials whose both sides exist; and how many were left out."""
+    speakers = sorted(enrolment)
+    test_ids = sorted(tests)
+    if not speakers or not test_ids:
+        return np.zeros(0), np.zeros(0), len(trials)
+    speaker_index = {s: i for i, s in enumerate(speakers)}
+    test_index = {u: i for i, u in enumerate(test_ids)}
+    similarity = _unit(np.stack([enrolment[s] for s in speakers])) @ _unit(np.stack([tests[u] for u in test_ids])).T
+    tar, non, left_out = [], [], 0
+    for trial in trials:
+        i, j = speaker_index.get(trial.enrol_speaker), test_index.get(trial.test_utt)
+        if i is None or j is None:
+            left_out += 1
+            continue
+        (tar if trial.target else non).append(similarity[i, j])
+    return np.asarray(tar), np.asarray(non), left_out
+
+
+def pair_score_table(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> ScoreTable:
+    """Cosine scores of every (first, second) utterance pair, for the voice similarity matrices."""
+    first_ids, second_ids = sorted(first), sorted(second)
+    scores = _unit(np.stack([first[u] for u in first_ids])) @ _unit(np.stack([second[u] for u in second_ids])).T
+    return ScoreTable([u for u in first_ids for _ in second_ids], [v for _ in first_ids for v in second_ids],
+                      scores.reshape(-1).astype(np.float64))
+
+
+def results_from_metrics(set_name: str, system: str, condition: str, metrics: dict[str, object],
+                         eer_variants: Iterable[str]) -> list[Result]:
+    """Labelled records from ``compute_metrics`` output (EERs in %, Cllr/D_ECE in bits, worst case in log10)."""
+    rows = [Result(set_name, system, condition, "eer", v, float(metrics[f"eer_{v}"]), "%") for v in eer_variants]
+    rows += [
+        Result(set_name, system, condition, "cllr", "", float(metrics["cllr"]), "bits"),
+        Result(set_name, system, condition, "min_cllr", "", float(metrics["min_cllr"]), "bits"),
+        Result(set_name, system, condition, "linkability", "D_sys", float(metrics["linkability"]), ""),
+        Result(set_name, system, condition, "zebra_dece", "D_ECE", float(metrics["zebra_dece"]), "bits"),
+        Result(set_name, system, condition, "zebra_worst_case", "max |LLR|", float(metrics["zebra_worst_case"]), "log10"),
+        Result(set_name, system, condition, "zebra_tag", "", str(metrics["zebra_tag"]), ""),
+        Result(set_name, system, condition, "n_trials", "target", float(metrics["n_target"]), ""),
+        Result(set_name, system, condition, "n_trials", "nontarget", float(metrics["n_nontarget"]), ""),
+    ]
+    return rows
+
+
+
+@dataclass
+class SetScores:
+    """Target/non-target scores of one set and condition, kept for the figures."""
+
+    set_name: str
+    system: str
+    condition: str
+    tar: np.ndarray
+    non: np.ndarray
+
+
+@dataclass
+class Evaluation:
+    results: list[Result]
+    scores: list[SetScores]
+    similarity: dict[str, object]     # set name -> SimilarityMatrices
+    failures: dict[str, str]          # "<set>:<o|a>:<utt>" -> why its audio could not be used
+    computed: int                     # embeddings and transcripts computed (not served from cache)
+
+
+def _files(data: DataDir, utts: Iterable[str]) -> dict[str, Path]:
+    return {utt: data.audio_path(utt) for utt in utts if utt in data.wav}
+
+
+def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, embedder, cache,
+                  asr=None, allow_missing: bool = False) -> Evaluation:
+    """ASV conditions, similarity matrices and WER of every set, as labelled results.
+
+    ``embedder`` and ``asr`` are :class:`~voxanon.pipeline.feature_cache.CachedComputation`
+    objects (``asr`` may be None); ``cache`` their :class:`ContentCache`.
+    """
+    from voxanon.eval.similarity import similarity_matrices
+    from voxanon.pipeline.commands.metrics import compute_metrics
+
+    asv = protocol.get("asv", {})
+    conditions = asv.get("conditions", list(ASV_CONDITIONS))
+    eer_variants = asv.get("eer_variants", ["rocch"])
+    results: list[Result] = []
+    kept: list[SetScores] = []
+    matrices: dict[str, object] = {}
+    failures: dict[str, str] = {}
+    for evaluation in sets:
+        missing = set(check_anonymised(evaluation, allow_missing)) if evaluation.anon_trials is not None else set()
+        sides = {"o": (evaluation.enroll, evaluation.trials)}
+        if evaluation.anon_trials is not None:
+            sides["a"] = (evaluation.anon_enroll, evaluation.anon_trials)
+        vectors: dict[str, dict[str, dict]] = {}
+        for side, (enroll_dir, trials_dir) in sides.items():
+            skip = missing if side == "a" else set()
+            enroll = embedder.run(_files(enroll_dir, [u for u in evaluation.enroll_utts if u not in skip]),
+                                  cache, f"{evaluation.name} {side} enrol")
+            tests = embedder.run(_files(trials_dir, [u for u in evaluation.test_utts if u not in skip]),
+                                 cache, f"{evaluation.name} {side} trials")
+            vectors[side] = {"enroll": enroll, "test": tests}
+            failures.update({f"{evaluation.name}:{side}:{k}": v for k, v in embedder.failures.items()})
+            embedder.failures.clear()
+        utt2spk = evaluation.trials.utt2spk | evaluation.enroll.utt2spk
+        for condition in conditions:
+            enrol_side, test_side = condition[0], condition[-1]
+            if enrol_side not in vectors or test_side not in vectors:
+                continue
+            enrolment = speaker_enrolment(vectors[enrol_side]["enroll"], evaluation.enroll_utts, utt2spk)
+            tar, non, left_out = cosine_trial_scores(enrolment, vectors[test_side]["test"], evaluation.trials.trials)
+            if left_out:
+                log.warning("%s %s: %d trial(s) left out (no embedding for one side)", evaluation.name,
+                            condition, left_out)
+            scored_system = "original" if condition == "o-o" else system
+            metrics = compute_metrics(tar, non)
+            results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants)
+            kept.append(SetScores(evaluation.name, scored_system, condition, tar, non))
+        if protocol.get("similarity") and "a" in vectors:
+            tests_o, tests_a = vectors["o"]["test"], vectors["a"]["test"]
+            found = similarity_matrices(pair_score_table(tests_o, tests_o), pair_score_table(tests_o, tests_a),
+                                        pair_score_table(tests_a, tests_a), utt2spk)
+            matrices[evaluation.name] = found
+            results += [Result(evaluation.name, system, "o-a", "deid", "DeID", 100.0 * found.deid, "%"),
+                        Result(evaluation.name, system, "a-a", "gvd", "G_VD", found.gvd_db, "dB")]
+        if asr is not None and evaluation.trials.text:
+            results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
+    return Evaluation(results, kept, matrices, failures, embedder.computed + (asr.computed if asr else 0))
+
+
+def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr, cache, system: str,
+                 failures: dict[str, str]) -> list[Result]:
+    from voxanon.eval.wer import word_error_rate
+
+    references = {u: evaluation.trials.text[u] for u in evaluation.test_utts if u in evaluation.trials.text}
+    rows = []
+    rates = {}
+    for side, (_, trials_dir) in sides.items():
+        utts = [u for u in references if not (side == "a" and u in missing)]
+        hypotheses = asr.run(_files(trials_dir, utts), cache, f"{evaluation.name} {side} ASR")
+        failures.update({f"{evaluation.name}:{side}:{k}": v for k, v in asr.failures.items()})
+        asr.failures.clear()
+        scored = {u: references[u] for u in hypotheses}
+        if not scored:
+            continue
+        wer = word_error_rate(scored, {u: str(h) for u, h in hypotheses.items()})
+        label = "original" if side == "o" else system
+        rates[side] = wer.wer
+        rows += [Result(evaluation.name, label, "asr", "wer", asr.tag, wer.wer, "%"),
+                 Result(evaluation.name, label, "asr", "wer_substitutions", asr.tag, float(wer.substitutions), ""),
+                 Result(evaluation.name, label, "asr", "wer_deletions", asr.tag, float(wer.deletions), ""),
+                 Result(evaluation.name, label, "asr", "wer_insertions", asr.tag, float(wer.insertions), "")]
+    if "o" in rates and "a" in rates:
+        rows.append(Result(evaluation.name, system, "asr", "wer_increase", asr.tag, rates["a"] - rates["o"], "%"))
+    return rows

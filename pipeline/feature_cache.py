@@ -1,0 +1,110 @@
+"""Per-utterance model outputs (embeddings, transcripts) computed in batches and cached by audio content.
+
+The cache key is sha256 of the audio file's bytes plus a model tag, so a rerun, or a
+second evaluation that shares files, computes only what is new; a changed file is
+recomputed, never served stale.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.audio import AudioError, load_audio, normalise_loudness
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ContentCache:
+    """Outputs keyed by (model tag, audio content): ``<root>/<tag>/<sha[:2]>/<sha>.npy|.txt``; no root, no cache."""
+
+    root: Path | None
+
+    def path(self, tag: str, digest: str, kind: str) -> Path | None:
+        extension = "npy" if kind == "vector" else "txt"
+        return None if self.root is None else self.root / tag / digest[:2] / f"{digest}.{extension}"
+
+    def get(self, tag: str, digest: str, kind: str):
+        path = self.path(tag, digest, kind)
+        if path is None or not path.is_file():
+            return None
+        return np.load(path) if kind == "vector" else path.read_text(encoding="utf-8")
+
+    def put(self, tag: str, digest: str, kind: str, value) -> None:
+        path = self.path(tag, digest, kind)
+        if path is None:
+            return
+        if kind == "vector":
+            with atomic_path(path) as tmp:
+                np.save(tmp, np.asarray(value))
+        else:
+            atomic_write_text(path, value)
+
+
+@dataclass
+class CachedComputation:
+    """``compute`` (a list of 16 kHz waves -> one output per wave) run in batches over files, cached.
+
+    ``kind`` is ``"vector"`` (embeddings) or ``"text"`` (transcripts). Files whose audio
+    cannot be used are collected in ``failures`` (key -> message), never dropped silently.
+    """
+
+    tag: str
+    compute: Callable[[list[np.ndarray]], list]
+    kind: str = "vector"
+    sample_rate: int = 16000
+    batch_size: int = 16
+    loudness_lufs: float | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+    computed: int = 0
+
+    @property
+    def cache_tag(self) -> str:
+        return self.tag if self.loudness_lufs is None else f"{self.tag}-lufs{self.loudness_lufs:g}"
+
+    def run(self, files: dict[str, Path], cache: ContentCache, desc: str) -> dict[str, object]:
+        results: dict[str, object] = {}
+        todo: list[tuple[str, str]] = []
+        for key, path in files.items():
+            try:
+                digest = file_digest(path)
+            except OSError as error:
+                self.failures[key] = f"{path}: {error.strerror or error}"
+                continue
+            cached = cache.get(self.cache_tag, digest, self.kind)
+            if cached is None:
+                todo.append((key, digest))
+            else:
+                results[key] = cached
+        with tqdm(total=len(todo), desc=desc, unit="utt", disable=None if todo else True, leave=False) as bar:
+            for start in range(0, len(todo), self.batch_size):
+                waves, loaded = [], []
+                for key, digest in todo[start:start + self.batch_size]:
+                    try:
+                        samples = load_audio(files[key], self.sample_rate).samples
+                    except AudioError as error:
+                        self.failures[key] = str(error)
+                        continue
+                    if self.loudness_lufs is not None:
+                        samples = normalise_loudness(samples, self.sample_rate, self.loudness_lufs)
+                    waves.append(samples)
+                    loaded.append((key, digest))
+                outputs = self.compute(waves) if waves else []
+                for (key, digest), value in zip(loaded, outputs):
+                    cache.put(self.cache_tag, digest, self.kind, value)
+                    results[key] = value
+                self.computed += len(loaded)
+                bar.update(len(todo[start:start + self.batch_size]))
+        return results
