@@ -101,7 +101,10 @@ def test_every_problem_is_named(tmp_path, capsys):
     assert "libri_dev_trials_f: trials: target label disagrees with the speakers: 1 (e.g. 1462 2035-128104-0000)" \
         in problems
     assert "libri_test_trials_f: trials: enrolment speakers without enrolment utterances" in problems
-    assert main(["prepare", "vpc", "--root", str(root), "--corpus", "libri", "--strict"]) == 2
+    assert main(["prepare", "vpc", "--root", str(root), "--corpus", "libri", "--strict",
+                 "--out", str(tmp_path / "native")]) == 2
+    assert not (tmp_path / "native").exists()
+    assert json.loads((root.resolve() / "vpc_index.json").read_text())["missing"] == ["libri_test_trials_m"]
 
 
 def test_default_corpora_expect_vctk_common_sets(tmp_path):

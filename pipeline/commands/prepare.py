@@ -24,7 +24,7 @@ from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.librispeech import scan_librispeech
 from voxanon.data_prep.prepare.libritts import scan_libritts
-from voxanon.data_prep.prepare.listing import PrepareOptions, prepare_corpus
+from voxanon.data_prep.prepare.listing import CorpusListing, PrepareOptions, prepare_corpus
 from voxanon.data_prep.prepare.output import write_prepared_dir
 from voxanon.data_prep.prepare.subsets import PURPOSES, SubsetOptions, select_training_subset
 from voxanon.data_prep.prepare.trials import TrialDesign, build_trial_sets, write_trial_sets
@@ -152,7 +152,7 @@ def _options(args: argparse.Namespace) -> PrepareOptions:
                           resample=args.resample, jobs=args.jobs)
 
 
-def _finish_corpus(listing, args: argparse.Namespace, issues: PreparationIssues) -> int:
+def _finish_corpus(listing: CorpusListing, args: argparse.Namespace, issues: PreparationIssues) -> int:
     data = prepare_corpus(listing, args.out, _options(args), issues, strict=args.strict)
     print(f"{args.out}: {_describe(data)}")
     return 0
@@ -188,15 +188,14 @@ def _run_vpc(args: argparse.Namespace) -> int:
     for name in index.missing:
         print(f"{name:28s} MISSING")
     print(f"index: {index_path}")
+    problems = index.problems
+    if problems and args.strict:
+        raise DataDirError(f"{index.root} (--strict)", problems)
+    for problem in problems:
+        log.warning("%s", problem)
     if args.out is not None:
         written = write_native_sets(loaded, args.out)
         print(f"{len(written)} set(s) written to {args.out}")
-    problems = index.problems
-    if problems:
-        if args.strict:
-            raise DataDirError(f"{index.root} (--strict)", problems)
-        for problem in problems:
-            log.warning("%s", problem)
     return 0
 
 
