@@ -174,9 +174,9 @@ def results_from_metrics(set_name: str, system: str, condition: str, metrics: di
     rows += [
         Result(set_name, system, condition, "cllr", "", float(metrics["cllr"]), "bits"),
         Result(set_name, system, condition, "min_cllr", "", float(metrics["min_cllr"]), "bits"),
-        Result(set_name, system, condition, "linkability", "D_sys", float(metrics["linkability"]), ""),
-        Result(set_name, system, condition, "zebra_dece", "D_ECE", float(metrics["zebra_dece"]), "bits"),
-        Result(set_name, system, condition, "zebra_worst_case", "max |LLR|", float(metrics["zebra_worst_case"]), "log10"),
+        Result(set_name, system, condition, "linkability", "", float(metrics["linkability"]), ""),
+        Result(set_name, system, condition, "zebra_dece", "", float(metrics["zebra_dece"]), "bits"),
+        Result(set_name, system, condition, "zebra_worst_case", "", float(metrics["zebra_worst_case"]), "log10"),
         Result(set_name, system, condition, "zebra_tag", "", str(metrics["zebra_tag"]), ""),
         Result(set_name, system, condition, "n_trials", "target", float(metrics["n_target"]), ""),
         Result(set_name, system, condition, "n_trials", "nontarget", float(metrics["n_nontarget"]), ""),
@@ -260,8 +260,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             found = similarity_matrices(pair_score_table(tests_o, tests_o), pair_score_table(tests_o, tests_a),
                                         pair_score_table(tests_a, tests_a), utt2spk)
             matrices[evaluation.name] = found
-            results += [Result(evaluation.name, system, "o-a", "deid", "DeID", 100.0 * found.deid, "%"),
-                        Result(evaluation.name, system, "a-a", "gvd", "G_VD", found.gvd_db, "dB")]
+            results += [Result(evaluation.name, system, "o-a", "deid", "", 100.0 * found.deid, "%"),
+                        Result(evaluation.name, system, "a-a", "gvd", "", found.gvd_db, "dB")]
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
     return Evaluation(results, kept, matrices, failures, embedder.computed + (asr.computed if asr else 0))

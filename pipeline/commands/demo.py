@@ -1,22 +1,26 @@
-"""``voxanon demo``: anonymise the bundled demo corpus with B2 and B2r."""
+"""``voxanon demo``: anonymise the bundled demo corpus with B2 and B2r and evaluate both."""
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
 
-from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.commands.benchmark import compare
+from voxanon.pipeline.commands.evaluate import load_protocol, print_table, write_outputs
+from voxanon.pipeline.evaluation import discover_sets
+from voxanon.pipeline.feature_cache import ContentCache
 
 DEMO_SYSTEMS = ("b2", "b2r")
+DEMO_PROTOCOL = "vpc2022"
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="anonymise the bundled demo corpus with B2 and B2r",
-                                   description="Anonymise the bundled demo corpus (TTS voices, both sexes) "
-                                               "with B2 and B2r and print where the output went.")
+    parser = subparsers.add_parser(
+        "demo", help="anonymise the bundled demo corpus with B2 and B2r and evaluate them",
+        description="Anonymise the bundled demo corpus (13 TTS speakers of both sexes) with B2 and B2r, "
+                    f"evaluate both with the {DEMO_PROTOCOL} protocol and the embedded models (GE2E speaker "
+                    "encoder, Whisper tiny.en), print the table and the path of report.html.")
     parser.add_argument("--out", type=Path, default=Path("voxanon-demo"), metavar="DIR",
                         help="output folder (default: ./voxanon-demo)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
@@ -24,14 +28,16 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    data = read_data_dir(demo_corpus_dir())
+    sets = discover_sets(demo_corpus_dir())
+    data = sets[0].trials
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")
-    failed = False
+    protocol = load_protocol(DEMO_PROTOCOL)
+    evaluation = compare(sets, list(DEMO_SYSTEMS), protocol, args.out, max(1, args.workers),
+                         ContentCache(args.out / "cache"), allow_missing=False)
     for system in DEMO_SYSTEMS:
-        result = anonymise_set(data, load_system_config(system), args.out / f"demo_{system}",
-                               workers=max(1, args.workers))
-        rtf = f", real-time factor {result.wall_seconds / result.audio_seconds:.4f}" if result.audio_seconds else ""
-        print(f"{system}: {result.out_dir} ({result.processed} processed, {result.resumed} resumed, "
-              f"{len(result.failures)} failed{rtf})")
-        failed |= not result.ok
-    return 1 if failed else 0
+        print(f"{system}: anonymised speech in {args.out / 'anon' / f'{data.name}_{system}'}")
+    report = write_outputs(args.out, evaluation, "voxanon demo: B2 and B2r on the demo corpus",
+                           {"protocol": DEMO_PROTOCOL, "data": str(data.path), "systems": ", ".join(DEMO_SYSTEMS)})
+    print_table(evaluation.results)
+    print(f"report: {report.resolve()}")
+    return 0

@@ -1,0 +1,84 @@
+"""``voxanon benchmark``: anonymise with several systems and compare them in one table and report."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from voxanon.data_prep.corpus import DataDir, read_data_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.commands.evaluate import (add_evaluation_arguments, cache_from, load_protocol,
+                                                make_embedder, make_transcriber, print_table, write_outputs)
+from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, discover_sets, evaluate_sets
+from voxanon.pipeline.runner import anonymise_set
+from voxanon.pipeline.systems import load_system_config
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "benchmark", help="anonymise with several systems and compare them in one report",
+        description="Anonymise the evaluation sets with each system (finished runs are reused: the runner "
+                    "resumes), evaluate each against the original, and write one comparison table and report.")
+    parser.add_argument("--systems", required=True, help="comma-separated systems, e.g. b2,b2r")
+    parser.add_argument("--data", required=True, type=Path, metavar="DATA",
+                        help="original set (data dir with enrolls and trials) or folder of VoicePrivacy sets")
+    parser.add_argument("--out", type=Path, default=Path("benchmark"), metavar="DIR",
+                        help="output folder: anonymised sets go to DIR/anon, the report to DIR (default ./benchmark)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
+    add_evaluation_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int) -> list[EvaluationSet]:
+    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work)."""
+    config = load_system_config(system)
+    done: dict[str, DataDir] = {}
+
+    def anonymised(data: DataDir) -> DataDir:
+        key = str(data.path)
+        if key not in done:
+            result = anonymise_set(data, config, out / f"{data.name}_{system}", workers=workers)
+            if not result.ok:
+                raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
+                                   f"see {result.out_dir / 'failures.tsv'}")
+            done[key] = read_data_dir(result.out_dir)
+        return done[key]
+
+    return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll), anonymised(s.trials)) for s in sets]
+
+
+def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
+            allow_missing: bool) -> Evaluation:
+    """One evaluation per system, merged: the o-o (original) rows once, every system's own rows."""
+    embedder = make_embedder(protocol.get("asv", {}))
+    transcriber = make_transcriber(protocol.get("asr"))
+    merged = Evaluation([], [], {}, {}, 0)
+    for system in systems:
+        anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers)
+        found = evaluate_sets(anonymised, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
+                              allow_missing=allow_missing)
+        known = {(r.set, r.system, r.condition, r.metric, r.variant) for r in merged.results}
+        merged.results += [r for r in found.results if (r.set, r.system, r.condition, r.metric, r.variant) not in known]
+        seen = {(s.set_name, s.system, s.condition) for s in merged.scores}
+        merged.scores += [s for s in found.scores if (s.set_name, s.system, s.condition) not in seen]
+        merged.similarity.update({f"{name} {system}": m for name, m in found.similarity.items()})
+        merged.failures.update({f"{system}:{k}": v for k, v in found.failures.items()})
+        merged.computed += found.computed
+    return merged
+
+
+def run(args: argparse.Namespace) -> int:
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not systems:
+        raise VoxanonError("--systems: name at least one system")
+    protocol = load_protocol(args.protocol, args.overrides)
+    sets = discover_sets(args.data, allow_pipes=args.allow_pipes)
+    evaluation = compare(sets, systems, protocol, args.out, max(1, args.workers), cache_from(args), args.allow_missing)
+    if evaluation.failures and not args.allow_missing:
+        raise VoxanonError(f"{len(evaluation.failures)} utterance(s) could not be used, e.g. "
+                           f"{next(iter(evaluation.failures.items()))}; pass --allow-missing to go on without them")
+    report = write_outputs(args.out, evaluation, f"voxanon benchmark: {', '.join(systems)} ({protocol['name']})",
+                           {"protocol": protocol["name"], "data": str(args.data), "systems": ", ".join(systems)})
+    print_table(evaluation.results)
+    print(f"report: {report}")
+    return 0

@@ -1,0 +1,142 @@
+"""``voxanon evaluate``: challenge-style privacy and utility evaluation of an anonymised corpus."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.eval.results import Result
+from voxanon.pipeline.evaluation import Evaluation, discover_sets, evaluate_sets
+from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
+from voxanon.pipeline.systems import available_recipes, read_recipe
+
+log = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("VOXANON_HOME", Path.home() / ".cache" / "voxanon")) / "cache"
+
+
+def load_protocol(name: str, overrides: list[str] = ()) -> dict:
+    protocol = read_recipe("protocols", name, overrides)
+    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr"}
+    if unknown:
+        raise VoxanonError(f"protocol {protocol['name']!r}: unknown setting(s) {sorted(unknown)}")
+    return protocol
+
+
+def make_embedder(asv: dict) -> CachedComputation:
+    """The protocol's speaker encoder, built only when an embedding is not in the cache."""
+    encoder_name = asv.get("encoder", "ge2e")
+    if encoder_name != "ge2e":
+        raise VoxanonError(f"unknown speaker encoder {encoder_name!r}; available: ge2e")
+    encoder = {}
+
+    def embed(waves):
+        if "model" not in encoder:
+            from voxanon.models.ge2e import GE2EEncoder
+            encoder["model"] = GE2EEncoder()
+        return list(encoder["model"].embed(waves))
+
+    return CachedComputation(encoder_name, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
+                             loudness_lufs=asv.get("loudness_lufs"))
+
+
+def make_transcriber(spec: str | None) -> CachedComputation | None:
+    """The protocol's ASR model (a name or a model directory), built only when a transcript is not cached."""
+    if not spec:
+        return None
+    model = {}
+
+    def transcribe(waves):
+        if "asr" not in model:
+            from voxanon.models.asr import load_asr
+            model["asr"] = load_asr(spec)
+        return model["asr"].transcribe_many(waves)
+
+    tag = Path(spec).name if os.sep in str(spec) else str(spec)
+    return CachedComputation(tag, transcribe, kind="text", batch_size=8)
+
+
+def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict[str, str]) -> Path:
+    """results.json/.csv/.md, plots/ and report.html; returns the report's path."""
+    from voxanon.eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure
+    from voxanon.eval.report import write_report
+
+    plots = out_dir / "plots"
+    figures: list[tuple[str, Path]] = []
+    for set_name in sorted({s.set_name for s in evaluation.scores}):
+        systems = [(f"{s.system} {s.condition}", s.tar, s.non) for s in evaluation.scores
+                   if s.set_name == set_name and len(s.tar) and len(s.non)]
+        if systems:
+            paths = save_figure(ece_profile_figure(systems), plots / f"{set_name}_ece_profile")
+            figures.append((f"{set_name}: ECE / ZEBRA profile per condition", paths[0]))
+            paths = save_figure(det_figure(systems), plots / f"{set_name}_det")
+            figures.append((f"{set_name}: DET curves per condition", paths[0]))
+    for set_name, matrices in sorted(evaluation.similarity.items()):
+        paths = save_figure(similarity_figure(matrices), plots / f"{set_name}_similarity")
+        figures.append((f"{set_name}: voice similarity matrices M_OO, M_OP, M_PP", paths[0]))
+    return write_report(out_dir, evaluation.results, figures, title, notes=notes)
+
+
+def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--protocol", default="vpc2022",
+                        help=f"evaluation protocol ({', '.join(available_recipes('protocols'))}) or a .yaml path")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a protocol setting, e.g. --set asr=null (repeatable)")
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help=f"embedding/transcript cache (default {default_cache_dir()}; 'none' disables)")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="evaluate without utterances that have no anonymised audio (listed) instead of failing")
+    parser.add_argument("--allow-pipes", action="store_true", help="run 'command |' wav.scp entries")
+
+
+def cache_from(args: argparse.Namespace) -> ContentCache:
+    if args.cache is not None and str(args.cache).lower() == "none":
+        return ContentCache(None)
+    return ContentCache(args.cache or default_cache_dir())
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "evaluate", help="evaluate an anonymised corpus (ASV, ZEBRA, similarity matrices, WER) with a report",
+        description="Score an anonymised corpus against its original the way the VoicePrivacy challenges "
+                    "do: ASV EER (every number names its variant), Cllr, min Cllr, linkability and ZEBRA for "
+                    "o-o, o-a and a-a; DeID and G_VD; WER. Writes results.json, results.csv, results.md, "
+                    "plots/ and a self-contained report.html.")
+    parser.add_argument("--orig", required=True, type=Path, metavar="DATA",
+                        help="original set (data dir with enrolls and trials) or folder of VoicePrivacy sets")
+    parser.add_argument("--anon", required=True, type=Path, metavar="DATA",
+                        help="anonymised set, or folder holding <set><suffix> directories")
+    parser.add_argument("--suffix", help="anonymised directory suffix when --anon is a folder of sets")
+    parser.add_argument("--system", help="name of the anonymisation system in the tables (default: from --suffix "
+                                         "or the anonymised directory name)")
+    parser.add_argument("--out", type=Path, default=Path("evaluation"), metavar="DIR",
+                        help="output folder (default ./evaluation)")
+    add_evaluation_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def print_table(results: list[Result]) -> None:
+    from voxanon.eval.tables import markdown_tables_by_condition
+    print(markdown_tables_by_condition(results))
+
+
+def run(args: argparse.Namespace) -> int:
+    protocol = load_protocol(args.protocol, args.overrides)
+    system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
+    sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
+    evaluation = evaluate_sets(sets, protocol, system, embedder=make_embedder(protocol.get("asv", {})),
+                               cache=cache_from(args), asr=make_transcriber(protocol.get("asr")),
+                               allow_missing=args.allow_missing)
+    if evaluation.failures and not args.allow_missing:
+        shown = "\n  ".join(f"{k}: {v}" for k, v in list(evaluation.failures.items())[:10])
+        raise VoxanonError(f"{len(evaluation.failures)} utterance(s) could not be used:\n  {shown}\n"
+                           "fix them, or pass --allow-missing to evaluate without them")
+    report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})",
+                           {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)})
+    print_table(evaluation.results)
+    print(f"report: {report}")
+    return 0

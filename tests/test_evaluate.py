@@ -1,0 +1,106 @@
+"""Challenge-style evaluation on a subset of the demo corpus, end to end through the CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from voxanon.data_prep.corpus import read_data_dir, write_data_dir
+from voxanon.data_prep.demo_corpus import demo_corpus_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.eval.results import from_json
+from voxanon.pipeline.cli import main
+
+SPEAKERS = ("slt", "us1", "de1", "kal", "rms", "awb")
+UTTS_PER_SPEAKER = 8
+
+
+@pytest.fixture(scope="module")
+def small_demo(tmp_path_factory) -> Path:
+    """Six demo speakers (3 f, 3 m), eight utterances each, with their enrolls and trials."""
+    demo = read_data_dir(demo_corpus_dir())
+    keep = [u for spk in SPEAKERS for u in demo.spk2utt[spk][:UTTS_PER_SPEAKER]]
+    subset = demo.subset(keep)
+    subset = replace(subset, wav={u: str(demo.audio_path(u).resolve()) for u in keep},
+                     trials=[t for t in subset.trials if t.enrol_speaker in SPEAKERS])
+    target = tmp_path_factory.mktemp("demo") / "small"
+    write_data_dir(subset, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(small_demo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    code = main(["benchmark", "--systems", "b2", "--data", str(small_demo), "--out", str(out),
+                 "--cache", str(out / "cache"), "--workers", "1"])
+    assert code == 0
+    return out
+
+
+def _value(results, system, condition, metric, variant=""):
+    matches = [r.value for r in results
+               if (r.system, r.condition, r.metric, r.variant) == (system, condition, metric, variant)]
+    assert len(matches) == 1, (system, condition, metric, variant, matches)
+    return matches[0]
+
+
+def test_privacy_and_utility_figures_are_plausible(benchmark_run):
+    results = from_json((benchmark_run / "results.json").read_text())
+    assert _value(results, "original", "o-o", "eer", "kaldi") < 10.0
+    assert _value(results, "b2", "o-a", "eer", "kaldi") > _value(results, "original", "o-o", "eer", "kaldi") + 5.0
+    wer_original = _value(results, "original", "asr", "wer", "whisper-tiny.en")
+    wer_b2 = _value(results, "b2", "asr", "wer", "whisper-tiny.en")
+    assert np.isfinite(wer_original) and np.isfinite(wer_b2) and 0.0 <= wer_original < 60.0
+    assert _value(results, "b2", "o-a", "zebra_tag") in tuple("0ABCDEF")
+    assert -100.0 < _value(results, "b2", "o-a", "deid") <= 100.0
+
+
+def test_outputs_and_report_are_written(benchmark_run):
+    for name in ("results.json", "results.csv", "results.md", "report.html"):
+        assert (benchmark_run / name).is_file(), name
+    assert list((benchmark_run / "plots").glob("*_ece_profile.png"))
+    assert list((benchmark_run / "plots").glob("*_similarity.pdf"))
+    html = (benchmark_run / "report.html").read_text()
+    assert "data:image/png;base64," in html and "https://" not in html
+
+
+def test_rerun_reuses_cached_embeddings_and_transcripts(benchmark_run, small_demo, tmp_path):
+    from voxanon.pipeline.commands.benchmark import compare
+    from voxanon.pipeline.commands.evaluate import load_protocol
+    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.feature_cache import ContentCache
+
+    evaluation = compare(discover_sets(small_demo), ["b2"], load_protocol("vpc2022"), benchmark_run, 1,
+                         ContentCache(benchmark_run / "cache"), allow_missing=False)
+    assert evaluation.computed == 0
+    first = from_json((benchmark_run / "results.json").read_text())
+    assert sorted(map(str, evaluation.results)) == sorted(map(str, first))
+
+
+def test_missing_anonymised_utterances_are_listed(benchmark_run, small_demo, tmp_path, capsys):
+    anon = tmp_path / "anon"
+    shutil.copytree(benchmark_run / "anon" / "small_b2", anon)
+    (anon / "wav" / "slt-0006.wav").unlink()
+    lines = [line for line in (anon / "wav.scp").read_text().splitlines() if not line.startswith("kal-0005 ")]
+    (anon / "wav.scp").write_text("\n".join(lines) + "\n")
+    args = ["evaluate", "--orig", str(small_demo), "--anon", str(anon), "--out", str(tmp_path / "ev"),
+            "--cache", str(benchmark_run / "cache"), "--set", "asr=null"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "2 utterance(s) have no anonymised audio" in err and "kal-0005" in err and "slt-0006" in err
+    assert main(args + ["--allow-missing"]) == 0
+    results = json.loads((tmp_path / "ev" / "results.json").read_text())
+    target_counts = [r["value"] for r in results if r["metric"] == "n_trials" and r["condition"] == "o-a"
+                     and r["variant"] == "target"]
+    assert target_counts and target_counts[0] < _value(from_json((benchmark_run / "results.json").read_text()),
+                                                       "b2", "o-a", "n_trials", "target")
+
+
+def test_unknown_layout_is_a_clear_error(tmp_path):
+    from voxanon.pipeline.evaluation import discover_sets
+    with pytest.raises(VoxanonError, match="VoicePrivacy-layout sets"):
+        discover_sets(tmp_path)
