@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-all bench clean
+.PHONY: install system-deps demo test test-all bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,17 +21,23 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# Debian packages the tests use: headless Chromium renders the HTML report.
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "the report test needs Debian's chromium: run 'sudo apt-get install chromium'" >&2; exit 1; fi; }
+
 demo: install
 	$(VENV)/bin/voxanon demo
 
-test: install
+test: install system-deps
 	$(PY) -m pytest -q
 
-test-all: install
+test-all: install system-deps
 	$(PY) -m pytest -q -m ''
 
 bench: install
 	$(PY) benchmarks/mcadams.py
 
 clean:
-	rm -rf $(VENV) demo_out
+	rm -rf $(VENV) voxanon-demo
