@@ -1,0 +1,102 @@
+"""Speed of the ``voxanon metrics`` quantities on 10^6 trials, side by side with llreval.
+
+Times, best of ``--repeats`` runs on the same synthetic scores:
+
+* every metric of the JSON output (``compute_metrics``), one by one and in all;
+* the quantities voxanon and llreval both compute (ROCCH-EER, Cllr, min Cllr), each
+  library on the same scores, with the ratio llreval / voxanon and the largest
+  difference between their values;
+* the whole command, ``voxanon metrics --json``, on trials and score files of that size.
+
+Targets: the full JSON under 3 s, and no slower than llreval on the shared quantities.
+
+    .venv/bin/python benchmarks/metrics.py [--trials 1000000] [--repeats 3]
+"""
+from __future__ import annotations
+
+import os
+
+# One core: pin every BLAS/OpenMP pool before numpy loads.
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = "1"
+
+import argparse
+import contextlib
+import io
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from llreval.quick_eval import tarnon_2_eer_cllr_mincllr
+
+from voxanon.eval.cllr import cllr, min_cllr
+from voxanon.eval.eer import rocch_eer
+from voxanon.pipeline.cli import main as voxanon_main
+from voxanon.pipeline.commands.metrics import _STEPS, compute_metrics
+
+
+def best_time(function, repeats: int) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def synthetic_scores(n_trials: int, target_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """PLDA-like scores: targets N(5, 3^2), non-targets N(-5, 4^2)."""
+    rng = np.random.default_rng(seed)
+    n_tar = int(round(n_trials * target_fraction))
+    return rng.normal(5.0, 3.0, n_tar), rng.normal(-5.0, 4.0, n_trials - n_tar)
+
+
+def write_files(folder: Path, tar: np.ndarray, non: np.ndarray) -> tuple[Path, Path]:
+    n_speakers = 100
+    trials, scores = [], []
+    for index, (score, target) in enumerate([(s, True) for s in tar.tolist()] + [(s, False) for s in non.tolist()]):
+        key = f"spk{index % n_speakers} utt{index // n_speakers}"
+        trials.append(f"{key} {'target' if target else 'nontarget'}\n")
+        scores.append(f"{key} {score!r}\n")
+    (folder / "trials").write_text("".join(trials))
+    (folder / "scores").write_text("".join(scores))
+    return folder / "trials", folder / "scores"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1_000_000)
+    parser.add_argument("--target-fraction", type=float, default=0.1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    tar, non = synthetic_scores(args.trials, args.target_fraction, args.seed)
+    print(f"{args.trials} trials ({tar.size} target, {non.size} non-target), best of {args.repeats}, one thread")
+
+    print("\nper metric:")
+    for name, function in _STEPS:
+        seconds, _ = best_time(lambda: function(tar, non), args.repeats)
+        print(f"  {name:16s} {seconds:7.3f} s")
+    json_seconds, metrics = best_time(lambda: compute_metrics(tar, non), args.repeats)
+    print(f"  {'full JSON':16s} {json_seconds:7.3f} s   (target < 3 s: {'met' if json_seconds < 3 else 'MISSED'})")
+
+    ours_seconds, ours = best_time(lambda: (rocch_eer(tar, non), cllr(tar, non),
+                                            min_cllr(tar, non, monotonicity_epsilon=0.0)), args.repeats)
+    theirs_seconds, theirs = best_time(lambda: tarnon_2_eer_cllr_mincllr(tar, non), args.repeats)
+    difference = max(abs(a - b) for a, b in zip(ours, theirs))
+    print("\nROCCH-EER + Cllr + min Cllr on the same scores:")
+    print(f"  voxanon {ours_seconds:.3f} s, llreval {theirs_seconds:.3f} s, "
+          f"ratio llreval/voxanon {theirs_seconds / ours_seconds:.2f}x; largest value difference {difference:.1e}")
+
+    with tempfile.TemporaryDirectory() as folder:
+        trials_path, scores_path = write_files(Path(folder), tar, non)
+        command = ["metrics", "--trials", str(trials_path), "--scores", str(scores_path), "--json"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            cli_seconds, code = best_time(lambda: voxanon_main(command), args.repeats)
+    print(f"\nvoxanon metrics --json (reading both files included): {cli_seconds:.3f} s, exit code {code}")
+    print("\nJSON:", {key: (round(value, 6) if isinstance(value, float) else value) for key, value in metrics.items()})
+
+
+if __name__ == "__main__":
+    main()
