@@ -119,3 +119,20 @@ def test_only_plain_decoders_are_resolved():
     assert decoded_file("sox /x/a.wav -r 8000 -t wav - |") is None  # changes the audio
     assert decoded_file("sph2pipe -f wav a.sph |") is None
     assert decoded_file("cat a.flac b.flac |") is None
+
+
+def test_sets_made_by_prepare_trials_pass_the_vpc_checks(tmp_path):
+    utt2spk = {f"{spk}-1-{i:04d}": spk for spk in SPEAKERS for i in range(4)}
+    for utt, spk in utt2spk.items():
+        flac(tmp_path / "audio" / f"{utt}.flac")
+    source = DataDir(name="corpus", wav={u: str(tmp_path / "audio" / f"{u}.flac") for u in utt2spk},
+                     utt2spk=utt2spk, spk2gender=dict(SPEAKERS), text={u: "A B" for u in utt2spk})
+    write_data_dir(source, tmp_path / "corpus")
+    for split, seed in (("dev", "1"), ("test", "2")):
+        assert main(["prepare", "trials", "--data", str(tmp_path / "corpus"), "--out", str(tmp_path / "vpc"),
+                     "--name", f"libri_{split}", "--enroll-per-spk", "2", "--seed", seed, "--mixed",
+                     "--strict"]) == 0
+    index, _ = index_vpc(tmp_path / "vpc", ("libri",))
+    assert index.missing == [] and index.problems == []
+    mixed = {s.name: s for s in index.sets}["libri_dev_trials_mixed"]
+    assert (mixed.targets, mixed.nontargets) == (4 * 2, 4 * 8 - 4 * 2)
