@@ -1,0 +1,219 @@
+"""Result tables: one row per (set, system), one column per (metric, variant, condition, unit).
+
+:func:`wide_table` lays a list of :class:`~voxanon.eval.results.Result` out as a
+:class:`Table` of display strings; :func:`markdown` renders any table with aligned
+pipes, so it reads in a terminal and renders as GitHub Markdown. The HTML report
+(:mod:`voxanon.eval.report`) renders the same tables.
+
+Columns come in a fixed order: ASV privacy (EER, Cllr, linkability), then ZEBRA,
+voice similarity, utility, then metrics this module does not know (by name). Within
+a metric, variants then conditions follow their catalogue order (``o-o``, ``o-a``,
+``a-a``, ...). Rows keep the order in which sets first appear, with ``original``
+first within a set. Missing cells show as ``-``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Iterable, Sequence
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.eval.results import CONDITIONS, Result
+from voxanon.eval.zebra import format_zebra_value
+
+MISSING = "-"
+GROUPS = ("asv", "zebra", "similarity", "utility", "other")
+
+
+@dataclass(frozen=True)
+class MetricStyle:
+    title: str
+    group: str
+    # The condition a metric always has (WER is always "asr"); it is left out of column titles.
+    implied_condition: str = ""
+
+
+METRICS = {
+    "eer": MetricStyle("EER", "asv"),
+    "min_cllr": MetricStyle("Cllr min", "asv"),
+    "cllr": MetricStyle("Cllr", "asv"),
+    "linkability": MetricStyle("D_sys", "asv"),
+    "zebra_dece": MetricStyle("D_ECE", "zebra"),
+    "zebra_worst_case": MetricStyle("ZEBRA worst", "zebra"),
+    "zebra_tag": MetricStyle("tag", "zebra"),
+    "deid": MetricStyle("DeID", "similarity"),
+    "gvd": MetricStyle("G_VD", "similarity"),
+    "wer": MetricStyle("WER", "utility", implied_condition="asr"),
+}
+# The reference tools print ZEBRA numbers as %.3f, or %.e below 5e-4 (spec §6.3).
+ZEBRA_FORMATTED = frozenset({"zebra_dece", "zebra_worst_case"})
+VARIANT_ORDER = ("", "kaldi", "rocch", "speechbrain", "sweep")
+DIGITS_BY_UNIT = {"%": 2, "dB": 2}
+DEFAULT_DIGITS = 3
+REFERENCE_SYSTEM = "original"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Display strings: ``header`` titles, ``rows`` of cells, ``numeric[j]`` right-aligns column j."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    numeric: tuple[bool, ...]
+
+
+def metric_style(metric: str) -> MetricStyle:
+    return METRICS.get(metric, MetricStyle(metric, "other"))
+
+
+def column_title(metric: str, variant: str, condition: str, unit: str, *, show_condition: bool = True) -> str:
+    """E.g. ``EER kaldi o-a (%)``, ``Cllr min o-a (bits)``, ``tag o-a``, ``WER (%)``."""
+    style = metric_style(metric)
+    parts = [style.title]
+    if variant:
+        parts.append(variant)
+    if show_condition and condition and condition != style.implied_condition:
+        parts.append(condition)
+    title = " ".join(parts)
+    return f"{title} ({unit})" if unit else title
+
+
+def format_value(result: Result, digits: int | None = None) -> str:
+    """The value without its unit. ``digits`` defaults to 2 for % and dB, else 3; ZEBRA
+    D_ECE and worst case use the reference formatting unless ``digits`` is given."""
+    value = result.value
+    if isinstance(value, str):
+        return value
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if digits is None and result.metric in ZEBRA_FORMATTED:
+        return format_zebra_value(value)
+    places = DIGITS_BY_UNIT.get(result.unit, DEFAULT_DIGITS) if digits is None else digits
+    return f"{value:.{places}f}"
+
+
+def validate_results(results: Iterable[Result]) -> list[Result]:
+    """The results as a list; raises VoxanonError for non-records, bad values or duplicates."""
+    checked: list[Result] = []
+    seen: set[tuple[str, ...]] = set()
+    for index, result in enumerate(results):
+        if not isinstance(result, Result):
+            raise VoxanonError(f"result {index} is a {type(result).__name__}, not a Result record")
+        if isinstance(result.value, bool) or not isinstance(result.value, (str, Real)):
+            raise VoxanonError(f"result {index} ({result.set} / {result.system}, {result.label}): "
+                               f"value must be a number or a tag, got {result.value!r}")
+        key = (result.set, result.system, result.condition, result.metric, result.variant)
+        if key in seen:
+            raise VoxanonError(f"two results for {result.set} / {result.system}, {result.label}")
+        seen.add(key)
+        checked.append(result)
+    if not checked:
+        raise VoxanonError("no results to tabulate")
+    return checked
+
+
+def condition_rank(condition: str) -> tuple[int, str]:
+    known = list(CONDITIONS)
+    if condition in known:
+        return known.index(condition), ""
+    return len(known) + (condition == ""), condition
+
+
+def _column_key(result: Result) -> tuple:
+    style = metric_style(result.metric)
+    metric_rank = list(METRICS).index(result.metric) if result.metric in METRICS else len(METRICS)
+    variant_rank = ((VARIANT_ORDER.index(result.variant), "") if result.variant in VARIANT_ORDER
+                    else (len(VARIANT_ORDER), result.variant))
+    return (GROUPS.index(style.group), metric_rank, result.metric, variant_rank, condition_rank(result.condition),
+            result.unit)
+
+
+def _row_keys(results: Sequence[Result]) -> list[tuple[str, str]]:
+    set_order: dict[str, int] = {}
+    system_order: dict[str, int] = {}
+    for result in results:
+        set_order.setdefault(result.set, len(set_order))
+        system_order.setdefault(result.system, len(system_order))
+    rows = {(result.set, result.system) for result in results}
+    return sorted(rows, key=lambda row: (set_order[row[0]], row[1] != REFERENCE_SYSTEM, system_order[row[1]]))
+
+
+def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits: int | None = None) -> Table:
+    """Rows (set, system), one column per metric / variant / condition / unit."""
+    results = validate_results(results)
+    columns = sorted({_column_key(r): r for r in results}.items())
+    column_index = {key: j for j, (key, _) in enumerate(columns)}
+    rows = _row_keys(results)
+    row_index = {row: i for i, row in enumerate(rows)}
+    cells = [[MISSING] * len(columns) for _ in rows]
+    numeric = [True] * len(columns)
+    for result in results:
+        j = column_index[_column_key(result)]
+        cells[row_index[(result.set, result.system)]][j] = format_value(result, digits)
+        numeric[j] = numeric[j] and not isinstance(result.value, str)
+    header = ("set", "system") + tuple(
+        column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition) for _, r in columns)
+    return Table(header=header, rows=tuple((s, system, *row) for (s, system), row in zip(rows, cells)),
+                 numeric=(False, False, *numeric))
+
+
+def long_table(results: Iterable[Result], *, digits: int | None = None) -> Table:
+    """One row per result, in the given order: set, system, condition, metric, variant, value, unit."""
+    results = validate_results(results)
+    rows = tuple((r.set, r.system, r.condition, r.metric, r.variant, format_value(r, digits), r.unit)
+                 for r in results)
+    return Table(header=("set", "system", "condition", "metric", "variant", "value", "unit"), rows=rows,
+                 numeric=(False,) * 5 + (True, False))
+
+
+def condition_groups(results: Iterable[Result]) -> list[tuple[str, list[Result]]]:
+    """The results split by condition, conditions in catalogue order (``o-o``, ``o-a``, ``a-a``, ``asr``, ...)."""
+    results = validate_results(results)
+    groups: dict[str, list[Result]] = {}
+    for result in results:
+        groups.setdefault(result.condition, []).append(result)
+    return sorted(groups.items(), key=lambda item: condition_rank(item[0]))
+
+
+def condition_heading(condition: str) -> str:
+    if not condition:
+        return "no condition"
+    description = CONDITIONS.get(condition)
+    return f"{condition}: {description}" if description else condition
+
+
+def _escape_markdown(cell: str) -> str:
+    return cell.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(table: Table) -> str:
+    """GitHub Markdown with aligned pipes; numeric columns right-aligned."""
+    header = [_escape_markdown(cell) for cell in table.header]
+    rows = [[_escape_markdown(cell) for cell in row] for row in table.rows]
+    widths = [max(3, len(header[j]), *(len(row[j]) for row in rows)) for j in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (cell.rjust(width) if right else cell.ljust(width)
+                  for cell, width, right in zip(cells, widths, table.numeric))
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join(("-" * (width + 1) + ":") if right else (":" + "-" * (width + 1))
+                          for width, right in zip(widths, table.numeric)) + "|"
+    return "\n".join([line(header), rule, *(line(row) for row in rows)]) + "\n"
+
+
+def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> str:
+    """The terminal table: rows (set, system), columns such as ``EER kaldi o-a (%)``."""
+    return markdown(wide_table(results, digits=digits))
+
+
+def markdown_tables_by_condition(results: Iterable[Result], *, digits: int | None = None) -> str:
+    """One narrower table per condition, its columns titled without the condition."""
+    sections = [f"### {_escape_markdown(condition_heading(condition))}\n\n"
+                + markdown(wide_table(group, show_condition=False, digits=digits))
+                for condition, group in condition_groups(results)]
+    return "\n".join(sections)
