@@ -1,0 +1,154 @@
+"""The evaluation report: ``results.json``, ``results.csv``, ``results.md`` and a self-contained ``report.html``.
+
+The HTML file needs nothing else to render offline: CSS is inline, figures are
+embedded as base64 PNG data URIs, and no font, script or stylesheet is fetched.
+Every text is HTML-escaped; every file is written atomically.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.eval.results import Result, to_csv, to_json
+from voxanon.eval.tables import (Table, condition_groups, condition_heading, long_table, markdown,
+                                 markdown_tables_by_condition, validate_results, wide_table)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A figure: (caption, path of a PNG file).
+FigureFile = tuple[str, str | os.PathLike]
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px;
+       color: #1d1d1f; background: #fff; line-height: 1.4; }
+h1 { margin: 0 0 4px 0; font-size: 1.6em; }
+h2 { margin-top: 28px; border-bottom: 1px solid #ccc; padding-bottom: 4px; font-size: 1.25em; }
+h3 { margin: 18px 0 6px 0; font-size: 1.05em; }
+.date { color: #555; margin-bottom: 12px; }
+table { border-collapse: collapse; font-size: 0.9em; margin-bottom: 8px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; white-space: nowrap; }
+th { background: #eef1f5; text-align: left; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.missing { color: #999; text-align: center; }
+tbody tr:nth-child(even) { background: #f8f9fb; }
+table.notes tr:nth-child(n) { background: none; }
+table.notes th { background: none; border: none; padding-right: 16px; vertical-align: top; }
+table.notes td { border: none; white-space: pre-wrap; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+.figures { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
+figure { margin: 0; max-width: 600px; flex: 1 1 480px; }
+figure img { width: 100%; height: auto; border: 1px solid #ddd; }
+figcaption { font-size: 0.9em; color: #333; margin-top: 4px; }
+details summary { cursor: pointer; font-weight: 600; margin: 8px 0; }
+"""
+
+
+def _figure_png(caption: str, path: str | os.PathLike) -> bytes:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise VoxanonError(f"figure {caption!r}: cannot read {path}: {error.strerror or error}") from error
+    if not data.startswith(PNG_SIGNATURE):
+        raise VoxanonError(f"figure {caption!r}: {path} is not a PNG file")
+    return data
+
+
+def _html_table(table: Table) -> str:
+    def cell(tag: str, text: str, numeric: bool) -> str:
+        css = "missing" if text == "-" and tag == "td" else ("num" if numeric else "")
+        attribute = f' class="{css}"' if css else ""
+        return f"<{tag}{attribute}>{html.escape(text)}</{tag}>"
+
+    head = "".join(cell("th", text, numeric) for text, numeric in zip(table.header, table.numeric))
+    body = "\n".join("<tr>" + "".join(cell("td", text, numeric) for text, numeric in zip(row, table.numeric))
+                     + "</tr>" for row in table.rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def _html_notes(notes: Mapping[str, object]) -> str:
+    rows = "\n".join(f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(str(value))}</td></tr>"
+                     for key, value in notes.items())
+    return f'<table class="notes">\n{rows}\n</table>'
+
+
+def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]], title: str, date: str,
+                notes: Mapping[str, object]) -> str:
+    """The report page; ``figures`` holds (caption, PNG bytes)."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{_STYLE}</style>",
+        "</head>",
+        "<body>",
+        "<header>",
+        f"<h1>{html.escape(title)}</h1>",
+        f'<div class="date">{html.escape(date)}</div>',
+    ]
+    if notes:
+        parts.append(_html_notes(notes))
+    parts += ["</header>", "<h2>Results by condition</h2>"]
+    for condition, group in condition_groups(results):
+        parts.append(f"<h3>{html.escape(condition_heading(condition))}</h3>")
+        parts.append(_html_table(wide_table(group, show_condition=False)))
+    if figures:
+        parts += ["<h2>Figures</h2>", '<div class="figures">']
+        for caption, png in figures:
+            source = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            parts.append(f'<figure><img src="{source}" alt="{html.escape(caption)}">'
+                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        parts.append("</div>")
+    parts += [
+        "<h2>All results</h2>",
+        f"<details>\n<summary>{len(results)} labelled results (set, system, condition, metric, variant)</summary>",
+        _html_table(long_table(results)),
+        "</details>",
+        "</body>",
+        "</html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def render_markdown(results: Sequence[Result], figures: Sequence[FigureFile], title: str, date: str,
+                    notes: Mapping[str, object], out_dir: Path) -> str:
+    """``results.md``: header, tables by condition, the wide table, and links to the figure files."""
+    lines = [f"# {title}", "", date, ""]
+    lines += [f"- **{key}**: {value}" for key, value in notes.items()]
+    if notes:
+        lines.append("")
+    lines += ["## Results by condition", "", markdown_tables_by_condition(results),
+              "## All metrics", "", markdown(wide_table(results))]
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{caption}]({Path(os.path.relpath(Path(path).resolve(), out_dir.resolve())).as_posix()})"
+                  for caption, path in figures]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(out_dir: str | os.PathLike, results: Iterable[Result], figures: Sequence[FigureFile], title: str,
+                 notes: Mapping[str, object] | None = None) -> Path:
+    """Write results.json, results.csv, results.md and report.html into ``out_dir``; returns the HTML path.
+
+    ``figures`` are (caption, PNG path) pairs, embedded into the HTML; ``notes`` (protocol,
+    encoder, data paths, versions, ...) are shown under the title.
+    """
+    out_dir = Path(out_dir)
+    results = validate_results(results)
+    notes = dict(notes or {})
+    pngs = [(str(caption), _figure_png(str(caption), path)) for caption, path in figures]
+    date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    atomic_write_text(out_dir / "results.json", to_json(results))
+    atomic_write_text(out_dir / "results.csv", to_csv(results))
+    atomic_write_text(out_dir / "results.md", render_markdown(results, figures, title, date, notes, out_dir))
+    report = out_dir / "report.html"
+    atomic_write_text(report, render_html(results, pngs, title, date, notes))
+    return report
