@@ -1,0 +1,247 @@
+"""Reading published checkpoints safely and converting their keys to our modules.
+
+Safety: :func:`safe_load` never runs code from a checkpoint. It tries
+``torch.load(weights_only=True)`` and, for fairseq checkpoints (whose ``args``/``cfg``
+entries are ``argparse.Namespace`` / omegaconf objects), falls back to an allow-listed
+unpickler: tensors, storages, dtypes and plain containers are rebuilt; config objects
+from a short list of modules become inert :class:`OpaqueConfig` placeholders; any
+other global (``os.system``, ``builtins.eval``, ...) raises
+:class:`UnsafeCheckpointError` before anything is called.
+
+Conversions:
+
+* weight norm: ``weight_g``/``weight_v`` pairs (``torch.nn.utils.weight_norm``) and
+  ``parametrizations.weight.original0/1`` pairs are folded into plain ``weight``;
+* SSL-SAS ``g_*``: ``{'generator': state}`` split into the generator, the content
+  model (``latent_encoder.*``) and the speaker encoder (``xv_model.*``);
+* fairseq HuBERT keys <-> transformers ``HubertModel`` keys.
+"""
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import torch
+
+from voxanon.data_prep.errors import VoxanonError
+
+
+class CheckpointError(VoxanonError):
+    """A checkpoint file is missing, unreadable or not in the expected layout."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint's pickle refers to code outside the allow-list."""
+
+
+class OpaqueConfig:
+    """Stands in for a configuration object inside a checkpoint; keeps nothing, runs nothing."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+    def __repr__(self) -> str:
+        return "OpaqueConfig()"
+
+
+TOLERATED_CONFIG_MODULES = ("argparse", "omegaconf", "fairseq", "typing", "enum", "pathlib", "dataclasses",
+                            "copyreg")
+"""Modules whose objects appear in fairseq checkpoints as configuration; replaced by OpaqueConfig."""
+
+_SAFE_GLOBALS = {
+    ("collections", "OrderedDict"), ("collections", "defaultdict"),
+    ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state"),
+    ("torch", "Size"), ("torch", "device"),
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"),
+    ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "dtype"),
+}
+
+
+_PYTHON2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+"""torch.save writes pickle protocol 2, which names these modules the Python 2 way."""
+
+
+class _AllowListUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        module = _PYTHON2_MODULES.get(module, module)
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if module.split(".")[0] in TOLERATED_CONFIG_MODULES:
+            return OpaqueConfig
+        raise UnsafeCheckpointError(f"checkpoint refers to {module}.{name}, which is not allowed in a weights "
+                                    "file; refusing to load it")
+
+
+class _AllowListPickleModule:
+    """The ``pickle_module`` interface ``torch.load`` needs, with the allow-listed unpickler."""
+
+    Unpickler = _AllowListUnpickler
+    load = staticmethod(pickle.load)
+    __name__ = "voxanon_allow_list_pickle"
+
+
+def safe_load(path: str | Path) -> dict:
+    """A checkpoint's tensors and containers, without executing any code it contains."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        pass
+    except Exception as error:
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_AllowListPickleModule)
+    except UnsafeCheckpointError as error:
+        raise UnsafeCheckpointError(f"{path}: {error}") from None
+    except Exception as error:
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from None
+
+
+def _norm_except_dim(v: torch.Tensor, dim: int) -> torch.Tensor:
+    others = [d for d in range(v.ndim) if d != dim]
+    return v.pow(2).sum(dim=others, keepdim=True).sqrt()
+
+
+def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Replace every weight-norm pair (either PyTorch layout) by the plain weight g·v/‖v‖."""
+    folded: dict[str, torch.Tensor] = {}
+    pairs = {}
+    for key, value in state.items():
+        dotted = "." + key
+        for g_suffix, v_suffix in ((".weight_g", ".weight_v"),
+                                   (".parametrizations.weight.original0", ".parametrizations.weight.original1")):
+            suffix = g_suffix if dotted.endswith(g_suffix) else v_suffix if dotted.endswith(v_suffix) else None
+            if suffix is not None:
+                base = dotted[1:-len(suffix)] if len(dotted) > len(suffix) else ""
+                pairs.setdefault((base, g_suffix, v_suffix), {})["g" if suffix == g_suffix else "v"] = value
+                break
+        else:
+            folded[key] = value
+    for (base, g_suffix, v_suffix), pair in pairs.items():
+        if set(pair) != {"g", "v"}:
+            missing = v_suffix if "v" not in pair else g_suffix
+            raise CheckpointError(f"weight-norm pair for {base!r} lacks {base}{missing}")
+        g, v = pair["g"], pair["v"]
+        if g.ndim != v.ndim:
+            raise CheckpointError(f"weight-norm pair for {base!r}: g {tuple(g.shape)} and v {tuple(v.shape)}")
+        kept = [d for d in range(v.ndim) if g.shape[d] != 1]
+        if len(kept) > 1 or any(g.shape[d] != v.shape[d] for d in kept):
+            raise CheckpointError(f"weight-norm pair for {base!r}: g {tuple(g.shape)} does not match v "
+                                  f"{tuple(v.shape)}")
+        dim = kept[0] if kept else 0
+        folded[f"{base}.weight" if base else "weight"] = (v.double() * (g.double() / _norm_except_dim(v.double(), dim))).to(v.dtype)
+    return folded
+
+
+def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+
+
+SSL_SAS_SUBMODELS = ("latent_encoder.", "xv_model.")
+
+
+def split_ssl_sas_generator(checkpoint: dict, source: str = "g_* checkpoint") -> dict[str, dict[str, torch.Tensor]]:
+    """``{'generator': state}`` -> {'generator', 'content', 'speaker'} state dicts, weight norm folded."""
+    if not isinstance(checkpoint, dict) or "generator" not in checkpoint:
+        raise CheckpointError(f"{source}: expected a dict with a 'generator' entry (jik876 g_* layout), got "
+                              f"{sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
+    state = checkpoint["generator"]
+    generator = {k: v for k, v in state.items() if not k.startswith(SSL_SAS_SUBMODELS)}
+    return {"generator": fold_weight_norm(generator),
+            "content": strip_prefix(state, "latent_encoder."),
+            "speaker": strip_prefix(state, "xv_model.")}
+
+
+# fairseq HuBERT <-> transformers HubertModel ------------------------------------------------
+
+_FAIRSEQ_TO_HF = [
+    (r"feature_extractor\.conv_layers\.(\d+)\.0\.weight", r"feature_extractor.conv_layers.\1.conv.weight"),
+    (r"feature_extractor\.conv_layers\.0\.2\.(weight|bias)", r"feature_extractor.conv_layers.0.layer_norm.\1"),
+    (r"layer_norm\.(weight|bias)", r"feature_projection.layer_norm.\1"),
+    (r"post_extract_proj\.(weight|bias)", r"feature_projection.projection.\1"),
+    (r"encoder\.pos_conv\.0\.(weight|bias)", r"encoder.pos_conv_embed.conv.\1"),
+    (r"encoder\.layer_norm\.(weight|bias)", r"encoder.layer_norm.\1"),
+    (r"encoder\.layers\.(\d+)\.self_attn\.(q|k|v|out)_proj\.(weight|bias)", r"encoder.layers.\1.attention.\2_proj.\3"),
+    (r"encoder\.layers\.(\d+)\.self_attn_layer_norm\.(weight|bias)", r"encoder.layers.\1.layer_norm.\2"),
+    (r"encoder\.layers\.(\d+)\.fc1\.(weight|bias)", r"encoder.layers.\1.feed_forward.intermediate_dense.\2"),
+    (r"encoder\.layers\.(\d+)\.fc2\.(weight|bias)", r"encoder.layers.\1.feed_forward.output_dense.\2"),
+    (r"encoder\.layers\.(\d+)\.final_layer_norm\.(weight|bias)", r"encoder.layers.\1.final_layer_norm.\2"),
+]
+FAIRSEQ_PRETRAINING_ONLY = re.compile(r"(mask_emb|label_embs_concat|final_proj\..*|label_embs\..*)$")
+"""Keys used only by HuBERT's masked-prediction training (dropped by ``remove_pretraining_modules``)."""
+
+
+def _swap_pattern(pattern: str) -> str:
+    """Turn a replacement template into the regex matching its output (for the inverse map)."""
+    regex, group = "", 0
+    for part in re.split(r"(\\\d)", pattern):
+        if re.fullmatch(r"\\\d", part):
+            group += 1
+            regex += r"(\w+)"
+        else:
+            regex += re.escape(part)
+    return regex
+
+
+def fairseq_hubert_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """fairseq HuBERT state dict (weight norm folded here) -> transformers ``HubertModel`` keys."""
+    state = fold_weight_norm(state)
+    converted: dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in state.items():
+        if FAIRSEQ_PRETRAINING_ONLY.match(key):
+            continue
+        for pattern, replacement in _FAIRSEQ_TO_HF:
+            if re.fullmatch(pattern, key):
+                converted[re.sub(f"^{pattern}$", replacement, key)] = value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        raise CheckpointError(f"not a fairseq HuBERT state dict: unexpected keys {unknown[:5]}"
+                              f"{' ...' if len(unknown) > 5 else ''}")
+    return converted
+
+
+def hf_hubert_to_fairseq(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`fairseq_hubert_to_hf` (plain ``weight`` for the positional conv)."""
+    converted = {}
+    for key, value in state.items():
+        for pattern, replacement in _FAIRSEQ_TO_HF:
+            match = re.fullmatch(_swap_pattern(replacement), key)
+            if match:
+                fairseq_key = pattern
+                for group in match.groups():
+                    fairseq_key = re.sub(r"\([^)]*\)", group, fairseq_key, count=1)
+                converted[fairseq_key.replace("\\.", ".")] = value
+                break
+        else:
+            raise CheckpointError(f"no fairseq name for HubertModel key {key!r}")
+    return converted
+
+
+def split_weight_norm(weight: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight_g, weight_v) with ``torch.nn.utils.weight_norm``'s shapes, for writing old-layout files."""
+    return _norm_except_dim(weight, dim), weight.clone()

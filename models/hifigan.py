@@ -1,0 +1,247 @@
+"""HiFi-GAN generator (jik876 architecture) and the SSL-SAS conditioning assembly.
+
+The module names match jik876/hifi-gan and the SSL-SAS ``g_*`` checkpoints
+(``conv_pre``, ``ups.N``, ``resblocks.N.convs1/convs2.M``, ``conv_post``), so a folded
+state dict from :mod:`voxanon.models.checkpoints` loads strictly. Weights are plain
+convolutions (weight norm removed, as at inference); :meth:`HifiganGenerator.apply_weight_norm`
+puts the training parametrisation back.
+
+Batching: utterances of different lengths are zero-padded to the longest one, and
+every convolution's input is zeroed beyond each item's own length. A convolution then
+sees exactly the zeros the single-utterance reference pads with, so each item's output
+equals its one-at-a-time output (to float rounding) whatever else is in the batch.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LRELU_SLOPE = 0.1
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """Generator hyper-parameters; the defaults are the SSL-SAS vocoder's (393 inputs, hop 160)."""
+
+    in_channels: int = 393
+    upsample_rates: tuple[int, ...] = (5, 4, 2, 2, 2)
+    upsample_kernel_sizes: tuple[int, ...] = (11, 8, 4, 4, 4)
+    upsample_initial_channel: int = 512
+    resblock: str = "1"
+    resblock_kernel_sizes: tuple[int, ...] = (3, 7, 11)
+    resblock_dilation_sizes: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
+
+    def __post_init__(self):
+        if self.resblock not in ("1", "2"):
+            raise ValueError(f"resblock must be '1' or '2', got {self.resblock!r}")
+        if len(self.upsample_rates) != len(self.upsample_kernel_sizes):
+            raise ValueError("upsample_rates and upsample_kernel_sizes differ in length")
+        for rate, kernel in zip(self.upsample_rates, self.upsample_kernel_sizes):
+            if (kernel - rate) % 2:
+                raise ValueError(f"upsample kernel {kernel} with rate {rate}: kernel - rate must be even "
+                                 "for the output to be exactly rate times the input")
+        if len(self.resblock_kernel_sizes) != len(self.resblock_dilation_sizes):
+            raise ValueError("resblock_kernel_sizes and resblock_dilation_sizes differ in length")
+
+    @property
+    def hop_length(self) -> int:
+        return int(np.prod(self.upsample_rates))
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "GeneratorConfig":
+        """From our JSON or a jik876/SSL-SAS ``config.json`` (``model_in_dim`` or ``num_mels``)."""
+        in_channels = values.get("in_channels", values.get("model_in_dim", values.get("num_mels")))
+        if in_channels is None:
+            raise ValueError("generator config has none of in_channels, model_in_dim, num_mels")
+        return cls(in_channels=int(in_channels),
+                   upsample_rates=tuple(int(v) for v in values["upsample_rates"]),
+                   upsample_kernel_sizes=tuple(int(v) for v in values["upsample_kernel_sizes"]),
+                   upsample_initial_channel=int(values["upsample_initial_channel"]),
+                   resblock=str(values["resblock"]),
+                   resblock_kernel_sizes=tuple(int(v) for v in values["resblock_kernel_sizes"]),
+                   resblock_dilation_sizes=tuple(tuple(int(d) for d in ds)
+                                                 for ds in values["resblock_dilation_sizes"]))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _padding(kernel_size: int, dilation: int = 1) -> int:
+    return (kernel_size * dilation - dilation) // 2
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return x if mask is None else x * mask
+
+
+class ResBlock1(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilation: Sequence[int]):
+        super().__init__()
+        self.convs1 = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, 1, dilation=d,
+                                              padding=_padding(kernel_size, d)) for d in dilation)
+        self.convs2 = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, 1, dilation=1,
+                                              padding=_padding(kernel_size)) for _ in dilation)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for conv1, conv2 in zip(self.convs1, self.convs2):
+            xt = conv1(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
+            x = xt + x
+        return x
+
+
+class ResBlock2(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilation: Sequence[int]):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, 1, dilation=d,
+                                             padding=_padding(kernel_size, d)) for d in dilation)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv(_masked(F.leaky_relu(x, LRELU_SLOPE), mask)) + x
+        return x
+
+
+class HifiganGenerator(nn.Module):
+    """(B, in_channels, T) frames -> (B, 1, T·hop) waveform in [-1, 1]."""
+
+    def __init__(self, config: GeneratorConfig = GeneratorConfig()):
+        super().__init__()
+        self.config = config
+        self.num_kernels = len(config.resblock_kernel_sizes)
+        channels = config.upsample_initial_channel
+        self.conv_pre = nn.Conv1d(config.in_channels, channels, 7, 1, padding=3)
+        resblock = ResBlock1 if config.resblock == "1" else ResBlock2
+        self.ups = nn.ModuleList()
+        self.resblocks = nn.ModuleList()
+        for i, (rate, kernel) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes)):
+            self.ups.append(nn.ConvTranspose1d(channels // 2 ** i, channels // 2 ** (i + 1), kernel, rate,
+                                               padding=(kernel - rate) // 2))
+            for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes):
+                self.resblocks.append(resblock(channels // 2 ** (i + 1), size, dilations))
+        self.conv_post = nn.Conv1d(channels // 2 ** len(config.upsample_rates), 1, 7, 1, padding=3)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """``lengths`` (B,) in frames marks each item's valid part of a zero-padded batch."""
+        mask = None if lengths is None else _length_mask(lengths, x.shape[-1], x)
+        x = self.conv_pre(_masked(x, mask))
+        for i, up in enumerate(self.ups):
+            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            if lengths is not None:
+                lengths = lengths * self.config.upsample_rates[i]
+                mask = _length_mask(lengths, x.shape[-1], x)
+            blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
+            x = sum(block(x, mask) for block in blocks) / self.num_kernels
+        # jik876 uses leaky_relu's default slope (0.01) here, not LRELU_SLOPE.
+        x = self.conv_post(_masked(F.leaky_relu(x), mask))
+        return torch.tanh(x)
+
+    def apply_weight_norm(self) -> None:
+        """The training parametrisation (weight = g · v / ‖v‖) on every convolution."""
+        for module in self.modules():
+            if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
+                nn.utils.parametrizations.weight_norm(module)
+
+    def remove_weight_norm(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)) and nn.utils.parametrize.is_parametrized(module):
+                nn.utils.parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+
+
+def _length_mask(lengths: torch.Tensor, total: int, like: torch.Tensor) -> torch.Tensor:
+    positions = torch.arange(total, device=like.device)
+    return (positions[None, :] < lengths[:, None]).to(like.dtype)[:, None, :]
+
+
+@dataclass(frozen=True)
+class ConditioningLayout:
+    """How content, F0 and a speaker vector become the generator's input frames.
+
+    SSL-SAS defaults: 200-d soft content at 50 Hz repeated ×2 to the 100 Hz F0 rate,
+    F0 in raw Hz (0 unvoiced), a 192-d speaker vector broadcast to every frame, channel
+    order [content | F0 | speaker]. ``layer_norm_content`` / ``layer_norm_speaker``
+    standardise each utterance's whole tensor (SSL-SAS calls ``F.layer_norm(x, x.shape)``
+    on a batch of one); here it is done per item so batching does not change results.
+    """
+
+    content_dim: int = 200
+    speaker_dim: int = 192
+    content_repeat: int = 2
+    order: tuple[str, ...] = ("content", "f0", "speaker")
+    layer_norm_content: bool = True
+    layer_norm_speaker: bool = True
+    eps: float = 1e-5
+
+    def __post_init__(self):
+        if sorted(self.order) != ["content", "f0", "speaker"]:
+            raise ValueError(f"layout order must list content, f0 and speaker once each, got {self.order}")
+        if self.content_repeat < 1:
+            raise ValueError(f"content_repeat must be at least 1, got {self.content_repeat}")
+
+    @property
+    def channels(self) -> int:
+        return self.content_dim + 1 + self.speaker_dim
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ConditioningLayout":
+        values = dict(values)
+        if "order" in values:
+            values["order"] = tuple(values["order"])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def frames(self, content: torch.Tensor, f0: torch.Tensor, speaker: torch.Tensor) -> torch.Tensor:
+        """One utterance: content (Tc, content_dim), f0 (Tf,), speaker (speaker_dim,) -> (channels, Tf)."""
+        if content.ndim != 2 or content.shape[1] != self.content_dim:
+            raise ValueError(f"content must be (frames, {self.content_dim}), got {tuple(content.shape)}")
+        if speaker.shape != (self.speaker_dim,):
+            raise ValueError(f"speaker vector must have shape ({self.speaker_dim},), got {tuple(speaker.shape)}")
+        if f0.ndim != 1 or f0.shape[0] != content.shape[0] * self.content_repeat:
+            raise ValueError(f"misaligned conditioning: {content.shape[0]} content frames x{self.content_repeat} "
+                             f"!= {f0.shape[0]} F0 frames")
+        if self.layer_norm_content:
+            content = F.layer_norm(content, content.shape, eps=self.eps)
+        if self.layer_norm_speaker:
+            speaker = F.layer_norm(speaker, speaker.shape, eps=self.eps)
+        n_frames = f0.shape[0]
+        streams = {"content": content.T.repeat_interleave(self.content_repeat, dim=1),
+                   "f0": f0[None, :].to(content.dtype),
+                   "speaker": speaker[:, None].to(content.dtype).expand(-1, n_frames)}
+        return torch.cat([streams[name] for name in self.order], dim=0)
+
+    def batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Several utterances -> zero-padded (B, channels, T_max) frames and their lengths (B,)."""
+        frames = [self.frames(*item) for item in items]
+        lengths = torch.tensor([f.shape[1] for f in frames])
+        padded = torch.zeros(len(frames), self.channels, int(lengths.max()), dtype=frames[0].dtype)
+        for i, f in enumerate(frames):
+            padded[i, :, :f.shape[1]] = f
+        return padded, lengths
+
+
+@dataclass
+class Vocoder:
+    """A generator with the conditioning layout it was trained on."""
+
+    generator: HifiganGenerator
+    layout: ConditioningLayout = field(default_factory=ConditioningLayout)
+
+    def __post_init__(self):
+        if self.generator.config.in_channels != self.layout.channels:
+            raise ValueError(f"generator takes {self.generator.config.in_channels} input channels, the layout "
+                             f"gives {self.layout.channels}")
+
+    @torch.inference_mode()
+    def synthesise(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[np.ndarray]:
+        """(content, f0, speaker) per utterance -> float32 waveforms of F0 frames × hop samples each."""
+        frames, lengths = self.layout.batch(items)
+        audio = self.generator(frames, lengths if len(items) > 1 else None)[:, 0]
+        hop = self.generator.config.hop_length
+        return [audio[i, :int(n) * hop].numpy().astype(np.float32) for i, n in enumerate(lengths)]

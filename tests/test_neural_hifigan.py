@@ -1,0 +1,191 @@
+"""HiFi-GAN generator: parity with the jik876 reference, batching, conditioning, g_* checkpoints."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.reference_hifigan import Generator as ReferenceGenerator
+from voxanon.models.checkpoints import CheckpointError, fold_weight_norm, safe_load, split_ssl_sas_generator
+from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+
+SSL_SAS = {"resblock": "1", "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
+           "upsample_initial_channel": 512, "resblock_kernel_sizes": [3, 7, 11],
+           "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "model_in_dim": 393}
+TINY_SSL_SAS = {**SSL_SAS, "upsample_initial_channel": 32}
+TINY_V1_MEL = {"resblock": "1", "upsample_rates": [8, 8, 2, 2], "upsample_kernel_sizes": [16, 16, 4, 4],
+               "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7, 11],
+               "resblock_dilation_sizes": [[1, 3, 5]] * 3, "num_mels": 80}
+TINY_V3_MEL = {"resblock": "2", "upsample_rates": [8, 8, 4], "upsample_kernel_sizes": [16, 16, 8],
+               "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 5, 7],
+               "resblock_dilation_sizes": [[1, 2], [2, 6], [3, 12]], "num_mels": 80}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and the test machine's cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def reference_and_ours(h: dict, seed: int = 0):
+    torch.manual_seed(seed)
+    in_channels = h.get("model_in_dim", h.get("num_mels"))
+    reference = ReferenceGenerator(h, in_channels).eval()
+    for name, parameter in reference.named_parameters():
+        if name.endswith("weight_g"):
+            parameter.data.uniform_(0.5, 1.5)
+        elif name.endswith("bias"):
+            parameter.data.normal_(0, 0.1)
+    ours = HifiganGenerator(GeneratorConfig.from_dict(h)).eval()
+    ours.load_state_dict(fold_weight_norm(reference.state_dict()))
+    return reference, ours
+
+
+@pytest.mark.parametrize("h", [TINY_V1_MEL, TINY_V3_MEL, TINY_SSL_SAS], ids=["v1-mel", "v3-mel", "ssl-sas"])
+def test_matches_reference_generator(h):
+    reference, ours = reference_and_ours(h)
+    x = torch.randn(2, ours.config.in_channels, 24)
+    with torch.no_grad():
+        expected = reference(x)
+        got = ours(x)
+    assert got.shape == (2, 1, 24 * ours.config.hop_length)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert expected.abs().max() > 1e-3
+
+
+def test_reference_remove_weight_norm_gives_our_weights():
+    reference, ours = reference_and_ours(TINY_SSL_SAS)
+    reference.remove_weight_norm()
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, atol=1e-6, rtol=1e-5)
+
+
+def test_full_size_ssl_sas_generator_has_published_parameter_count():
+    generator = HifiganGenerator(GeneratorConfig.from_dict(SSL_SAS))
+    n_parameters = sum(p.numel() for p in generator.parameters())
+    assert round(n_parameters / 1e6, 2) == 14.16
+    assert generator.config.hop_length == 160
+    assert [up.out_channels for up in generator.ups] == [256, 128, 64, 32, 16]
+
+
+def test_batched_padded_items_equal_one_at_a_time():
+    _, ours = reference_and_ours(TINY_SSL_SAS, seed=1)
+    lengths = [30, 17, 9]
+    items = [torch.randn(393, n) for n in lengths]
+    padded = torch.zeros(3, 393, 30)
+    for i, item in enumerate(items):
+        padded[i, :, :item.shape[1]] = item
+    with torch.no_grad():
+        batched = ours(padded, torch.tensor(lengths))
+        for i, item in enumerate(items):
+            alone = ours(item[None])
+            torch.testing.assert_close(batched[i:i + 1, :, :alone.shape[-1]], alone, atol=1e-6, rtol=0)
+        unmasked = ours(padded)
+    # Without the length mask the padding leaks into the end of the shorter items.
+    assert (unmasked[2, 0, :9 * 160] - batched[2, 0, :9 * 160]).abs().max() > 1e-4
+
+
+def test_weight_norm_round_trip_keeps_the_function():
+    _, ours = reference_and_ours(TINY_V1_MEL)
+    x = torch.randn(1, 80, 10)
+    with torch.no_grad():
+        before = ours(x)
+        ours.apply_weight_norm()
+        assert any("parametrizations.weight.original0" in k for k in ours.state_dict())
+        during = ours(x)
+        ours.remove_weight_norm()
+        after = ours(x)
+    torch.testing.assert_close(during, before, atol=1e-6, rtol=0)
+    torch.testing.assert_close(after, before, atol=1e-6, rtol=0)
+    assert set(ours.state_dict()) == set(HifiganGenerator(ours.config).state_dict())
+
+
+def ssl_sas_frames_by_hand(content, f0, speaker):
+    """SSL-SAS gen_vpc for a batch of one: tensor-wide layer norm, repeat ×2, [content | f0 | xv]."""
+    x = F.layer_norm(content[None].transpose(1, 2), (1, content.shape[1], content.shape[0]))
+    xv = F.layer_norm(speaker[None], (1, speaker.shape[0]))
+    x = x.unsqueeze(3).repeat(1, 1, 1, 2).view(1, content.shape[1], -1)
+    xv = xv.unsqueeze(2).repeat(1, 1, f0.shape[0])
+    return torch.cat([x, f0[None, None], xv], dim=1)[0]
+
+
+def test_conditioning_matches_ssl_sas_assembly():
+    layout = ConditioningLayout()
+    content, speaker = torch.randn(15, 200) * 3 + 1, torch.randn(192) * 0.1 + 2
+    f0 = torch.tensor([0.0, 120.0] * 15)
+    frames = layout.frames(content, f0, speaker)
+    assert frames.shape == (393, 30)
+    torch.testing.assert_close(frames, ssl_sas_frames_by_hand(content, f0, speaker))
+    np.testing.assert_array_equal(frames[200].numpy(), f0.numpy())
+    torch.testing.assert_close(frames[:200, 0], frames[:200, 1])
+
+
+def test_conditioning_is_per_item_in_a_batch():
+    layout = ConditioningLayout()
+    items = [(torch.randn(10, 200), torch.rand(20) * 200, torch.randn(192)),
+             (torch.randn(4, 200) * 5, torch.rand(8) * 200, torch.randn(192) * 5)]
+    frames, lengths = layout.batch(items)
+    assert frames.shape == (2, 393, 20) and lengths.tolist() == [20, 8]
+    for i, item in enumerate(items):
+        torch.testing.assert_close(frames[i, :, :lengths[i]], ssl_sas_frames_by_hand(*item))
+    assert not frames[1, :, 8:].any()
+
+
+def test_conditioning_layout_options():
+    layout = ConditioningLayout(content_dim=256, speaker_dim=16, order=("f0", "speaker", "content"),
+                                layer_norm_content=False, layer_norm_speaker=False)
+    assert layout.channels == 273
+    content, f0, speaker = torch.randn(5, 256), torch.rand(10), torch.randn(16)
+    frames = layout.frames(content, f0, speaker)
+    torch.testing.assert_close(frames[0], f0)
+    torch.testing.assert_close(frames[1:17, 3], speaker)
+    torch.testing.assert_close(frames[17:, 9], content[4])
+    assert ConditioningLayout.from_dict(layout.to_dict()) == layout
+
+
+def test_misaligned_streams_are_refused():
+    with pytest.raises(ValueError, match="misaligned"):
+        ConditioningLayout().frames(torch.randn(10, 200), torch.zeros(19), torch.randn(192))
+    with pytest.raises(ValueError, match="order"):
+        ConditioningLayout(order=("content", "f0"))
+    with pytest.raises(ValueError, match="input channels"):
+        Vocoder(HifiganGenerator(GeneratorConfig(in_channels=80, upsample_initial_channel=32)))
+
+
+def test_vocoder_output_length_is_hop_times_f0_frames():
+    _, generator = reference_and_ours(TINY_SSL_SAS)
+    vocoder = Vocoder(generator)
+    items = [(torch.randn(n, 200), torch.rand(2 * n) * 200, torch.randn(192)) for n in (12, 5)]
+    waves = vocoder.synthesise(items)
+    assert [len(w) for w in waves] == [12 * 320, 5 * 320]
+    alone = vocoder.synthesise(items[1:])[0]
+    np.testing.assert_allclose(waves[1], alone, atol=1e-5)
+
+
+def test_g_checkpoint_with_submodels_loads_and_splits(tmp_path):
+    reference, _ = reference_and_ours(TINY_SSL_SAS, seed=3)
+    state = dict(reference.state_dict())
+    state["latent_encoder.W"] = torch.randn(200, 768)
+    state["latent_encoder.ssl_model.encoder.layer_norm.weight"] = torch.ones(768)
+    state["xv_model.fc.conv.weight"] = torch.randn(192, 3072, 1)
+    path = tmp_path / "g_00100000"
+    torch.save({"generator": state}, path)
+    parts = split_ssl_sas_generator(safe_load(path))
+    assert set(parts["content"]) == {"W", "ssl_model.encoder.layer_norm.weight"}
+    assert set(parts["speaker"]) == {"fc.conv.weight"}
+    generator = HifiganGenerator(GeneratorConfig.from_dict(TINY_SSL_SAS)).eval()
+    generator.load_state_dict(parts["generator"])
+    x = torch.randn(1, 393, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(generator(x), reference(x), atol=1e-5, rtol=0)
+
+
+def test_broken_weight_norm_pairs_are_named():
+    with pytest.raises(CheckpointError, match="conv_pre"):
+        fold_weight_norm({"conv_pre.weight_g": torch.ones(4, 1, 1)})
+    with pytest.raises(CheckpointError, match="generator"):
+        split_ssl_sas_generator({"mpd": {}})
