@@ -35,7 +35,6 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au", ".s
 GENDERS = ("f", "m")
 # Metadata files copied unchanged into anonymised sets beside the ones modelled here.
 PASSTHROUGH_FILES = ("utt2emo", "spk2fold", "utt2lang", "segments_orig")
-MODELLED_FILES = ("wav.scp", "utt2spk", "spk2utt", "spk2gender", "text", "utt2dur", "enrolls", "trials")
 
 
 class DataDirError(VoxanonError):
@@ -97,6 +96,11 @@ class DataDir:
         if entry.exists():
             return entry
         return self.path / entry
+
+    def absolute_wav(self) -> dict[str, str]:
+        """``wav.scp`` with every file entry made absolute (commands kept), for sets written elsewhere."""
+        return {utt: entry if self.is_pipe(utt) or os.path.isabs(entry) else os.path.abspath(self.audio_path(utt))
+                for utt, entry in self.wav.items()}
 
     def validate(self, *, check_files: bool = True, need_gender: bool = False) -> list[str]:
         """Every consistency problem, each naming the file and the ids concerned."""
@@ -288,9 +292,18 @@ def read_data_dir(path: str | os.PathLike, *, allow_pipes: bool = False) -> Data
 
 
 def write_data_dir(data: DataDir, path: str | os.PathLike) -> None:
-    """Write every file the data directory has, sorted as Kaldi requires, each atomically."""
+    """Write every file the data directory has, sorted as Kaldi requires, each atomically.
+
+    Optional files that ``data`` does not have are removed, so that rewriting a directory
+    never leaves a stale file of an earlier version (an old ``utt2dur``, say).
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    has = {"spk2gender": bool(data.spk2gender), "text": bool(data.text), "utt2dur": bool(data.utt2dur),
+           "enrolls": data.enrolls is not None, "trials": data.trials is not None}
+    for name, present in has.items():
+        if not present and (path / name).is_file():
+            (path / name).unlink()
     write_mapping(path / "wav.scp", data.wav)
     write_mapping(path / "utt2spk", data.utt2spk)
     write_mapping(path / "spk2utt", {spk: " ".join(utts) for spk, utts in data.spk2utt.items()})

@@ -128,3 +128,21 @@ def test_anonymised_dir_keeps_metadata_and_rebuilds_wav_scp(toy_corpus, tmp_path
     assert reread.text == toy_corpus.text and reread.trials == toy_corpus.trials
     assert "spk1-001" not in reread.wav and out.utt2dur["spk0-000"] == 1.0
     assert any("'spk1-001'" in p and "no audio entry" in p for p in reread.validate(check_files=False))
+
+
+def test_rewriting_removes_files_the_new_version_lacks(toy_corpus, tmp_path):
+    data = read_data_dir(toy_corpus.path)
+    data.utt2dur = {}
+    data.trials = None
+    write_data_dir(data, toy_corpus.path)
+    assert not (toy_corpus.path / "utt2dur").exists() and not (toy_corpus.path / "trials").exists()
+    assert (toy_corpus.path / "enrolls").exists()
+
+
+def test_absolute_wav_keeps_commands(toy_corpus, tmp_path, monkeypatch):
+    relative = write_anonymised_dir(toy_corpus, tmp_path / "rel", {u: 1.0 for u in toy_corpus.utterances})
+    monkeypatch.chdir(tmp_path)
+    absolute = relative.absolute_wav()
+    assert absolute["spk0-000"] == str(tmp_path / "rel" / "wav" / "spk0-000.wav")
+    relative.wav["spk0-000"] = "sox x.flac -t wav - |"
+    assert relative.absolute_wav()["spk0-000"] == "sox x.flac -t wav - |"

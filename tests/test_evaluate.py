@@ -25,7 +25,7 @@ def small_demo(tmp_path_factory) -> Path:
     demo = read_data_dir(demo_corpus_dir())
     keep = [u for spk in SPEAKERS for u in demo.spk2utt[spk][:UTTS_PER_SPEAKER]]
     subset = demo.subset(keep)
-    subset = replace(subset, wav={u: str(demo.audio_path(u).resolve()) for u in keep},
+    subset = replace(subset, wav=subset.absolute_wav(),
                      trials=[t for t in subset.trials if t.enrol_speaker in SPEAKERS])
     target = tmp_path_factory.mktemp("demo") / "small"
     write_data_dir(subset, target)

@@ -20,10 +20,9 @@ import soundfile
 from tqdm import tqdm
 
 from voxanon.data_prep.audio import AudioError, check_wav, load_audio, write_wav
-from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError
+from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, write_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.output import write_prepared_dir
 from voxanon.data_prep.prepare.text import normalise_transcript
 
 log = logging.getLogger(__name__)
@@ -134,7 +133,7 @@ def prepare_corpus(listing: CorpusListing, out_dir: str | Path, options: Prepare
     problems = data.validate(check_files=False)
     if problems:
         raise DataDirError(str(out_dir), problems)
-    write_prepared_dir(data, out_dir)
+    write_data_dir(data, out_dir)
     log.info("%s: %d utterances of %d speakers written to %s", listing.name, len(data.wav),
              len(speakers), out_dir)
     return data

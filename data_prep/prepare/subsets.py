@@ -24,7 +24,6 @@ from voxanon.data_prep.corpus import GENDERS, DataDir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.ordering import seeded_order
-from voxanon.data_prep.prepare.output import absolute_audio
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ def select_training_subset(data: DataDir, options: SubsetOptions, issues: Prepar
             kept.extend(utts)
     if not kept:
         raise VoxanonError(f"{data.path or data.name}: no utterance is left for this subset")
-    source = DataDir(name=data.name, wav=absolute_audio(data), utt2spk=data.utt2spk,
+    source = DataDir(name=data.name, wav=data.absolute_wav(), utt2spk=data.utt2spk,
                      spk2gender=data.spk2gender, text=data.text, utt2dur=data.utt2dur,
                      passthrough=data.passthrough, path=data.path)
     return source.subset(kept)

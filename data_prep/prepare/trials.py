@@ -21,11 +21,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxanon.data_prep.corpus import GENDERS, DataDir, Trial
+from voxanon.data_prep.corpus import GENDERS, DataDir, Trial, write_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.ordering import seeded_order
-from voxanon.data_prep.prepare.output import absolute_audio, write_prepared_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def split_enrolment(data: DataDir, design: TrialDesign, issues: PreparationIssue
 
 def build_trial_sets(data: DataDir, design: TrialDesign, issues: PreparationIssues) -> dict[str, DataDir]:
     """The sets by suffix (``enrolls``, ``trials_f``, ``trials_m``, ``trials_mixed``, ``asr``)."""
-    base = DataDir(name=data.name, wav=absolute_audio(data), utt2spk=data.utt2spk, spk2gender=data.spk2gender,
+    base = DataDir(name=data.name, wav=data.absolute_wav(), utt2spk=data.utt2spk, spk2gender=data.spk2gender,
                    text=data.text, utt2dur=data.utt2dur, passthrough=data.passthrough, path=data.path)
     split = split_enrolment(base, design, issues)
     if not split.enrolment:
@@ -136,7 +135,7 @@ def write_trial_sets(sets: dict[str, DataDir], out_dir: str | os.PathLike, name:
         target = Path(out_dir) / f"{name}_{suffix}"
         data.name = target.name
         data.path = target
-        write_prepared_dir(data, target)
+        write_data_dir(data, target)
         written.append(target)
         log.info("%s: %d utterances of %d speakers%s", target.name, len(data.wav), len(data.speakers),
                  "" if data.trials is None else

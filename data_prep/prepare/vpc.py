@@ -28,10 +28,9 @@ import soundfile
 from tqdm import tqdm
 
 from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir
+from voxanon.data_prep.corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
 from voxanon.data_prep.prepare.issues import summarise
 from voxanon.data_prep.prepare.listing import TARGET_RATE, read_audio_header
-from voxanon.data_prep.prepare.output import write_prepared_dir
 
 SPLITS = ("dev", "test")
 TRIAL_PARTS = {
@@ -153,7 +152,7 @@ def write_native_sets(loaded: dict[str, DataDir], out_dir: str | os.PathLike) ->
     written = []
     for name, data in sorted(loaded.items()):
         target = Path(out_dir) / name
-        write_prepared_dir(data, target)
+        write_data_dir(data, target)
         written.append(target)
     return written
 

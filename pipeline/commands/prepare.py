@@ -19,13 +19,12 @@ import argparse
 import logging
 from pathlib import Path
 
-from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, read_data_dir, read_list
+from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, read_data_dir, read_list, write_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.librispeech import scan_librispeech
 from voxanon.data_prep.prepare.libritts import scan_libritts
 from voxanon.data_prep.prepare.listing import CorpusListing, PrepareOptions, prepare_corpus
-from voxanon.data_prep.prepare.output import write_prepared_dir
 from voxanon.data_prep.prepare.subsets import PURPOSES, SubsetOptions, select_training_subset
 from voxanon.data_prep.prepare.trials import TrialDesign, build_trial_sets, write_trial_sets
 from voxanon.data_prep.prepare.vctk import AUDIO_FOLDERS, DEFAULT_MICROPHONE, MICROPHONES, scan_vctk
@@ -228,6 +227,6 @@ def _run_subset(args: argparse.Namespace) -> int:
     issues.conclude(strict=args.strict)
     subset.name = args.out.name
     subset.path = args.out
-    write_prepared_dir(subset, args.out)
+    write_data_dir(subset, args.out)
     print(f"{args.out}: {_describe(subset)}")
     return 0
