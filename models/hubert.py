@@ -1,0 +1,144 @@
+"""The SSL-SAS 200-centroid soft content encoder on a transformers ``HubertModel``.
+
+SSL-SAS (``SoftPredictor`` in its ``models_test.py``) takes the last layer of a fairseq
+HuBERT-base, then, kept here because the published vocoder was trained on them:
+
+* ``normalise_over_time``: ``F.normalize(x)`` on a (batch, time, 768) tensor uses the
+  default ``dim=1``, i.e. each feature channel is scaled to unit norm *over time*, not
+  each frame over its features (its multilingual successor's trainer uses ``dim=-1``);
+* the 200 centroids ``W`` are unit-normalised rows, logits = x · Wᵀ (a cosine only in
+  the time-normalised sense above);
+* ``replicate_last_frame``: HuBERT gives L/320 − 1 frames for L samples (L a multiple
+  of 320); the last frame is repeated so content has exactly L/320 frames at 50 Hz.
+
+The backbone is loaded from fairseq keys through
+:func:`voxanon.models.checkpoints.fairseq_hubert_to_hf`; fairseq is never imported.
+HuBERT-base normalises its first convolution over the whole utterance (GroupNorm), so
+zero padding would change the features: utterances are encoded one at a time.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, strip_prefix
+
+HOP_SAMPLES = 320
+CONV_KERNELS = (10, 3, 3, 3, 3, 2, 2)
+CONV_STRIDES = (5, 2, 2, 2, 2, 2, 2)
+
+
+@dataclass(frozen=True)
+class SoftContentConfig:
+    """Backbone sizes (HuBERT-base by default) and the SSL-SAS quirk flags."""
+
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    conv_channels: int = 512
+    pos_conv_kernel: int = 128
+    pos_conv_groups: int = 16
+    n_centroids: int = 200
+    normalise_over_time: bool = True
+    replicate_last_frame: bool = True
+
+    def hf_config(self):
+        from transformers import HubertConfig
+
+        return HubertConfig(hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
+                            num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
+                            conv_dim=(self.conv_channels,) * 7, conv_kernel=CONV_KERNELS, conv_stride=CONV_STRIDES,
+                            conv_bias=False, feat_extract_norm="group", feat_proj_layer_norm=True,
+                            do_stable_layer_norm=False, num_conv_pos_embeddings=self.pos_conv_kernel,
+                            num_conv_pos_embedding_groups=self.pos_conv_groups, hidden_act="gelu",
+                            layer_norm_eps=1e-5, mask_time_prob=0.0, mask_feature_prob=0.0,
+                            hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                            feat_proj_dropout=0.0, layerdrop=0.0)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "SoftContentConfig":
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_fairseq_state(cls, centroids: torch.Tensor, hubert: dict[str, torch.Tensor], **quirks) -> "SoftContentConfig":
+        """Sizes read off the tensor shapes; heads = hidden / 64 as in HuBERT base and large."""
+        try:
+            layers = {int(m.group(1)) for k in hubert if (m := re.match(r"encoder\.layers\.(\d+)\.", k))}
+            pos_v = hubert.get("encoder.pos_conv.0.weight_v", hubert.get("encoder.pos_conv.0.weight"))
+            hidden = int(centroids.shape[1])
+            return cls(hidden_size=hidden, num_layers=len(layers), num_heads=max(1, hidden // 64),
+                       intermediate_size=int(hubert["encoder.layers.0.fc1.weight"].shape[0]),
+                       conv_channels=int(hubert["feature_extractor.conv_layers.0.0.weight"].shape[0]),
+                       pos_conv_kernel=int(pos_v.shape[2]), pos_conv_groups=hidden // int(pos_v.shape[1]),
+                       n_centroids=int(centroids.shape[0]), **quirks)
+        except (KeyError, AttributeError, IndexError) as error:
+            raise CheckpointError(f"not a fairseq HuBERT state dict (missing {error})") from None
+
+
+def _plain_hubert(config: SoftContentConfig):
+    """A HubertModel whose positional convolution carries a plain weight (weight norm removed)."""
+    from transformers import HubertModel
+
+    model = HubertModel(config.hf_config())
+    conv = model.encoder.pos_conv_embed.conv
+    if nn.utils.parametrize.is_parametrized(conv):
+        nn.utils.parametrize.remove_parametrizations(conv, "weight", leave_parametrized=True)
+    elif hasattr(conv, "weight_g"):
+        nn.utils.remove_weight_norm(conv)
+    return model.eval()
+
+
+class SoftContentEncoder(nn.Module):
+    """waveform (16 kHz) -> (frames at 50 Hz, n_centroids) soft content, SSL-SAS style."""
+
+    def __init__(self, config: SoftContentConfig = SoftContentConfig()):
+        super().__init__()
+        self.config = config
+        self.hubert = _plain_hubert(config)
+        self.W = nn.Parameter(torch.zeros(config.n_centroids, config.hidden_size))
+
+    @classmethod
+    def from_ssl_sas_state(cls, state: dict[str, torch.Tensor], **quirks) -> "SoftContentEncoder":
+        """From ``soft_model.pt`` or the ``latent_encoder.*`` part of a ``g_*`` file: ``W`` + ``ssl_model.*``."""
+        if "W" not in state:
+            raise CheckpointError("SSL-SAS soft content state has no centroid matrix 'W'")
+        fairseq_state = strip_prefix(state, "ssl_model.")
+        encoder = cls(SoftContentConfig.from_fairseq_state(state["W"], fairseq_state, **quirks))
+        encoder.load_converted(state["W"], fairseq_hubert_to_hf(fairseq_state))
+        return encoder
+
+    def load_converted(self, centroids: torch.Tensor, hf_state: dict[str, torch.Tensor]) -> None:
+        missing, unexpected = self.hubert.load_state_dict(hf_state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"HuBERT weights do not fit the backbone: missing {missing[:4]}, "
+                                  f"unexpected {unexpected[:4]}")
+        if centroids.shape != self.W.shape:
+            raise CheckpointError(f"centroids have shape {tuple(centroids.shape)}, expected {tuple(self.W.shape)}")
+        self.W.data.copy_(centroids)
+
+    def features(self, wave: torch.Tensor) -> torch.Tensor:
+        """Last-layer HuBERT features (1, frames, hidden) for one (1, samples) waveform."""
+        return self.hubert(wave).last_hidden_state
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        """(1, L) -> (1, L/320, n_centroids) for L a multiple of 320."""
+        x = self.features(wave)
+        x = F.normalize(x, dim=1 if self.config.normalise_over_time else -1)
+        logits = F.linear(x, F.normalize(self.W, dim=1))
+        if self.config.replicate_last_frame:
+            logits = F.pad(logits.transpose(1, 2), (0, 1), mode="replicate").transpose(1, 2)
+        return logits
+
+    @torch.inference_mode()
+    def encode(self, waves: list[np.ndarray]) -> list[np.ndarray]:
+        """Float32 content per utterance, one utterance at a time (see the module doc)."""
+        return [self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))[None])[0].numpy() for w in waves]

@@ -1,0 +1,110 @@
+"""SSL-SAS soft content on transformers HubertModel, loaded from fairseq-layout weights."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, hf_hubert_to_fairseq, split_weight_norm
+from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, _plain_hubert
+
+TINY = SoftContentConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96, conv_channels=32,
+                         pos_conv_kernel=16, pos_conv_groups=4)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def random_fairseq_soft_model(config: SoftContentConfig, seed: int = 0):
+    """A randomly initialised HuBERT in fairseq's key layout (weight-norm pair and pretraining keys included)."""
+    torch.manual_seed(seed)
+    hubert = _plain_hubert(config)
+    for name, parameter in hubert.named_parameters():
+        if "layer_norm" in name:
+            parameter.data.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
+    fairseq = hf_hubert_to_fairseq(hubert.state_dict())
+    g, v = split_weight_norm(fairseq.pop("encoder.pos_conv.0.weight"), dim=2)
+    fairseq.update({"encoder.pos_conv.0.weight_g": g, "encoder.pos_conv.0.weight_v": v,
+                    "mask_emb": torch.rand(config.hidden_size), "label_embs_concat": torch.rand(504, 16)})
+    centroids = torch.randn(config.n_centroids, config.hidden_size)
+    state = {"W": centroids, **{f"ssl_model.{k}": t for k, t in fairseq.items()}}
+    return hubert, state
+
+
+def test_fairseq_key_names_are_the_published_ones():
+    _, state = random_fairseq_soft_model(TINY)
+    keys = set(state)
+    for expected in ["ssl_model.feature_extractor.conv_layers.0.0.weight",
+                     "ssl_model.feature_extractor.conv_layers.0.2.weight",
+                     "ssl_model.feature_extractor.conv_layers.6.0.weight",
+                     "ssl_model.layer_norm.weight", "ssl_model.post_extract_proj.weight",
+                     "ssl_model.encoder.pos_conv.0.weight_g", "ssl_model.encoder.pos_conv.0.weight_v",
+                     "ssl_model.encoder.pos_conv.0.bias", "ssl_model.encoder.layers.1.self_attn.k_proj.weight",
+                     "ssl_model.encoder.layers.1.self_attn.out_proj.bias",
+                     "ssl_model.encoder.layers.1.self_attn_layer_norm.weight", "ssl_model.encoder.layers.1.fc1.weight",
+                     "ssl_model.encoder.layers.1.fc2.bias", "ssl_model.encoder.layers.1.final_layer_norm.weight",
+                     "ssl_model.encoder.layer_norm.weight", "W"]:
+        assert expected in keys
+    assert not any("feature_extractor.conv_layers.1.2" in k or k.endswith("conv.bias") for k in keys)
+
+
+def test_soft_content_equals_ssl_sas_computation():
+    hubert, state = random_fairseq_soft_model(TINY)
+    encoder = SoftContentEncoder.from_ssl_sas_state(state).eval()
+    assert encoder.config == TINY
+    wave = torch.randn(1, 3200) * 0.1
+    with torch.no_grad():
+        x = hubert(wave).last_hidden_state
+        assert x.shape[1] == 3200 // 320 - 1
+        x = F.normalize(x)
+        expected = F.linear(x, F.normalize(state["W"]))
+        expected = F.pad(expected.transpose(1, 2), (0, 1), "replicate").transpose(1, 2)
+        got = encoder(wave)
+    assert got.shape == (1, 10, 200)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[0, -1], got[0, -2])
+    # Normalised over time: every feature channel of x has unit norm across frames.
+    torch.testing.assert_close(x.norm(dim=1), torch.ones(1, TINY.hidden_size))
+
+
+def test_per_frame_normalisation_flag_changes_the_quirk():
+    _, state = random_fairseq_soft_model(TINY)
+    per_frame = SoftContentEncoder.from_ssl_sas_state(state, normalise_over_time=False,
+                                                      replicate_last_frame=False)
+    content = per_frame.encode([np.random.default_rng(0).standard_normal(3200).astype(np.float32) * 0.1])[0]
+    assert content.shape == (9, 200)
+    assert np.all(np.abs(content) <= 1.0 + 1e-5)
+
+
+def test_encode_lengths_for_several_utterances():
+    _, state = random_fairseq_soft_model(TINY, seed=1)
+    encoder = SoftContentEncoder.from_ssl_sas_state(state)
+    rng = np.random.default_rng(1)
+    content = encoder.encode([rng.standard_normal(n).astype(np.float32) for n in (640, 4800, 16000)])
+    assert [c.shape for c in content] == [(2, 200), (15, 200), (50, 200)]
+    assert all(c.dtype == np.float32 for c in content)
+
+
+def test_converter_round_trip_and_errors():
+    hubert, state = random_fairseq_soft_model(TINY)
+    fairseq = {k[len("ssl_model."):]: v for k, v in state.items() if k.startswith("ssl_model.")}
+    converted = fairseq_hubert_to_hf(fairseq)
+    assert set(converted) == set(hubert.state_dict())
+    with pytest.raises(CheckpointError, match="unexpected keys.*decoder.weight"):
+        fairseq_hubert_to_hf({**fairseq, "decoder.weight": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match="'W'"):
+        SoftContentEncoder.from_ssl_sas_state({k: v for k, v in state.items() if k != "W"})
+
+
+@pytest.mark.slow
+def test_hubert_base_shapes_load_from_fairseq_layout():
+    _, state = random_fairseq_soft_model(SoftContentConfig())
+    encoder = SoftContentEncoder.from_ssl_sas_state(state)
+    assert encoder.config == SoftContentConfig()
+    assert encoder.encode([np.zeros(48000, dtype=np.float32) + 0.01])[0].shape == (150, 200)
