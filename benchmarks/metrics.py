@@ -6,7 +6,8 @@ Times, best of ``--repeats`` runs on the same synthetic scores:
 * the quantities voxanon and llreval both compute (ROCCH-EER, Cllr, min Cllr), each
   library on the same scores, with the ratio llreval / voxanon and the largest
   difference between their values;
-* the whole command, ``voxanon metrics --json``, on trials and score files of that size.
+* the whole command, ``voxanon metrics --json``, on trials and score files of that size,
+  and its parts (reading each file, pairing, metrics).
 
 Targets: the full JSON under 3 s, and no slower than llreval on the shared quantities.
 
@@ -22,6 +23,7 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import contextlib
+import gc
 import io
 import tempfile
 import time
@@ -30,10 +32,13 @@ from pathlib import Path
 import numpy as np
 from llreval.quick_eval import tarnon_2_eer_cllr_mincllr
 
+from voxanon.data_prep.corpus import read_trials
+from voxanon.data_prep.scores import read_scores
 from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.eval.eer import rocch_eer
+from voxanon.eval.scores import pair_trials_with_scores
 from voxanon.pipeline.cli import main as voxanon_main
-from voxanon.pipeline.commands.metrics import _STEPS, compute_metrics
+from voxanon.pipeline.commands.metrics import METRIC_STEPS, compute_metrics
 
 
 def best_time(function, repeats: int) -> tuple[float, object]:
@@ -75,7 +80,7 @@ def main() -> None:
     print(f"{args.trials} trials ({tar.size} target, {non.size} non-target), best of {args.repeats}, one thread")
 
     print("\nper metric:")
-    for name, function in _STEPS:
+    for name, function in METRIC_STEPS:
         seconds, _ = best_time(lambda: function(tar, non), args.repeats)
         print(f"  {name:16s} {seconds:7.3f} s")
     json_seconds, metrics = best_time(lambda: compute_metrics(tar, non), args.repeats)
@@ -94,7 +99,15 @@ def main() -> None:
         command = ["metrics", "--trials", str(trials_path), "--scores", str(scores_path), "--json"]
         with contextlib.redirect_stdout(io.StringIO()):
             cli_seconds, code = best_time(lambda: voxanon_main(command), args.repeats)
-    print(f"\nvoxanon metrics --json (reading both files included): {cli_seconds:.3f} s, exit code {code}")
+        # As in the command: the cyclic garbage collector is paused while reading.
+        gc.disable()
+        trials_seconds, trials = best_time(lambda: read_trials(trials_path), args.repeats)
+        scores_seconds, table = best_time(lambda: read_scores(scores_path), args.repeats)
+        pair_seconds, _ = best_time(lambda: pair_trials_with_scores(trials, table), args.repeats)
+        gc.enable()
+    print(f"\nvoxanon metrics --json, files to JSON: {cli_seconds:.3f} s (exit code {code}); of which")
+    print(f"  read_trials {trials_seconds:.3f} s, read_scores {scores_seconds:.3f} s, "
+          f"pairing {pair_seconds:.3f} s, metrics {json_seconds:.3f} s")
     print("\nJSON:", {key: (round(value, 6) if isinstance(value, float) else value) for key, value in metrics.items()})
 
 

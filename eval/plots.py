@@ -130,6 +130,7 @@ def zoo_figure(zoo: ZooCoordinates, *, quartiles: bool = True, title: str | None
         for quantile in (25, 75):
             axes.axvline(np.nanpercentile(x, quantile), color="grey", linewidth=0.6, linestyle="--")
             axes.axhline(np.nanpercentile(y, quantile), color="grey", linewidth=0.6, linestyle="--")
+    axes.ticklabel_format(useOffset=False)
     axes.set_xlabel("mean target LLR")
     axes.set_ylabel("mean non-target LLR")
     if title:

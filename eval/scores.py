@@ -6,6 +6,7 @@ that empty, single-class, NaN or infinite inputs fail with one clear message.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from voxanon.data_prep.corpus import Trial
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.scores import ScoreTable
+from voxanon.data_prep.scores import ScoreTable, repeated_pairs
 
 MAX_EXAMPLES = 5
 
@@ -69,24 +70,24 @@ def pair_trials_with_scores(trials: Sequence[Trial], table: ScoreTable, *,
     enrol = [trial.enrol_speaker for trial in trials]
     utts = [trial.test_utt for trial in trials]
     is_target = np.fromiter((trial.target for trial in trials), dtype=bool, count=len(trials))
-    trial_keys = list(zip(enrol, utts))
-    if len(set(trial_keys)) != len(trial_keys):
-        raise ScoreError(f"trials: {len(trial_keys) - len(set(trial_keys))} pair(s) listed more than once, "
-                         f"e.g. {_examples(_repeated(trial_keys))}")
+    repeated = repeated_pairs(enrol, utts)
+    if repeated:
+        raise ScoreError(f"trials: {len(repeated)} pair(s) listed more than once, "
+                         f"e.g. {_examples([(enrol[k], utts[k]) for k in repeated])}")
+    missing: list[tuple[str, str]] = []
+    unused: list[tuple[str, str]] = []
     if enrol == table.first and utts == table.second:
         # Score files are usually written in trial order: no lookup needed.
         scores = table.scores
-        missing: list[tuple[str, str]] = []
-        unused: list[tuple[str, str]] = []
         found = np.ones(len(trials), dtype=bool)
     else:
-        index = {key: row for row, key in enumerate(table.keys())}
-        rows = np.fromiter((index.get(key, -1) for key in trial_keys), dtype=np.int64, count=len(trial_keys))
+        index = {key: row for row, key in enumerate(zip(table.first, table.second))}
+        rows = np.fromiter(map(index.get, zip(enrol, utts), itertools.repeat(-1)), dtype=np.int64, count=len(enrol))
         found = rows >= 0
-        missing = [key for key, ok in zip(trial_keys, found.tolist()) if not ok]
-        used = set(rows[found].tolist())
-        unused = [key for row, key in enumerate(table.keys()) if row not in used] \
-            if len(used) != len(table) else []
+        missing = [(enrol[k], utts[k]) for k in np.flatnonzero(~found).tolist()]
+        used = np.zeros(len(table), dtype=bool)
+        used[rows[found]] = True
+        unused = [(table.first[k], table.second[k]) for k in np.flatnonzero(~used).tolist()]
         scores = table.scores[np.where(found, rows, 0)]
     if (missing or unused) and not allow_missing:
         problems = []
@@ -101,16 +102,6 @@ def pair_trials_with_scores(trials: Sequence[Trial], table: ScoreTable, *,
         raise ScoreError(f"scored trials: {tar.size} target and {non.size} non-target; "
                          "both classes are needed")
     return TrialScores(tar=tar, non=non, trials_without_score=missing, scores_without_trial=unused)
-
-
-def _repeated(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    seen: set[tuple[str, str]] = set()
-    repeated = []
-    for key in keys:
-        if key in seen:
-            repeated.append(key)
-        seen.add(key)
-    return repeated
 
 
 def _examples(keys: list[tuple[str, str]]) -> str:

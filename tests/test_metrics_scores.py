@@ -4,7 +4,7 @@ import pytest
 
 from voxanon.data_prep.corpus import Trial
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.scores import ScoreFileError, ScoreTable, read_scores, write_scores
+from voxanon.data_prep.scores import ScoreFileError, ScoreTable, read_scores, repeated_pairs, write_scores
 from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets, pair_trials_with_scores
 
 
@@ -87,3 +87,10 @@ def test_duplicate_trials_and_single_class_are_errors():
         pair_trials_with_scores(TRIALS[:2] + TRIALS[:1], table)
     with pytest.raises(ScoreError, match="0 non-target"):
         pair_trials_with_scores([TRIALS[0]], ScoreTable(["s1"], ["u1"], np.array([1.0])))
+
+
+def test_repeated_pairs_compares_exact_keys_after_hashing():
+    assert repeated_pairs(["a", "b", "a", "a"], ["x", "x", "x", "y"]) == [2]
+    assert repeated_pairs([], []) == []
+    # hash(-1) == hash(-2) in CPython: equal hashes, different pairs, nothing repeated.
+    assert repeated_pairs([-1, -2, -1], [0, 0, 0]) == [2]
