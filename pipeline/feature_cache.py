@@ -47,8 +47,9 @@ class ContentCache:
         if path is None:
             return
         if kind == "vector":
-            with atomic_path(path) as tmp:
-                np.save(tmp, np.asarray(value))
+            with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+                # A file object: given a name, np.save would append ".npy" to the temporary name.
+                np.save(handle, np.asarray(value))
         else:
             atomic_write_text(path, value)
 
