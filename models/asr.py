@@ -143,7 +143,7 @@ class WhisperASR:
         """Transcript of one 16 kHz mono utterance, decoded on its own."""
         samples = _checked_audio(audio)
         segments, _ = self._model.transcribe(samples, no_speech_threshold=None,
-                                                 **self._options(len(samples)))
+                                             **self._options(len(samples)))
         return "".join(segment.text for segment in segments).strip()
 
     def transcribe_many(self, audios: Sequence[np.ndarray], progress: bool = False) -> list[str]:
