@@ -45,7 +45,14 @@ METRICS = {
     "deid": MetricStyle("DeID", "similarity"),
     "gvd": MetricStyle("G_VD", "similarity"),
     "wer": MetricStyle("WER", "utility", implied_condition="asr"),
+    "wer_increase": MetricStyle("WER increase", "utility", implied_condition="asr"),
+    "wer_substitutions": MetricStyle("S", "utility", implied_condition="asr"),
+    "wer_deletions": MetricStyle("D", "utility", implied_condition="asr"),
+    "wer_insertions": MetricStyle("I", "utility", implied_condition="asr"),
+    "n_trials": MetricStyle("trials", "other"),
 }
+# Counts print as integers.
+COUNT_METRICS = frozenset({"n_trials", "wer_substitutions", "wer_deletions", "wer_insertions"})
 # The reference tools print ZEBRA numbers as %.3f, or %.e below 5e-4 (spec §6.3).
 ZEBRA_FORMATTED = frozenset({"zebra_dece", "zebra_worst_case"})
 VARIANT_ORDER = ("", "kaldi", "rocch", "speechbrain", "sweep")
@@ -92,6 +99,8 @@ def format_value(result: Result, digits: int | None = None) -> str:
         return "inf" if value > 0 else "-inf"
     if digits is None and result.metric in ZEBRA_FORMATTED:
         return format_zebra_value(value)
+    if result.metric in COUNT_METRICS and value.is_integer():
+        return f"{value:.0f}"
     places = DIGITS_BY_UNIT.get(result.unit, DEFAULT_DIGITS) if digits is None else digits
     return f"{value:.{places}f}"
 

@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s: %(message)s")
+    # faster-whisper logs every decoded window at INFO.
+    logging.getLogger("faster_whisper").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return int(args.run(args) or 0)
     except VoxanonError as error:
