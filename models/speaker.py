@@ -1,0 +1,117 @@
+"""Speaker encoders: speechbrain ECAPA-TDNN (SSL-SAS and spkrec-ecapa-voxceleb configs) and GE2E.
+
+ECAPA front end, as both published systems use it: speechbrain ``Fbank(n_mels=80)``
+(25 ms / 10 ms, 400-point FFT) -> sentence mean normalisation (``InputNormalization(
+norm_type='sentence', std_norm=False)``) -> ``ECAPA_TDNN`` -> 192-d vector.
+
+* SSL-SAS (``pretrained_models_anon_xv/ECAPA-TDNN/embedding_model.ckpt``): channels
+  512×4 and 1536, the raw ``fc`` output (no L2, no embedding normalisation).
+* ``speechbrain/spkrec-ecapa-voxceleb``: channels 1024×4 and 3072, plus
+  ``mean_var_norm_emb.ckpt`` (global mean subtraction, no std). speechbrain's
+  ``encode_batch`` applies it only with ``normalize=True``; ``embedding_mean_norm``
+  makes that choice explicit here.
+
+ECAPA's convolutions pad by reflection, so zero-padded batches would change the
+vectors: utterances are embedded one at a time (ECAPA is cheap next to HuBERT).
+GE2E (``resemblyzer``, bundled weights) is :class:`voxanon.models.ge2e.GE2EEncoder`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from voxanon.models.checkpoints import CheckpointError, safe_load
+
+EMBEDDING_FILE = "embedding_model.ckpt"
+EMBEDDING_NORM_FILE = "mean_var_norm_emb.ckpt"
+
+
+@dataclass(frozen=True)
+class EcapaConfig:
+    channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    lin_neurons: int = 192
+    n_mels: int = 80
+    kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    attention_channels: int = 128
+    res2net_scale: int = 8
+    se_channels: int = 128
+    embedding_mean_norm: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "EcapaConfig":
+        values = dict(values)
+        for key in ("channels", "kernel_sizes", "dilations"):
+            if key in values:
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SSL_SAS_ECAPA = EcapaConfig()
+SPKREC_ECAPA_VOXCELEB = EcapaConfig(channels=(1024, 1024, 1024, 1024, 3072), embedding_mean_norm=True)
+
+
+class EcapaEncoder(torch.nn.Module):
+    """16 kHz waveforms -> (n, lin_neurons) float32 speaker vectors."""
+
+    def __init__(self, config: EcapaConfig = SSL_SAS_ECAPA):
+        super().__init__()
+        from speechbrain.lobes.features import Fbank
+        from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
+        from speechbrain.processing.features import InputNormalization
+
+        self.config = config
+        self.fbank = Fbank(n_mels=config.n_mels)
+        self.mean_norm = InputNormalization(norm_type="sentence", std_norm=False)
+        self.embedding_model = ECAPA_TDNN(config.n_mels, lin_neurons=config.lin_neurons,
+                                          channels=list(config.channels), kernel_sizes=list(config.kernel_sizes),
+                                          dilations=list(config.dilations),
+                                          attention_channels=config.attention_channels,
+                                          res2net_scale=config.res2net_scale, se_channels=config.se_channels)
+        self.register_buffer("embedding_mean", torch.zeros(config.lin_neurons))
+        self.eval()
+
+    def load_embedding_state(self, state: dict[str, torch.Tensor], embedding_mean: torch.Tensor | None = None) -> None:
+        try:
+            self.embedding_model.load_state_dict(state)
+        except RuntimeError as error:
+            raise CheckpointError(f"ECAPA weights do not fit channels {list(self.config.channels)}: "
+                                  f"{str(error).splitlines()[0]}") from None
+        if self.config.embedding_mean_norm:
+            if embedding_mean is None:
+                raise CheckpointError(f"this ECAPA config needs {EMBEDDING_NORM_FILE} (embedding mean)")
+            self.embedding_mean.copy_(embedding_mean.reshape(-1))
+
+    @classmethod
+    def from_directory(cls, directory: str | Path, config: EcapaConfig = SSL_SAS_ECAPA) -> "EcapaEncoder":
+        """A speechbrain model folder (``embedding_model.ckpt``, optionally ``mean_var_norm_emb.ckpt``)."""
+        directory = Path(directory)
+        encoder = cls(config)
+        mean = None
+        if config.embedding_mean_norm:
+            stats = safe_load(directory / EMBEDDING_NORM_FILE)
+            if "glob_mean" not in stats:
+                raise CheckpointError(f"{directory / EMBEDDING_NORM_FILE}: no 'glob_mean' entry")
+            mean = stats["glob_mean"]
+        encoder.load_embedding_state(safe_load(directory / EMBEDDING_FILE), mean)
+        return encoder
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        """(1, samples) -> (1, lin_neurons)."""
+        feats = self.fbank(wave)
+        feats = self.mean_norm(feats, torch.ones(1))
+        embedding = self.embedding_model(feats, torch.ones(1))[:, 0]
+        return embedding - self.embedding_mean if self.config.embedding_mean_norm else embedding
+
+    @torch.inference_mode()
+    def embed(self, waves: list[np.ndarray]) -> np.ndarray:
+        if not waves:
+            return np.zeros((0, self.config.lin_neurons), dtype=np.float32)
+        return np.stack([self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))[None])[0].numpy()
+                         for w in waves]).astype(np.float32)
