@@ -18,6 +18,7 @@ Conversions:
 """
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from pathlib import Path
@@ -245,3 +246,101 @@ def hf_hubert_to_fairseq(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 def split_weight_norm(weight: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight_g, weight_v) with ``torch.nn.utils.weight_norm``'s shapes, for writing old-layout files."""
     return _norm_except_dim(weight, dim), weight.clone()
+
+
+# SSL-SAS model set: import from the release, or random weights with the published shapes ------------
+
+SSL_SAS_VOCODER_DIR = "HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze"
+
+
+def _ssl_sas_configs(size: str) -> dict:
+    from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig
+    from voxanon.models.hubert import SoftContentConfig
+    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaConfig
+
+    if size == "full":
+        generator, content, speaker = GeneratorConfig(), SoftContentConfig(), SSL_SAS_ECAPA
+    elif size == "tiny":
+        generator = GeneratorConfig(upsample_initial_channel=32)
+        content = SoftContentConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96,
+                                    conv_channels=32, pos_conv_kernel=16, pos_conv_groups=4)
+        speaker = EcapaConfig(channels=(32, 32, 32, 32, 96), attention_channels=16, se_channels=16, res2net_scale=4)
+    else:
+        raise VoxanonError(f"model size must be 'full' or 'tiny', got {size!r}")
+    return {"sample_rate": 16000, "generator": generator.to_dict(), "layout": ConditioningLayout().to_dict(),
+            "content": content.to_dict(), "speaker": speaker.to_dict()}
+
+
+def random_ssl_sas(size: str = "full", seed: int = 0) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """SSL-SAS components with random weights: ``full`` has the published shapes, ``tiny`` is for tests."""
+    from voxanon.models.hifigan import GeneratorConfig, HifiganGenerator
+    from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder
+    from voxanon.models.speaker import EcapaConfig, EcapaEncoder
+
+    config = _ssl_sas_configs(size)
+    torch.manual_seed(seed)
+    generator = HifiganGenerator(GeneratorConfig.from_dict(config["generator"]))
+    content = SoftContentEncoder(SoftContentConfig.from_dict(config["content"]))
+    content.W.data.normal_()
+    speaker = EcapaEncoder(EcapaConfig.from_dict(config["speaker"]))
+    components = {"generator": generator.state_dict(), "content": content.state_dict(),
+                  "speaker": speaker.embedding_model.state_dict()}
+    return components, config
+
+
+def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = None) -> tuple[dict, dict]:
+    """Components and config from the unpacked ``pretrained_models_anon_xv`` release.
+
+    The vocoder is the lexicographically last ``g_*`` in ``HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze``
+    (as SSL-SAS ``inference.py`` picks it). Its ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and
+    ``xv_model.*`` (ECAPA) are used; if a ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and
+    ``ECAPA-TDNN/embedding_model.ckpt`` are read instead. ``hubert_base_ls960.pt``, when given, is
+    checked to be a fairseq HuBERT whose shapes match. Every component is loaded strictly into our
+    modules before anything is written.
+    """
+    from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+    from voxanon.models.hubert import SoftContentEncoder
+    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaEncoder
+
+    release = Path(release_dir)
+    vocoder_dir = release / SSL_SAS_VOCODER_DIR
+    candidates = sorted(vocoder_dir.glob("g_*"))
+    if not candidates:
+        raise CheckpointError(f"no g_* vocoder checkpoint in {vocoder_dir} (is {release} the unpacked "
+                              "pretrained_models_anon_xv release?)")
+    parts = split_ssl_sas_generator(safe_load(candidates[-1]), str(candidates[-1]))
+    config_path = vocoder_dir / "config.json"
+    published = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    defaults = {k: v for k, v in GeneratorConfig().to_dict().items() if k != "in_channels"}
+    if not {"in_channels", "model_in_dim", "num_mels"} & set(published):
+        published["in_channels"] = GeneratorConfig().in_channels
+    generator_config = GeneratorConfig.from_dict({**defaults, **published})
+    content_state = parts["content"] or safe_load(release / "HuBERT_soft" / "soft_model.pt")
+    speaker_state = parts["speaker"] or safe_load(release / "ECAPA-TDNN" / "embedding_model.ckpt")
+
+    generator = HifiganGenerator(generator_config)
+    try:
+        generator.load_state_dict(parts["generator"])
+    except RuntimeError as error:
+        raise CheckpointError(f"{candidates[-1]}: generator shapes do not match its config: "
+                              f"{str(error).splitlines()[0]}") from None
+    Vocoder(generator, ConditioningLayout())
+    content = SoftContentEncoder.from_ssl_sas_state(content_state)
+    if hubert_path is not None:
+        base = safe_load(hubert_path)
+        if not isinstance(base, dict) or "model" not in base:
+            raise CheckpointError(f"{hubert_path}: not a fairseq checkpoint (no 'model' entry)")
+        hf_base = fairseq_hubert_to_hf(base["model"])
+        mismatched = [k for k, v in content.hubert.state_dict().items()
+                      if k not in hf_base or hf_base[k].shape != v.shape]
+        if mismatched:
+            raise CheckpointError(f"{hubert_path}: HuBERT shapes differ from the vocoder's content model "
+                                  f"({mismatched[:3]})")
+    speaker = EcapaEncoder(SSL_SAS_ECAPA)
+    speaker.load_embedding_state(speaker_state)
+    config = {"sample_rate": 16000, "generator": generator_config.to_dict(),
+              "layout": ConditioningLayout().to_dict(), "content": content.config.to_dict(),
+              "speaker": SSL_SAS_ECAPA.to_dict()}
+    components = {"generator": generator.state_dict(), "content": content.state_dict(),
+                  "speaker": speaker.embedding_model.state_dict()}
+    return components, config

@@ -93,4 +93,6 @@ class McAdamsStage(Stage):
                             win_ms=self.win_ms, shift_ms=self.shift_ms)
 
 
-STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (McAdamsStage,)}
+from voxanon.pipeline.neural_stages import NEURAL_STAGES  # noqa: E402 (neural stages subclass Stage)
+
+STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (McAdamsStage, *NEURAL_STAGES)}

@@ -1,0 +1,127 @@
+"""The models directory: installed model sets in our own format, with a sha256 manifest.
+
+Layout: ``$VOXANON_HOME/models/<set>/`` (``$VOXANON_HOME`` defaults to
+``~/.cache/voxanon``) holding one ``<component>.safetensors`` per component, a
+``config.json`` with every component's configuration, and ``manifest.json``::
+
+    {"name": "ssl-sas", "random": false, "source": "...", "components": [...],
+     "files": {"generator.safetensors": "<sha256>", ...}}
+
+A set imported with ``--random-init`` has ``"random": true``; every command that
+loads it logs a loud warning. safetensors holds tensors only, so loading runs no code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.errors import VoxanonError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+CONFIG = "config.json"
+INSTALL_COMMANDS = {
+    "ssl-sas": "voxanon models import ssl-sas DIR (the unpacked pretrained_models_anon_xv release), "
+               "or voxanon models import ssl-sas --random-init for plumbing tests",
+}
+
+
+class ModelNotInstalledError(VoxanonError):
+    """A model set, or one of its files, is not in the models directory."""
+
+
+def voxanon_home() -> Path:
+    return Path(os.environ.get("VOXANON_HOME") or Path.home() / ".cache" / "voxanon")
+
+
+def models_dir() -> Path:
+    return voxanon_home() / "models"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ModelSet:
+    name: str
+    path: Path
+    manifest: dict
+    config: dict
+
+    @property
+    def random(self) -> bool:
+        return bool(self.manifest.get("random"))
+
+    def tensors(self, component: str) -> dict[str, torch.Tensor]:
+        from safetensors.torch import load_file
+
+        return load_file(self.path / f"{component}.safetensors")
+
+
+def write_model_set(name: str, components: dict[str, dict[str, torch.Tensor]], config: dict, *, source: str,
+                    random: bool, root: Path | None = None) -> Path:
+    """Write (or replace) a model set; the manifest is written last, so a set without one is incomplete."""
+    from safetensors.torch import save_file
+
+    target = (root or models_dir()) / name
+    target.mkdir(parents=True, exist_ok=True)
+    stale = target / MANIFEST
+    if stale.exists():
+        stale.unlink()
+    files = {}
+    for component, state in components.items():
+        path = target / f"{component}.safetensors"
+        with atomic_path(path) as tmp:
+            save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+        files[path.name] = _sha256(path)
+    atomic_write_text(target / CONFIG, json.dumps(config, indent=2) + "\n")
+    files[CONFIG] = _sha256(target / CONFIG)
+    manifest = {"name": name, "random": random, "source": source, "components": sorted(components), "files": files}
+    atomic_write_text(target / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return target
+
+
+def installed(root: Path | None = None) -> dict[str, dict]:
+    """Manifests of the complete model sets in the models directory."""
+    root = root or models_dir()
+    if not root.is_dir():
+        return {}
+    sets = {}
+    for folder in sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()):
+        sets[folder.name] = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    return sets
+
+
+def load_model_set(name: str, root: Path | None = None, verify: bool = True) -> ModelSet:
+    """An installed set, its files checked against the manifest's sha256 sums."""
+    folder = (root or models_dir()) / name
+    how = INSTALL_COMMANDS.get(name, f"voxanon models import {name} ...")
+    if not (folder / MANIFEST).is_file():
+        raise ModelNotInstalledError(f"model set {name!r} is not installed ({folder / MANIFEST} missing); "
+                                     f"install it with: {how}")
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    for filename, digest in manifest["files"].items():
+        path = folder / filename
+        if not path.is_file():
+            raise ModelNotInstalledError(f"model set {name!r}: {path} is missing; reinstall with: {how}")
+        if verify and _sha256(path) != digest:
+            raise ModelNotInstalledError(f"model set {name!r}: {path} does not match its manifest checksum; "
+                                         f"reinstall with: {how}")
+    if manifest.get("random"):
+        log.warning("MODEL SET %r HAS RANDOM WEIGHTS (imported with --random-init): its output is noise, "
+                    "useful only to test plumbing and speed", name)
+    config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    return ModelSet(name, folder, manifest, config)
