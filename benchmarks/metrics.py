@@ -38,7 +38,7 @@ from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.eval.eer import rocch_eer
 from voxanon.eval.scores import pair_trials_with_scores
 from voxanon.pipeline.cli import main as voxanon_main
-from voxanon.pipeline.commands.metrics import METRIC_STEPS, compute_metrics
+from voxanon.eval.summary import METRIC_STEPS, compute_metrics
 
 
 def best_time(function, repeats: int) -> tuple[float, object]:

@@ -48,7 +48,7 @@ class DataDirError(VoxanonError):
         super().__init__(f"{where}: {len(problems)} problem(s):\n  " + "\n  ".join(shown) + more)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Trial:
     enrol_speaker: str
     test_utt: str

@@ -217,7 +217,7 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
     objects (``asr`` may be None); ``cache`` their :class:`ContentCache`.
     """
     from voxanon.eval.similarity import similarity_matrices
-    from voxanon.pipeline.commands.metrics import compute_metrics
+    from voxanon.eval.summary import compute_metrics
 
     asv = protocol.get("asv", {})
     conditions = asv.get("conditions", list(ASV_CONDITIONS))

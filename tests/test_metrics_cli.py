@@ -9,7 +9,7 @@ from voxanon.eval.eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
 from voxanon.eval.linkability import linkability
 from voxanon.eval.zebra import zebra
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.commands.metrics import JSON_KEYS
+from voxanon.eval.summary import JSON_KEYS
 
 
 @pytest.fixture()

@@ -10,44 +10,15 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm import tqdm
 
 from voxanon.data_prep.corpus import read_trials
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.scores import read_scores
-from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.eval.eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
-from voxanon.eval.linkability import linkability
 from voxanon.eval.scores import pair_trials_with_scores
-from voxanon.eval.zebra import format_zebra_value, zebra
+from voxanon.eval.summary import compute_metrics
+from voxanon.eval.zebra import format_zebra_value
 
 log = logging.getLogger(__name__)
-
-JSON_KEYS = ("n_target", "n_nontarget", "eer_rocch", "eer_kaldi", "eer_speechbrain", "eer_sweep",
-             "cllr", "min_cllr", "linkability", "zebra_dece", "zebra_worst_case", "zebra_tag")
-# Each JSON quantity and how it is computed; "zebra" yields the three zebra_* keys.
-METRIC_STEPS = (
-    ("eer_rocch", lambda tar, non: 100.0 * rocch_eer(tar, non)),
-    ("eer_kaldi", lambda tar, non: 100.0 * kaldi_eer(tar, non)),
-    ("eer_speechbrain", lambda tar, non: 100.0 * speechbrain_eer(tar, non)),
-    ("eer_sweep", lambda tar, non: 100.0 * sweep_eer(tar, non)),
-    ("cllr", cllr),
-    ("min_cllr", min_cllr),
-    ("linkability", linkability),
-    ("zebra", zebra),
-)
-
-
-def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False) -> dict[str, object]:
-    """Every metric of the JSON output: EERs in %, Cllr and D_ECE in bits, worst case in log10."""
-    metrics: dict[str, object] = {"n_target": int(np.size(tar)), "n_nontarget": int(np.size(non))}
-    steps = tqdm(METRIC_STEPS, desc="metrics", unit="metric", disable=None if progress else True, leave=False)
-    for name, function in steps:
-        metrics[name] = function(tar, non)
-    result = metrics.pop("zebra")
-    metrics.update(zebra_dece=result.dece_bits, zebra_worst_case=result.worst_case_log10, zebra_tag=result.tag)
-    return {key: metrics[key] for key in JSON_KEYS}
-
 
 def format_report(metrics: dict[str, object], trials: Path, scores: Path) -> str:
     """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named."""
