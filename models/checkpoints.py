@@ -18,6 +18,7 @@ Conversions:
 """
 from __future__ import annotations
 
+import _compat_pickle
 import json
 import pickle
 import re
@@ -76,13 +77,12 @@ _SAFE_GLOBALS = {
 }
 
 
-_PYTHON2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
-"""torch.save writes pickle protocol 2, which names these modules the Python 2 way."""
-
-
 class _AllowListUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        module = _PYTHON2_MODULES.get(module, module)
+        # torch.save writes pickle protocol 2, which names globals the Python 2 way (``__builtin__``).
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) in _SAFE_GLOBALS:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -300,7 +300,7 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
     """
     from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
     from voxanon.models.hubert import SoftContentEncoder
-    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaEncoder
+    from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
     release = Path(release_dir)
     vocoder_dir = release / SSL_SAS_VOCODER_DIR
@@ -336,11 +336,11 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
         if mismatched:
             raise CheckpointError(f"{hubert_path}: HuBERT shapes differ from the vocoder's content model "
                                   f"({mismatched[:3]})")
-    speaker = EcapaEncoder(SSL_SAS_ECAPA)
+    speaker = EcapaEncoder(EcapaConfig.from_state(speaker_state))
     speaker.load_embedding_state(speaker_state)
     config = {"sample_rate": 16000, "generator": generator_config.to_dict(),
               "layout": ConditioningLayout().to_dict(), "content": content.config.to_dict(),
-              "speaker": SSL_SAS_ECAPA.to_dict()}
+              "speaker": speaker.config.to_dict()}
     components = {"generator": generator.state_dict(), "content": content.state_dict(),
                   "speaker": speaker.embedding_model.state_dict()}
     return components, config

@@ -52,6 +52,23 @@ class EcapaConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor], embedding_mean_norm: bool = False) -> "EcapaConfig":
+        """Channel sizes read off an ECAPA_TDNN state dict (kernels and dilations are the standard ones)."""
+        try:
+            blocks = {k.split(".")[4] for k in state if k.startswith("blocks.1.res2net_block.blocks.")}
+            return cls(channels=tuple(int(state[f"blocks.{i}.conv.conv.weight" if i == 0 else
+                                               f"blocks.{i}.tdnn1.conv.conv.weight"].shape[0]) for i in range(4))
+                       + (int(state["mfa.conv.conv.weight"].shape[0]),),
+                       lin_neurons=int(state["fc.conv.weight"].shape[0]),
+                       n_mels=int(state["blocks.0.conv.conv.weight"].shape[1]),
+                       attention_channels=int(state["asp.tdnn.conv.conv.weight"].shape[0]),
+                       res2net_scale=len(blocks) + 1,
+                       se_channels=int(state["blocks.1.se_block.conv1.conv.weight"].shape[0]),
+                       embedding_mean_norm=embedding_mean_norm)
+        except KeyError as error:
+            raise CheckpointError(f"not a speechbrain ECAPA_TDNN state dict (missing {error})") from None
+
 
 SSL_SAS_ECAPA = EcapaConfig()
 SPKREC_ECAPA_VOXCELEB = EcapaConfig(channels=(1024, 1024, 1024, 1024, 3072), embedding_mean_norm=True)

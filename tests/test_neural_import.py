@@ -1,0 +1,103 @@
+"""``voxanon models import ssl-sas DIR`` on a synthetic release written in the published layout."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
+
+from tests.reference_hifigan import Generator as ReferenceGenerator
+from tests.test_neural_hubert import TINY as TINY_CONTENT
+from tests.test_neural_hubert import random_fairseq_soft_model
+from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, import_ssl_sas
+from voxanon.models.registry import load_model_set
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.stages import STAGES
+
+load_ssl_sas_models = __import__(STAGES["content"].__module__, fromlist=["x"]).load_ssl_sas_models
+
+GENERATOR_JSON = {"resblock": "1", "num_gpus": 0, "batch_size": 32, "learning_rate": 0.0002,
+                  "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
+                  "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7, 11],
+                  "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "model_in_dim": 393,
+                  "num_mels": 80, "segment_size": 8960, "sampling_rate": 16000}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_release(root, *, embed_submodels: bool = True, payload=None):
+    torch.manual_seed(7)
+    generator = ReferenceGenerator(GENERATOR_JSON, 393)
+    _, content_state = random_fairseq_soft_model(TINY_CONTENT, seed=2)
+    ecapa = ECAPA_TDNN(80, channels=[32, 32, 32, 32, 96], attention_channels=16, se_channels=16, res2net_scale=4)
+    state = dict(generator.state_dict())
+    if embed_submodels:
+        state.update({f"latent_encoder.{k}": v for k, v in content_state.items()})
+        state.update({f"xv_model.{k}": v for k, v in ecapa.state_dict().items()})
+    vocoder_dir = root / "HiFi-GAN" / "libri_tts_clean_100_fbank_xv_ssl_freeze"
+    vocoder_dir.mkdir(parents=True)
+    (vocoder_dir / "config.json").write_text(json.dumps(GENERATOR_JSON))
+    checkpoint = {"generator": state}
+    if payload is not None:
+        checkpoint["payload"] = payload
+    torch.save({"generator": {}}, vocoder_dir / "g_00050000")
+    torch.save(checkpoint, vocoder_dir / "g_00100000")
+    (root / "HuBERT_soft").mkdir()
+    torch.save(content_state, root / "HuBERT_soft" / "soft_model.pt")
+    (root / "ECAPA-TDNN").mkdir()
+    torch.save(ecapa.state_dict(), root / "ECAPA-TDNN" / "embedding_model.ckpt")
+    return generator.eval(), content_state, ecapa.eval()
+
+
+def test_release_imports_and_reproduces_the_generator(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    reference, _, ecapa = write_release(tmp_path / "release")
+    assert main(["models", "import", "ssl-sas", str(tmp_path / "release")]) == 0
+    model_set = load_model_set("ssl-sas")
+    assert not model_set.random and model_set.config["speaker"]["channels"] == [32, 32, 32, 32, 96]
+    content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
+    frames = torch.randn(1, 393, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(vocoder.generator(frames), reference(frames), atol=1e-5, rtol=0)
+        for key, value in ecapa.state_dict().items():
+            torch.testing.assert_close(speaker.embedding_model.state_dict()[key], value)
+    assert content.encode([np.zeros(3200, dtype=np.float32) + 0.01])[0].shape == (10, 200)
+
+
+def test_separate_files_are_used_when_g_lacks_submodels(tmp_path):
+    write_release(tmp_path, embed_submodels=False)
+    components, config = import_ssl_sas(tmp_path)
+    assert config["content"]["hidden_size"] == TINY_CONTENT.hidden_size
+    assert "W" in components["content"] and "fc.conv.weight" in components["speaker"]
+
+
+def test_hubert_base_file_must_match(tmp_path):
+    _, content_state, _ = write_release(tmp_path)
+    fairseq = {k[len("ssl_model."):]: v for k, v in content_state.items() if k.startswith("ssl_model.")}
+    torch.save({"args": argparse.Namespace(arch="hubert"), "model": fairseq}, tmp_path / "hubert_base_ls960.pt")
+    import_ssl_sas(tmp_path, tmp_path / "hubert_base_ls960.pt")
+    fairseq["post_extract_proj.weight"] = torch.zeros(5, 5)
+    torch.save({"args": argparse.Namespace(arch="hubert"), "model": fairseq}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="shapes differ"):
+        import_ssl_sas(tmp_path, tmp_path / "other.pt")
+
+
+class Payload:
+    def __reduce__(self):
+        import subprocess
+        return subprocess.call, (["true"],)
+
+
+def test_malicious_release_is_refused(tmp_path):
+    write_release(tmp_path, payload=Payload())
+    with pytest.raises(UnsafeCheckpointError, match="subprocess.call"):
+        import_ssl_sas(tmp_path)
