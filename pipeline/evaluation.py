@@ -41,6 +41,8 @@ class EvaluationSet:
     trials: DataDir
     anon_enroll: DataDir | None = None
     anon_trials: DataDir | None = None
+    # A second anonymisation of the trials with another seed: the adversary-calibration extension (C_ECE).
+    anon_trials_run2: DataDir | None = None
 
     @property
     def enroll_utts(self) -> list[str]:
@@ -255,6 +257,12 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             metrics = compute_metrics(tar, non)
             results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants)
             kept.append(SetScores(evaluation.name, scored_system, condition, tar, non))
+        by_condition = {s.condition: s for s in kept if s.set_name == evaluation.name}
+        if protocol.get("relative"):
+            results += _relative_results(evaluation.name, system, by_condition)
+        if protocol.get("adversary_calibration") and evaluation.anon_trials_run2 is not None and "o-a" in by_condition:
+            results += _calibration_distortion_results(evaluation, system, embedder, cache, vectors["o"]["enroll"],
+                                                       utt2spk, by_condition["o-a"], missing, failures)
         if protocol.get("similarity") and "a" in vectors:
             tests_o, tests_a = vectors["o"]["test"], vectors["a"]["test"]
             found = similarity_matrices(pair_score_table(tests_o, tests_o), pair_score_table(tests_o, tests_a),
@@ -292,3 +300,48 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
     if "o" in rates and "a" in rates:
         rows.append(Result(evaluation.name, system, "asr", "wer_increase", asr.tag, rates["a"] - rates["o"], "%"))
     return rows
+
+
+def _relative_results(set_name: str, system: str, scores: dict[str, SetScores]) -> list[Result]:
+    """Spec §6.6: DeID-style percentages (OP against OO) and gains in dB (PP against OO)."""
+    from voxanon.eval.cllr import min_cllr
+    from voxanon.eval.zebra import (dece_deidentification_percent, dece_gain_db, expected_disclosure,
+                                    min_cllr_deidentification_percent, min_cllr_gain_db)
+
+    if "o-o" not in scores:
+        return []
+    summary = {c: (expected_disclosure(s.tar, s.non), min_cllr(s.tar, s.non)) for c, s in scores.items()}
+    oo_dece, oo_cmin = summary["o-o"]
+    rows = []
+    if "o-a" in summary:
+        rows += [Result(set_name, system, "o-a", "dece_relative", "OP/OO",
+                        dece_deidentification_percent(summary["o-a"][0], oo_dece), "%"),
+                 Result(set_name, system, "o-a", "min_cllr_relative", "OP/OO",
+                        min_cllr_deidentification_percent(summary["o-a"][1], oo_cmin), "%")]
+    if "a-a" in summary:
+        rows += [Result(set_name, system, "a-a", "dece_gain", "PP/OO", dece_gain_db(summary["a-a"][0], oo_dece), "dB"),
+                 Result(set_name, system, "a-a", "min_cllr_gain", "PP/OO",
+                        min_cllr_gain_db(summary["a-a"][1], oo_cmin), "dB")]
+    return rows
+
+
+def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embedder, cache,
+                                    enrolment_vectors: dict, utt2spk: dict, first_run: SetScores,
+                                    missing: set[str], failures: dict[str, str]) -> list[Result]:
+    """C_ECE (spec §6.5): calibrate run 2's o-a scores with maps fitted on run 1's."""
+    from voxanon.eval.zebra import calibration_distortion
+
+    run2 = evaluation.anon_trials_run2
+    tests = embedder.run(_files(run2, [u for u in evaluation.test_utts if u not in missing]), cache,
+                         f"{evaluation.name} a (run 2) trials")
+    failures.update({f"{evaluation.name}:a2:{k}": v for k, v in embedder.failures.items()})
+    embedder.failures.clear()
+    enrolment = speaker_enrolment(enrolment_vectors, evaluation.enroll_utts, utt2spk)
+    tar, non, _ = cosine_trial_scores(enrolment, tests, evaluation.trials.trials)
+    rows = []
+    for method in ("linear", "isotonic"):
+        found = calibration_distortion(first_run.tar, first_run.non, tar, non, method=method)
+        rows += [Result(evaluation.name, system, "o-a", "cece", method, found.cece_bits, "bits"),
+                 Result(evaluation.name, system, "o-a", "cece_cllr", method, found.cllr_bits, "bits")]
+    return rows
+

@@ -15,7 +15,7 @@ import yaml
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.stages import STAGES, Stage, Utterance
 
-RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages"}
+RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages", "stochastic"}
 
 
 def _recipe_dir(kind: str = "systems"):
@@ -108,6 +108,11 @@ class System:
     @property
     def batch_size(self) -> int:
         return max(1, int(self.config.get("batch_size", 1)))
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether two runs with different seeds differ (B2r's drawn alpha, B1's random target)."""
+        return bool(self.config.get("stochastic", False))
 
     @property
     def needs_gender(self) -> bool:

@@ -104,3 +104,23 @@ def test_unknown_layout_is_a_clear_error(tmp_path):
     from voxanon.pipeline.evaluation import discover_sets
     with pytest.raises(VoxanonError, match="VoicePrivacy-layout sets"):
         discover_sets(tmp_path)
+
+
+def test_seed_table2_relative_versions_and_calibration_distortion(small_demo, benchmark_run, tmp_path):
+    out = tmp_path / "table2"
+    assert main(["benchmark", "--systems", "b2,b2r", "--data", str(small_demo), "--out", str(out),
+                 "--protocol", "seed-table2", "--cache", str(benchmark_run / "cache"), "--workers", "1"]) == 0
+    results = from_json((out / "results.json").read_text())
+    assert (out / "anon" / "small_b2r_run2" / "wav.scp").is_file()
+    assert not (out / "anon" / "small_b2_run2").exists(), "B2 is deterministic: no second run"
+    for method in ("linear", "isotonic"):
+        assert np.isfinite(_value(results, "b2r", "o-a", "cece", method))
+        assert not [r for r in results if r.system == "b2" and r.metric == "cece"]
+    dece = {c: _value(results, s, c, "zebra_dece") for s, c in (("original", "o-o"), ("b2", "o-a"))}
+    assert _value(results, "b2", "o-a", "dece_relative", "OP/OO") == pytest.approx(
+        100 * (1 - dece["o-a"] / dece["o-o"]))
+    assert np.isfinite(_value(results, "b2r", "a-a", "min_cllr_gain", "PP/OO"))
+    run2 = read_data_dir(out / "anon" / "small_b2r_run2")
+    run1 = read_data_dir(out / "anon" / "small_b2r")
+    utt = run1.utterances[0]
+    assert run1.audio_path(utt).read_bytes() != run2.audio_path(utt).read_bytes()

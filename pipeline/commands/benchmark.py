@@ -11,7 +11,7 @@ from voxanon.pipeline.commands.evaluate import (add_evaluation_arguments, cache_
                                                 make_embedder, make_transcriber, print_table, write_outputs)
 from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, discover_sets, evaluate_sets
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems import build_system, load_system_config
 
 
 def add_parser(subparsers) -> None:
@@ -29,22 +29,30 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int) -> list[EvaluationSet]:
-    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work)."""
-    config = load_system_config(system)
-    done: dict[str, DataDir] = {}
+def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int,
+                             second_run: bool = False) -> list[EvaluationSet]:
+    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work).
 
-    def anonymised(data: DataDir) -> DataDir:
-        key = str(data.path)
+    With ``second_run`` a stochastic system also anonymises the trials again with the next
+    seed (``<set>_<system>_run2``), for the adversary-calibration extension.
+    """
+    config = load_system_config(system)
+    done: dict[tuple[str, str], DataDir] = {}
+
+    def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
+        key = (str(data.path), suffix)
         if key not in done:
-            result = anonymise_set(data, config, out / f"{data.name}_{system}", workers=workers)
+            result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers)
             if not result.ok:
                 raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
                                    f"see {result.out_dir / 'failures.tsv'}")
             done[key] = read_data_dir(result.out_dir)
         return done[key]
 
-    return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll), anonymised(s.trials)) for s in sets]
+    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"])
+              if second_run and build_system(config).stochastic else None)
+    return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll, config, ""), anonymised(s.trials, config, ""),
+                          anonymised(s.trials, second, "_run2") if second else None) for s in sets]
 
 
 def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
@@ -54,7 +62,8 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
     transcriber = make_transcriber(protocol.get("asr"))
     merged = Evaluation([], [], {}, {}, 0)
     for system in systems:
-        anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers)
+        anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers,
+                                              second_run=bool(protocol.get("adversary_calibration")))
         found = evaluate_sets(anonymised, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
                               allow_missing=allow_missing)
         known = {(r.set, r.system, r.condition, r.metric, r.variant) for r in merged.results}

@@ -21,7 +21,7 @@ def default_cache_dir() -> Path:
 
 def load_protocol(name: str, overrides: list[str] = ()) -> dict:
     protocol = read_recipe("protocols", name, overrides)
-    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr"}
+    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr", "relative", "adversary_calibration"}
     if unknown:
         raise VoxanonError(f"protocol {protocol['name']!r}: unknown setting(s) {sorted(unknown)}")
     return protocol
@@ -62,7 +62,7 @@ def make_transcriber(spec: str | None) -> CachedComputation | None:
 
 def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict[str, str]) -> Path:
     """results.json/.csv/.md, plots/ and report.html; returns the report's path."""
-    from voxanon.eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure
+    from voxanon.eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure, zoo_figure
     from voxanon.eval.report import write_report
 
     plots = out_dir / "plots"
@@ -76,8 +76,12 @@ def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict
             paths = save_figure(det_figure(systems), plots / f"{set_name}_det")
             figures.append((f"{set_name}: DET curves per condition", paths[0]))
     for set_name, matrices in sorted(evaluation.similarity.items()):
-        paths = save_figure(similarity_figure(matrices), plots / f"{set_name}_similarity")
+        stem = set_name.replace(" ", "_")
+        paths = save_figure(similarity_figure(matrices), plots / f"{stem}_similarity")
         figures.append((f"{set_name}: voice similarity matrices M_OO, M_OP, M_PP", paths[0]))
+        for setting, matrix in (("OO", matrices.oo), ("PP", matrices.pp)):
+            paths = save_figure(zoo_figure(matrix.zoo(), title=f"{set_name} {setting}"), plots / f"{stem}_zoo_{setting}")
+            figures.append((f"{set_name}: zoo plot in the {setting} setting", paths[0]))
     return write_report(out_dir, evaluation.results, figures, title, notes=notes)
 
 
