@@ -50,6 +50,7 @@ METRICS = {
     "cece_cllr": MetricStyle("Cllr calibrated", "zebra"),
     "deid": MetricStyle("DeID", "similarity"),
     "gvd": MetricStyle("G_VD", "similarity"),
+    "pitch_correlation": MetricStyle("rho_F0", "similarity"),
     "wer": MetricStyle("WER", "utility", implied_condition="asr"),
     "wer_increase": MetricStyle("WER increase", "utility", implied_condition="asr"),
     "wer_substitutions": MetricStyle("S", "utility", implied_condition="asr"),

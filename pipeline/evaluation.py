@@ -270,6 +270,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             matrices[evaluation.name] = found
             results += [Result(evaluation.name, system, "o-a", "deid", "", 100.0 * found.deid, "%"),
                         Result(evaluation.name, system, "a-a", "gvd", "", found.gvd_db, "dB")]
+        if protocol.get("pitch_correlation") and evaluation.anon_trials is not None:
+            results += _pitch_results(evaluation, missing, cache, system, failures)
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
     return Evaluation(results, kept, matrices, failures, embedder.computed + (asr.computed if asr else 0))
@@ -344,4 +346,24 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
         rows += [Result(evaluation.name, system, "o-a", "cece", method, found.cece_bits, "bits"),
                  Result(evaluation.name, system, "o-a", "cece_cllr", method, found.cllr_bits, "bits")]
     return rows
+
+
+def _pitch_results(evaluation: EvaluationSet, missing: set[str], cache, system: str,
+                   failures: dict[str, str]) -> list[Result]:
+    """rho_F0 (Praat pitch, VoicePrivacy settings) between original and anonymised trial utterances."""
+    from voxanon.eval.pitch import pitch_correlation_summary
+    from voxanon.models.praat_pitch import praat_f0
+    from voxanon.pipeline.feature_cache import CachedComputation
+
+    tracker = CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves])
+    utts = [u for u in evaluation.test_utts if u not in missing]
+    original = tracker.run(_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
+    anonymised = tracker.run(_files(evaluation.anon_trials, utts), cache, f"{evaluation.name} a F0")
+    failures.update({f"{evaluation.name}:f0:{k}": v for k, v in tracker.failures.items()})
+    pairs = [(original[u], anonymised[u]) for u in utts if u in original and u in anonymised]
+    if not pairs:
+        return []
+    mean, std = pitch_correlation_summary(pairs)
+    return [Result(evaluation.name, system, "o-a", "pitch_correlation", "mean", mean, ""),
+            Result(evaluation.name, system, "o-a", "pitch_correlation", "std", std, "")]
 

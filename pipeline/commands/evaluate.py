@@ -21,7 +21,7 @@ def default_cache_dir() -> Path:
 
 def load_protocol(name: str, overrides: list[str] = ()) -> dict:
     protocol = read_recipe("protocols", name, overrides)
-    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr", "relative", "adversary_calibration"}
+    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr", "relative", "adversary_calibration", "pitch_correlation"}
     if unknown:
         raise VoxanonError(f"protocol {protocol['name']!r}: unknown setting(s) {sorted(unknown)}")
     return protocol
