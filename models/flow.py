@@ -1,0 +1,491 @@
+"""Zero-LLR normalizing-flow discriminant analysis (spec §9.1–9.5; [S4] Ch. 5).
+
+A Real NVP flow ``g`` maps the data space to a base space where the two classes are
+
+    z | C1 ~ N(+μ e1, Σ),   z | C2 ~ N(−μ e1, Σ),   Σ = diag(2μ, 1, ..., 1),
+
+so the natural-log LLR of ``x`` is exactly ``z1 = [g⁻¹(x)]_1`` (the Jacobians cancel). C1 is
+the class of positive LLRs (female for sex). Protection maps to the base space, sets
+``z1 = 0`` and maps back.
+
+Architecture (§9.2): an affine standardisation of the input (fixed, from the training
+data; any bijection keeps the LLR identity) followed by ``n_layers`` affine coupling
+layers with alternating even/odd-dimension masks (ASSUMPTION of the spec). Each layer
+``y = m⊙x + (1−m)⊙(x⊙exp(s(m⊙x)) + t(m⊙x))`` with ``s = rescale ⊙ tanh(MLP)`` and ``t`` an
+MLP, both Linear–LeakyReLU–Linear–LeakyReLU–Linear. With ``zero_init`` the rescale vector
+and the last layer of ``t`` start at 0 (EXT), so the untrained flow is the identity.
+
+μ is stored as ``log_mu``. Two training strategies (§9.3): ``mle`` updates μ after each
+gradient step by ``μ ← α μ + (1 − α) μ̂_MLE(z1)`` (α = 0.99); ``learned`` trains ``log μ`` by
+gradient with the flow (the ICASSP 2023 code). Both start from the shared-covariance
+Gaussian KL of the training data unless μ is given.
+
+Models are saved as a safetensors state dict plus a JSON config; the published pickled
+flow of the ICASSP 2023 release is imported by :func:`import_reference_flow`, which reads
+its tensors through an allow-listed unpickler and runs none of its code.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import pickle
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm import tqdm
+
+from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.vectors import l2_normalise
+from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, _AllowListUnpickler
+from voxanon.models.lda import LinearDiscriminant
+
+log = logging.getLogger(__name__)
+
+MU_STRATEGIES = ("mle", "learned")
+MIN_MU = 1e-6
+CONFIG_FILE = "flow.json"
+WEIGHTS_FILE = "flow.safetensors"
+
+
+class FlowError(VoxanonError):
+    """A flow model or its training data that cannot be used."""
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """The architecture. ``l2_normalise_input``: inputs are L2-normalised before the flow
+    (the ICASSP 2023 ECAPA set-up); that step is not part of the bijection."""
+
+    dim: int
+    hidden: int = 512
+    n_layers: int = 6
+    zero_init: bool = True
+    negative_slope: float = 0.01
+    l2_normalise_input: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dim < 2:
+            raise FlowError(f"a coupling flow needs at least 2 dimensions, got {self.dim}")
+        if self.hidden < 1 or self.n_layers < 1:
+            raise FlowError("hidden width and number of layers must be positive")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Maximum-likelihood training; early stopping on the validation NLL (spec §9.3 ASSUMPTION)."""
+
+    mu_strategy: str = "mle"
+    alpha: float = 0.99
+    learning_rate: float = 1e-4
+    batch_size: int = 256
+    max_epochs: int = 100
+    patience: int = 5
+    validation_fraction: float = 0.1
+    initial_mu: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mu_strategy not in MU_STRATEGIES:
+            raise FlowError(f"unknown μ strategy {self.mu_strategy!r}; choose one of {', '.join(MU_STRATEGIES)}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise FlowError(f"α must lie in [0, 1], got {self.alpha}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise FlowError(f"validation fraction must lie in (0, 1), got {self.validation_fraction}")
+        if self.initial_mu is not None and self.initial_mu <= 0:
+            raise FlowError(f"initial μ must be positive, got {self.initial_mu}")
+        if self.batch_size < 1 or self.max_epochs < 1 or self.patience < 1:
+            raise FlowError("batch size, epochs and patience must be positive")
+
+
+def alternating_masks(dim: int, n_layers: int) -> torch.Tensor:
+    """Layer k conditions on the even dimensions when k is even, on the odd ones otherwise."""
+    even = (torch.arange(dim) % 2 == 0).float()
+    return torch.stack([even if k % 2 == 0 else 1.0 - even for k in range(n_layers)])
+
+
+def _mlp(dim: int, hidden: int, slope: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(dim, hidden), nn.LeakyReLU(slope), nn.Linear(hidden, hidden),
+                         nn.LeakyReLU(slope), nn.Linear(hidden, dim))
+
+
+class AffineCoupling(nn.Module):
+    """One Real NVP layer; ``forward`` goes data → base and returns ``log|det J|`` per row."""
+
+    def __init__(self, mask: torch.Tensor, hidden: int, zero_init: bool, negative_slope: float):
+        super().__init__()
+        dim = mask.numel()
+        self.register_buffer("mask", mask.clone())
+        self.scale_net = _mlp(dim, hidden, negative_slope)
+        self.rescale = nn.Parameter(torch.zeros(dim) if zero_init else torch.ones(dim))
+        self.translation_net = _mlp(dim, hidden, negative_slope)
+        if zero_init:
+            nn.init.zeros_(self.translation_net[-1].weight)
+            nn.init.zeros_(self.translation_net[-1].bias)
+
+    def _scale_translation(self, conditioner: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        free = 1.0 - self.mask
+        scale = self.rescale * torch.tanh(self.scale_net(conditioner)) * free
+        return scale, self.translation_net(conditioner) * free
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        conditioner = x * self.mask
+        scale, translation = self._scale_translation(conditioner)
+        return conditioner + (1.0 - self.mask) * (x * torch.exp(scale) + translation), scale.sum(dim=1)
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        conditioner = y * self.mask
+        scale, translation = self._scale_translation(conditioner)
+        return conditioner + (1.0 - self.mask) * ((y - translation) * torch.exp(-scale))
+
+
+class ZeroLLRFlow(nn.Module):
+    """The flow, its input standardisation and ``log μ``; the base-space first coordinate is the LLR."""
+
+    def __init__(self, config: FlowConfig, masks: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        masks = alternating_masks(config.dim, config.n_layers) if masks is None else masks
+        if tuple(masks.shape) != (config.n_layers, config.dim):
+            raise FlowError(f"masks of shape {tuple(masks.shape)} do not fit {config.n_layers} layers "
+                            f"of dimension {config.dim}")
+        self.layers = nn.ModuleList(AffineCoupling(mask, config.hidden, config.zero_init, config.negative_slope)
+                                    for mask in masks)
+        self.register_buffer("input_shift", torch.zeros(config.dim))
+        self.register_buffer("input_scale", torch.ones(config.dim))
+        self.log_mu = nn.Parameter(torch.tensor(0.0))
+
+    @property
+    def mu(self) -> float:
+        return float(self.log_mu.detach().exp())
+
+    def to_base(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``z = g⁻¹(x)`` and ``log|det ∂z/∂x|`` per row."""
+        z = (x - self.input_shift) / self.input_scale
+        log_det = -torch.log(self.input_scale).sum().expand(x.shape[0])
+        for layer in self.layers:
+            z, layer_log_det = layer(z)
+            log_det = log_det + layer_log_det
+        return z, log_det
+
+    def from_base(self, z: torch.Tensor) -> torch.Tensor:
+        """``x = g(z)``."""
+        for layer in reversed(self.layers):
+            z = layer.inverse(z)
+        return z * self.input_scale + self.input_shift
+
+    def base_log_density(self, z: torch.Tensor, is_class1: torch.Tensor) -> torch.Tensor:
+        """``log N(z; ±μ e1, diag(2μ, 1, …, 1))``, + for class 1."""
+        mu = self.log_mu.exp()
+        sign = is_class1.to(z.dtype) * 2.0 - 1.0
+        quadratic = (z[:, 0] - sign * mu) ** 2 / (2.0 * mu) + (z[:, 1:] ** 2).sum(dim=1)
+        return -0.5 * quadratic - 0.5 * torch.log(2.0 * mu) - 0.5 * z.shape[1] * math.log(2.0 * math.pi)
+
+    def log_likelihood(self, x: torch.Tensor, is_class1: torch.Tensor) -> torch.Tensor:
+        """``log f(x | class)`` by the change of variables."""
+        z, log_det = self.to_base(x)
+        return self.base_log_density(z, is_class1) + log_det
+
+    def llr(self, x: torch.Tensor) -> torch.Tensor:
+        """``ln f(x|C1)/f(x|C2) = z1``."""
+        return self.to_base(x)[0][:, 0]
+
+    def protect(self, x: torch.Tensor) -> torch.Tensor:
+        """``g(z with z1 = 0)``: the vector without evidence about the class."""
+        z, _ = self.to_base(x)
+        return self.from_base(torch.cat((torch.zeros_like(z[:, :1]), z[:, 1:]), dim=1))
+
+    def _prepared(self, vectors) -> torch.Tensor:
+        vectors = np.asarray(vectors, dtype=np.float64)
+        if vectors.ndim != 2 or vectors.shape[1] != self.config.dim:
+            raise FlowError(f"vectors of shape {vectors.shape} do not fit a flow of dimension {self.config.dim}")
+        if self.config.l2_normalise_input:
+            vectors = l2_normalise(vectors)
+        return torch.as_tensor(vectors, dtype=self.log_mu.dtype)
+
+    @torch.no_grad()
+    def llr_numpy(self, vectors) -> np.ndarray:
+        """LLRs of an ``(n, dim)`` array (after the configured L2 normalisation)."""
+        return self.llr(self._prepared(vectors)).double().numpy()
+
+    @torch.no_grad()
+    def protect_numpy(self, vectors) -> np.ndarray:
+        """Protected copies of an ``(n, dim)`` array."""
+        return self.protect(self._prepared(vectors)).double().numpy()
+
+
+def mu_mle(z1) -> float:
+    """``μ̂ = −1 + sqrt(1 + mean(z1²))``, the maximiser of the batch likelihood in μ (App. 10.4), ≥ 1e-6."""
+    z1 = torch.as_tensor(z1, dtype=torch.float64)
+    return max(MIN_MU, float(-1.0 + torch.sqrt(1.0 + torch.mean(z1 ** 2))))
+
+
+@dataclass
+class TrainingHistory:
+    """Per-epoch mean training NLL, validation NLL (nats per vector) and μ; the epoch kept."""
+
+    train_nll: list[float] = field(default_factory=list)
+    validation_nll: list[float] = field(default_factory=list)
+    mu: list[float] = field(default_factory=list)
+    best_epoch: int = 0
+
+
+def _validation_split(n: int, groups: Sequence[str] | None, fraction: float,
+                      generator: np.random.Generator) -> np.ndarray:
+    """A boolean mask of validation rows; whole speakers when ``groups`` is given."""
+    if groups is None:
+        held_out = generator.permutation(n)[:max(1, int(round(fraction * n)))]
+        mask = np.zeros(n, dtype=bool)
+        mask[held_out] = True
+        return mask
+    speakers = sorted(set(groups))
+    chosen = set(generator.permutation(speakers)[:max(1, int(round(fraction * len(speakers))))].tolist())
+    return np.array([group in chosen for group in groups])
+
+
+def train_zero_llr_flow(vectors, is_class1, config: FlowConfig, training: TrainingConfig | None = None, *,
+                        groups: Sequence[str] | None = None,
+                        progress: bool = True) -> tuple[ZeroLLRFlow, TrainingHistory]:
+    """Fit a zero-LLR flow by maximum likelihood; returns the best-validation model."""
+    training = training or TrainingConfig()
+    vectors = np.asarray(vectors, dtype=np.float64)
+    is_class1 = np.asarray(is_class1, dtype=bool)
+    if vectors.ndim != 2 or vectors.shape[1] != config.dim or len(vectors) != len(is_class1):
+        raise FlowError(f"training data of shape {vectors.shape} with {len(is_class1)} labels "
+                        f"does not fit a flow of dimension {config.dim}")
+    if groups is not None and len(groups) != len(vectors):
+        raise FlowError(f"{len(groups)} speaker ids for {len(vectors)} vectors")
+    if config.l2_normalise_input:
+        vectors = l2_normalise(vectors)
+    generator = np.random.default_rng(training.seed)
+    torch.manual_seed(training.seed)
+    validation = _validation_split(len(vectors), groups, training.validation_fraction, generator)
+    train_x, train_y = vectors[~validation], is_class1[~validation]
+    for name, labels in (("training", train_y), ("validation", is_class1[validation])):
+        if labels.all() or not labels.any():
+            raise FlowError(f"the {name} split holds one class only; give more data of each class")
+
+    model = ZeroLLRFlow(config).double()
+    scale = train_x.std(axis=0)
+    if np.any(scale == 0):
+        raise FlowError("a dimension of the training vectors is constant; the flow cannot standardise it")
+    model.input_shift.copy_(torch.as_tensor(train_x.mean(axis=0)))
+    model.input_scale.copy_(torch.as_tensor(scale))
+    mu0 = training.initial_mu or LinearDiscriminant.fit(train_x, train_y).kl_divergence
+    with torch.no_grad():
+        model.log_mu.fill_(math.log(max(mu0, MIN_MU)))
+    model = model.float()
+    learned = training.mu_strategy == "learned"
+    model.log_mu.requires_grad_(learned)
+    parameters = [p for name, p in model.named_parameters() if learned or name != "log_mu"]
+    optimiser = torch.optim.Adam(parameters, lr=training.learning_rate)
+
+    x_train = torch.as_tensor(train_x, dtype=torch.float32)
+    y_train = torch.as_tensor(train_y)
+    x_valid = torch.as_tensor(vectors[validation], dtype=torch.float32)
+    y_valid = torch.as_tensor(is_class1[validation])
+    history = TrainingHistory()
+    best_state, best_nll, stale = copy.deepcopy(model.state_dict()), math.inf, 0
+    epochs = tqdm(range(1, training.max_epochs + 1), desc="zero-LLR flow", unit="epoch", disable=not progress)
+    for epoch in epochs:
+        model.train()
+        order = torch.as_tensor(generator.permutation(len(x_train)))
+        total = 0.0
+        for start in range(0, len(order), training.batch_size):
+            rows = order[start:start + training.batch_size]
+            z, log_det = model.to_base(x_train[rows])
+            loss = -(model.base_log_density(z, y_train[rows]) + log_det).mean()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            if not learned:
+                with torch.no_grad():
+                    mu = training.alpha * model.mu + (1.0 - training.alpha) * mu_mle(z[:, 0].detach())
+                    model.log_mu.fill_(math.log(max(mu, MIN_MU)))
+            total += loss.item() * len(rows)
+        model.eval()
+        with torch.no_grad():
+            valid_nll = float(-model.log_likelihood(x_valid, y_valid).mean())
+        if not math.isfinite(valid_nll):
+            raise FlowError(f"training diverged at epoch {epoch} (validation NLL {valid_nll}); "
+                            "lower the learning rate")
+        history.train_nll.append(total / len(x_train))
+        history.validation_nll.append(valid_nll)
+        history.mu.append(model.mu)
+        epochs.set_postfix(valid_nll=f"{valid_nll:.3f}", mu=f"{model.mu:.3f}")
+        if valid_nll < best_nll:
+            best_state, best_nll, stale, history.best_epoch = copy.deepcopy(model.state_dict()), valid_nll, 0, epoch
+        else:
+            stale += 1
+            if stale >= training.patience:
+                break
+    model.load_state_dict(best_state)
+    model.log_mu.requires_grad_(False)
+    model.eval()
+    return model, history
+
+
+def save_flow(model: ZeroLLRFlow, directory: str | os.PathLike) -> None:
+    """Write ``flow.json`` (config) and ``flow.safetensors`` (state dict) into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+    with atomic_path(directory / WEIGHTS_FILE) as tmp:
+        save_file(state, str(tmp))
+    atomic_write_text(directory / CONFIG_FILE, json.dumps(asdict(model.config), indent=2) + "\n")
+
+
+def load_flow(directory: str | os.PathLike) -> ZeroLLRFlow:
+    """The model :func:`save_flow` wrote."""
+    directory = Path(directory)
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (directory / name).is_file():
+            raise FlowError(f"{directory}: {name} is missing; not a saved zero-LLR flow")
+    try:
+        config = FlowConfig(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+    except (TypeError, ValueError) as error:
+        raise FlowError(f"{directory / CONFIG_FILE}: not a flow config ({error})") from error
+    state = load_file(str(directory / WEIGHTS_FILE))
+    model = ZeroLLRFlow(config).to(state["log_mu"].dtype)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise FlowError(f"{directory / WEIGHTS_FILE}: does not match {CONFIG_FILE} ({error})") from error
+    model.log_mu.requires_grad_(False)
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# Import of the pickled flow published with the ICASSP 2023 release.
+
+REFERENCE_CODE_MODULES = ("classes", "__main__")
+"""Modules of the release's own classes (``classes.py``, or a script run as ``__main__``)."""
+
+
+class _PickledObject:
+    """Stands in for a pickled module or distribution; keeps its attribute dict, runs nothing."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        self.state = {}
+
+    def __setstate__(self, state):
+        self.state = state[0] if isinstance(state, tuple) and state and isinstance(state[0], dict) else state
+
+
+class _ModuleTreeUnpickler(_AllowListUnpickler):
+    """The checkpoint allow-list, plus inert stand-ins for ``torch.nn`` / ``torch.distributions``
+    classes and the release's own classes, so that a whole pickled ``nn.Module`` yields its tensors."""
+
+    def find_class(self, module: str, name: str):
+        if module.startswith(("torch.nn.modules.", "torch.distributions.")) or \
+                module.split(".")[0] in REFERENCE_CODE_MODULES:
+            return _PickledObject
+        return super().find_class(module, name)
+
+
+class _ModuleTreePickleModule:
+    Unpickler = _ModuleTreeUnpickler
+    load = staticmethod(pickle.load)
+    __name__ = "voxanon_module_tree_pickle"
+
+
+def read_pickled_module_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Every tensor of a ``torch.save(module)`` file, named like ``module.state_dict()`` keys.
+
+    Registered parameters and buffers are found through ``_parameters`` / ``_buffers`` /
+    ``_modules``; tensors (or lists of tensors) stored as plain attributes are included too.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"pickled flow not found: {path}")
+    try:
+        root = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_ModuleTreePickleModule)
+    except UnsafeCheckpointError as error:
+        raise UnsafeCheckpointError(f"{path}: {error}") from None
+    except Exception as error:
+        raise CheckpointError(f"{path}: not a readable pickled PyTorch module "
+                              f"({type(error).__name__}: {error})") from None
+    tensors: dict[str, torch.Tensor] = {}
+    _collect(root, "", tensors)
+    if not tensors:
+        raise CheckpointError(f"{path}: no tensors found")
+    return tensors
+
+
+def _collect(node, prefix: str, tensors: dict[str, torch.Tensor]) -> None:
+    if isinstance(node, torch.Tensor):
+        tensors[prefix.rstrip(".")] = node.detach()
+    elif isinstance(node, _PickledObject) and isinstance(node.state, dict):
+        state = node.state
+        for registry in ("_parameters", "_buffers", "_modules"):
+            for name, child in (state.get(registry) or {}).items():
+                if child is not None:
+                    _collect(child, f"{prefix}{name}.", tensors)
+        for name, value in state.items():
+            if not name.startswith("_") and isinstance(value, (torch.Tensor, list, tuple)):
+                _collect(value, f"{prefix}{name}.", tensors)
+    elif isinstance(node, (list, tuple)):
+        for index, child in enumerate(node):
+            if isinstance(child, torch.Tensor):
+                _collect(child, f"{prefix}{index}.", tensors)
+
+
+def flow_from_reference_tensors(tensors: dict[str, torch.Tensor], *, l2_normalise_input: bool = True) -> ZeroLLRFlow:
+    """Our :class:`ZeroLLRFlow` from the release's tensors.
+
+    Expected layout (anchors Part A §6.2): ``mask`` ``[L, d]`` (or ``mask.{k}``); per layer k,
+    ``s.{k}.{0,2,4}.weight/bias`` (Linear–LeakyReLU–Linear–LeakyReLU–Linear–Tanh) with an
+    optional ``s.{k}.6.weight`` rescale vector, and ``t.{k}.{0,2,4}.weight/bias``; ``lmu``
+    (log μ) or ``mu``. ASSUMPTION: the release's data → base map applies layer 0 first.
+    """
+    layer_masks = sorted((name for name in tensors if name.startswith("mask.")), key=lambda n: int(n.split(".")[1]))
+    masks = tensors["mask"].float() if "mask" in tensors else \
+        torch.stack([tensors[name].float() for name in layer_masks]) if layer_masks else None
+    if masks is None or masks.ndim != 2 or "s.0.0.weight" not in tensors or "t.0.0.weight" not in tensors:
+        raise CheckpointError("pickled flow: expected tensors 'mask', 's.<k>.<i>.weight' and 't.<k>.<i>.weight'; "
+                              f"found {', '.join(sorted(tensors)[:20])}")
+    n_layers, dim = masks.shape
+    hidden = tensors["s.0.0.weight"].shape[0]
+    if "lmu" in tensors:
+        log_mu = tensors["lmu"].reshape(()).float()
+    elif "mu" in tensors:
+        log_mu = torch.log(tensors["mu"].reshape(()).float())
+    else:
+        raise CheckpointError("pickled flow: no 'lmu' (log μ) or 'mu' tensor")
+    config = FlowConfig(dim=dim, hidden=hidden, n_layers=n_layers, l2_normalise_input=l2_normalise_input)
+    model = ZeroLLRFlow(config, masks=masks)
+    state = dict(model.state_dict())
+    state["log_mu"] = log_mu
+    for k in range(n_layers):
+        for ours, theirs in (("scale_net", "s"), ("translation_net", "t")):
+            for index in (0, 2, 4):
+                for kind in ("weight", "bias"):
+                    key = f"{theirs}.{k}.{index}.{kind}"
+                    if key not in tensors:
+                        raise CheckpointError(f"pickled flow: tensor {key!r} is missing")
+                    state[f"layers.{k}.{ours}.{index}.{kind}"] = tensors[key].float()
+        rescale = tensors.get(f"s.{k}.6.weight")
+        state[f"layers.{k}.rescale"] = torch.ones(dim) if rescale is None else rescale.float().reshape(dim)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise CheckpointError(f"pickled flow: tensor shapes do not fit a Real NVP of dimension {dim} "
+                              f"and width {hidden} ({error})") from None
+    model.log_mu.requires_grad_(False)
+    return model.eval()
+
+
+def import_reference_flow(path: str | os.PathLike, *, l2_normalise_input: bool = True) -> ZeroLLRFlow:
+    """Read the ICASSP 2023 pickled flow (``xv_disentanglement_model/model.pt``) without running its code."""
+    return flow_from_reference_tensors(read_pickled_module_tensors(path), l2_normalise_input=l2_normalise_input)

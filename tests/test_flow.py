@@ -1,0 +1,270 @@
+import math
+import os
+import pickle
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize_scalar
+from scipy.stats import multivariate_normal
+from sklearn.datasets import make_moons
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.eval.cllr import min_cllr
+from voxanon.models.checkpoints import UnsafeCheckpointError
+from voxanon.models.flow import (FlowConfig, TrainingConfig, ZeroLLRFlow, import_reference_flow, load_flow,
+                                 mu_mle, save_flow, train_zero_llr_flow)
+from voxanon.models.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
+
+
+def random_flow(dim=6, hidden=16, seed=0):
+    """An untrained flow with random (not identity) couplings, in float64."""
+    torch.manual_seed(seed)
+    model = ZeroLLRFlow(FlowConfig(dim=dim, hidden=hidden, zero_init=False)).double()
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.rescale.uniform_(0.5, 1.5)
+        model.input_shift.normal_()
+        model.input_scale.uniform_(0.5, 2.0)
+        model.log_mu.fill_(math.log(3.0))
+    return model.eval()
+
+
+def test_change_of_variables_llr_is_z1_even_untrained():
+    model = random_flow()
+    x = torch.randn(50, 6, dtype=torch.float64) * 2
+    with torch.no_grad():
+        female = model.log_likelihood(x, torch.ones(50, dtype=torch.bool))
+        male = model.log_likelihood(x, torch.zeros(50, dtype=torch.bool))
+        z1 = model.llr(x)
+    assert torch.max(torch.abs(z1)) > 0.1
+    torch.testing.assert_close(female - male, z1, rtol=0, atol=1e-12)
+
+
+def test_flow_is_invertible_and_log_det_is_the_jacobian():
+    model = random_flow(dim=4)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    with torch.no_grad():
+        z, log_det = model.to_base(x)
+        torch.testing.assert_close(model.from_base(z), x, rtol=0, atol=1e-12)
+    for row in range(3):
+        jacobian = torch.autograd.functional.jacobian(lambda v: model.to_base(v[None])[0][0], x[row])
+        sign, logabs = torch.linalg.slogdet(jacobian)
+        assert float(logabs) == pytest.approx(float(log_det[row]), abs=1e-10)
+
+
+def test_zero_init_flow_starts_as_the_identity():
+    model = ZeroLLRFlow(FlowConfig(dim=5, hidden=8)).double()
+    x = torch.randn(4, 5, dtype=torch.float64)
+    z, log_det = model.to_base(x)
+    torch.testing.assert_close(z, x)
+    torch.testing.assert_close(log_det, torch.zeros(4, dtype=torch.float64))
+
+
+def test_protection_sets_z1_to_zero_and_keeps_the_residual():
+    model = random_flow()
+    x = torch.randn(40, 6, dtype=torch.float64)
+    with torch.no_grad():
+        protected = model.protect(x)
+        z_before, _ = model.to_base(x)
+        z_after, _ = model.to_base(protected)
+    assert torch.max(torch.abs(z_after[:, 0])) < 1e-10
+    torch.testing.assert_close(z_after[:, 1:], z_before[:, 1:], rtol=0, atol=1e-10)
+    assert torch.max(torch.abs(protected - x)) > 1e-3
+
+
+def test_mu_mle_matches_numerical_maximisation():
+    model = ZeroLLRFlow(FlowConfig(dim=3, hidden=4)).double()
+    rng = np.random.default_rng(0)
+    labels = rng.random(500) < 0.4
+    z = torch.as_tensor(rng.normal(size=(500, 3)) + np.where(labels, 2.0, -2.0)[:, None] * [1, 0, 0])
+    is_class1 = torch.as_tensor(labels)
+
+    def negative_log_likelihood(mu):
+        with torch.no_grad():
+            model.log_mu.fill_(math.log(mu))
+            return -float(model.base_log_density(z, is_class1).sum())
+
+    numerical = minimize_scalar(negative_log_likelihood, bounds=(1e-3, 50), method="bounded",
+                                options={"xatol": 1e-10}).x
+    assert mu_mle(z[:, 0]) == pytest.approx(numerical, rel=1e-6)
+    assert mu_mle(torch.zeros(4)) == 1e-6
+
+
+def test_mu_mle_recovers_mu_of_calibrated_gaussian_llrs():
+    rng = np.random.default_rng(1)
+    mu = 4.0
+    z1 = np.concatenate((rng.normal(mu, math.sqrt(2 * mu), 50000), rng.normal(-mu, math.sqrt(2 * mu), 50000)))
+    assert mu_mle(z1) == pytest.approx(mu, rel=0.02)
+
+
+def test_lda_protection_gives_exactly_zero_llr():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(400, 5)) + np.repeat([[1.0, 0.5, 0, 0, 0], [-1.0, 0, 0.3, 0, 0]], 200, axis=0)
+    labels = np.repeat([True, False], 200)
+    lda = LinearDiscriminant.fit(x, labels)
+    assert np.max(np.abs(lda.llr(x))) > 1
+    np.testing.assert_allclose(lda.llr(lda.protect(x)), 0.0, atol=1e-10)
+
+
+def test_lda_and_qda_llrs_are_gaussian_log_density_ratios():
+    rng = np.random.default_rng(3)
+    x = np.concatenate((rng.normal(size=(300, 3)) * [1, 2, 1] + 1, rng.normal(size=(300, 3))))
+    labels = np.repeat([True, False], 300)
+    lda = LinearDiscriminant.fit(x, labels)
+    pooled = np.linalg.inv(lda.precision)
+    expected = multivariate_normal(lda.mean_1, pooled).logpdf(x) - multivariate_normal(lda.mean_2, pooled).logpdf(x)
+    np.testing.assert_allclose(lda.llr(x), expected, atol=1e-8)
+    qda = QuadraticDiscriminant.fit(x, labels)
+    expected = (multivariate_normal(x[:300].mean(0), np.cov(x[:300].T, bias=True)).logpdf(x)
+                - multivariate_normal(x[300:].mean(0), np.cov(x[300:].T, bias=True)).logpdf(x))
+    np.testing.assert_allclose(qda.llr(x), expected, atol=1e-4)
+    assert lda.kl_divergence == pytest.approx(0.5 * (lda.mean_1 - lda.mean_2) @ lda.direction)
+
+
+def test_balanced_global_average_ignores_utterance_and_speaker_counts():
+    vectors = np.concatenate((np.full((100, 2), 10.0), np.zeros((10, 2))))
+    speakers = ["f0"] * 100 + [f"m{k}" for k in range(10)]
+    sexes = ["f"] * 100 + ["m"] * 10
+    np.testing.assert_allclose(balanced_global_average(vectors, speakers, sexes), [5.0, 5.0])
+    with pytest.raises(VoxanonError, match="two sexes"):
+        balanced_global_average(vectors[:100], speakers[:100], sexes[:100])
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = random_flow().float()
+    save_flow(model, tmp_path / "model")
+    assert sorted(os.listdir(tmp_path / "model")) == ["flow.json", "flow.safetensors"]
+    loaded = load_flow(tmp_path / "model")
+    x = np.random.default_rng(0).normal(size=(5, 6))
+    np.testing.assert_array_equal(loaded.protect_numpy(x), model.protect_numpy(x))
+    assert loaded.config == model.config and loaded.mu == pytest.approx(3.0)
+    with pytest.raises(VoxanonError, match="flow.json"):
+        load_flow(tmp_path)
+
+
+def moons(n, seed):
+    x, y = make_moons(n, noise=0.1, random_state=seed)
+    return x, y == 0
+
+
+def test_flow_beats_lda_on_moons():
+    x, y = moons(10000, 0)
+    test_x, test_y = moons(2000, 1)
+    model, history = train_zero_llr_flow(x, y, FlowConfig(dim=2, hidden=64),
+                                         TrainingConfig(learning_rate=1e-3, max_epochs=8), progress=False)
+    llr = model.llr_numpy(test_x)
+    lda = LinearDiscriminant.fit(x, y).llr(test_x)
+    flow_min_cllr = min_cllr(llr[test_y], llr[~test_y])
+    assert flow_min_cllr < 0.2
+    assert flow_min_cllr < min_cllr(lda[test_y], lda[~test_y])
+    assert len(history.mu) == len(history.validation_nll) >= 1
+    assert history.mu[0] != pytest.approx(history.mu[-1])
+
+
+@pytest.mark.parametrize("strategy", ["mle", "learned"])
+def test_mu_starts_from_the_shared_covariance_kl(strategy):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(600, 3)) + np.repeat([[1.0, 0, 0], [-1.0, 0, 0]], 300, axis=0)
+    y = np.repeat([True, False], 300)
+    model, history = train_zero_llr_flow(x, y, FlowConfig(dim=3, hidden=8),
+                                         TrainingConfig(mu_strategy=strategy, learning_rate=1e-9, max_epochs=1,
+                                                        alpha=1.0), progress=False)
+    train_rows_kl = LinearDiscriminant.fit(x, y).kl_divergence
+    assert model.mu == pytest.approx(train_rows_kl, rel=0.3)
+    assert not model.log_mu.requires_grad
+
+
+def test_training_inputs_are_checked():
+    with pytest.raises(VoxanonError, match="does not fit"):
+        train_zero_llr_flow(np.zeros((10, 3)), np.zeros(10, bool), FlowConfig(dim=2))
+    with pytest.raises(VoxanonError, match="μ strategy"):
+        TrainingConfig(mu_strategy="guess")
+    with pytest.raises(VoxanonError, match="one class"):
+        train_zero_llr_flow(np.random.default_rng(0).normal(size=(20, 2)), np.ones(20, bool), FlowConfig(dim=2),
+                            progress=False)
+
+
+REFERENCE_CLASSES = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Rescale(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(dim))
+
+        def forward(self, x):
+            return self.weight * x
+
+    def net(d, h, scale):
+        layers = [nn.Linear(d, h), nn.LeakyReLU(), nn.Linear(h, h), nn.LeakyReLU(), nn.Linear(h, d)]
+        return nn.Sequential(*layers, nn.Tanh(), Rescale(d)) if scale else nn.Sequential(*layers)
+
+    class RealNVP(nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            half = torch.tensor([1.0] * (d // 2) + [0.0] * (d - d // 2))
+            self.mask = nn.Parameter(torch.stack([half, 1 - half] * 3), requires_grad=False)
+            self.s = nn.ModuleList([net(d, h, True) for _ in range(6)])
+            self.t = nn.ModuleList([net(d, h, False) for _ in range(6)])
+            self.lmu = nn.Parameter(torch.tensor(1.7))
+            self.prior = torch.distributions.Normal(torch.zeros(d), torch.ones(d))
+
+        def f(self, x):
+            for m, s, t in zip(self.mask, self.s, self.t):
+                x1 = x * m
+                x = x1 + (1 - m) * (x * torch.exp(s(x1)) + t(x1))
+            return x
+
+        def g(self, y):
+            for m, s, t in zip(reversed(self.mask), reversed(self.s), reversed(self.t)):
+                y1 = y * m
+                y = y1 + (1 - m) * (y - t(y1)) * torch.exp(-s(y1))
+            return y
+""")
+
+
+@pytest.fixture
+def reference_module(tmp_path, monkeypatch):
+    (tmp_path / "classes.py").write_text(REFERENCE_CLASSES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("classes", None)
+    import classes
+    yield classes
+    sys.modules.pop("classes", None)
+
+
+def test_import_of_the_pickled_reference_flow(tmp_path, reference_module):
+    torch.manual_seed(0)
+    reference = reference_module.RealNVP(6, 12)
+    torch.save(reference, tmp_path / "model.pt")
+    sys.modules.pop("classes", None)
+    model = import_reference_flow(tmp_path / "model.pt", l2_normalise_input=False)
+    x = torch.randn(7, 6)
+    with torch.no_grad():
+        z = reference.f(x)
+        zeroed = z.clone()
+        zeroed[:, 0] = 0
+        expected = reference.g(zeroed)
+        torch.testing.assert_close(model.llr(x), z[:, 0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model.protect(x), expected, atol=1e-5, rtol=1e-5)
+    assert model.mu == pytest.approx(math.exp(1.7), rel=1e-6)
+    assert import_reference_flow(tmp_path / "model.pt").config.l2_normalise_input
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_pickled_code_is_refused(tmp_path):
+    torch.save({"weights": torch.zeros(2), "payload": _Exploit()}, tmp_path / "evil.pt")
+    with pytest.raises(UnsafeCheckpointError, match="evil.pt.*system"):
+        import_reference_flow(tmp_path / "evil.pt")
+    with open(tmp_path / "plain.pkl", "wb") as handle:
+        pickle.dump({"a": 1}, handle)
+    with pytest.raises(VoxanonError):
+        import_reference_flow(tmp_path / "plain.pkl")
