@@ -6,7 +6,6 @@ recomputed, never served stale.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -16,14 +15,7 @@ from tqdm import tqdm
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, normalise_loudness
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from voxanon.data_prep.digest import sha256_file
 
 
 @dataclass
@@ -80,7 +72,7 @@ class CachedComputation:
         todo: list[tuple[str, str]] = []
         for key, path in files.items():
             try:
-                digest = file_digest(path)
+                digest = sha256_file(path)
             except OSError as error:
                 self.failures[key] = f"{path}: {error.strerror or error}"
                 continue

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
+from voxanon.data_prep.digest import sha256_file
 from voxanon.pipeline.systems import System, build_system, config_hash
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,9 @@ def _wav_bytes(samples, sample_rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def _sha256_file(path: Path) -> str | None:
+def _sha256_or_none(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 
@@ -227,7 +228,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
         journal_path.unlink()
     journal = read_journal(journal_path, current_hash)
     finished = {utt: entry for utt, entry in journal.items()
-                if utt in data.wav and _sha256_file(wav_dir / f"{utt}.wav") == entry["sha256"]}
+                if utt in data.wav and _sha256_or_none(wav_dir / f"{utt}.wav") == entry["sha256"]}
     jobs = [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
                 data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), str(wav_dir / f"{utt}.wav"))
             for utt in data.utterances if utt not in finished]
