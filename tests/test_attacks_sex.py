@@ -74,3 +74,14 @@ def test_inputs_are_checked():
     x, is_female, _ = gaussian_sexes(rng, 100, 2.0)
     with pytest.raises(VoxanonError, match="do not fit"):
         sex_attack(x, is_female, np.zeros((3, 5)), [True, False, True])
+
+
+def test_constant_vectors_give_zero_evidence():
+    rng = np.random.default_rng(5)
+    is_female = rng.random(200) < 0.5
+    constant = np.ones((200, 3))
+    result = sex_attack(constant, is_female, constant, is_female, "logistic")
+    assert result.eer == pytest.approx(50.0)
+    assert result.dece == pytest.approx(0.0, abs=1e-6)
+    assert result.min_cllr == pytest.approx(1.0, abs=1e-6)
+    assert result.cllr == pytest.approx(1.0)

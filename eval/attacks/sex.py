@@ -11,6 +11,8 @@ original vectors, *informed* on protected ones; both are tested on protected vec
 
 Reported per test set: ROCCH-EER (%), ZEBRA D_ECE and worst case, Cllr of the calibrated
 LLRs and min Cllr (bits). EER 50 %, D_ECE 0 and min Cllr 1 mean nothing is disclosed.
+min Cllr pools LLRs tied across the sexes (``tar_non``), so that a constant output
+scores 1 (no information) rather than the 0 the optimistic tie order gives it.
 """
 from __future__ import annotations
 
@@ -129,7 +131,12 @@ def train_sex_classifier(vectors: np.ndarray, is_female: Sequence[bool], kind: s
                                  "give more speakers of each sex")
         fold_model = clone(model).fit(vectors[train_rows], is_female[train_rows])
         out_of_fold[held_out] = _log_odds(fold_model, vectors[held_out])
-    calibration = fit_linear_calibration(out_of_fold[is_female], out_of_fold[~is_female])
+    if np.ptp(out_of_fold) == 0.0:
+        # Identical scores for every vector (e.g. every vector replaced by one global
+        # embedding): the cross-entropy optimum at prior 0.5 is the zero-evidence map.
+        calibration = LinearCalibration(slope=0.0, offset=0.0)
+    else:
+        calibration = fit_linear_calibration(out_of_fold[is_female], out_of_fold[~is_female])
     return SexClassifier(kind, model.fit(vectors, is_female), calibration)
 
 
@@ -145,7 +152,7 @@ def assess_sex_llrs(llrs: Sequence[float], is_female: Sequence[bool]) -> SexAsse
     disclosure = zebra(female, male)
     return SexAssessment(eer=100.0 * eer(female, male, "rocch"), dece=disclosure.dece_bits,
                          worst_case_log10=disclosure.worst_case_log10, tag=disclosure.tag,
-                         cllr=cllr(female, male), min_cllr=min_cllr(female, male),
+                         cllr=cllr(female, male), min_cllr=min_cllr(female, male, tie_order="tar_non"),
                          n_female=int(female.size), n_male=int(male.size))
 
 
