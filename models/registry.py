@@ -12,7 +12,6 @@ loads it logs a loud warning. safetensors holds tensors only, so loading runs no
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,6 @@ def voxanon_home() -> Path:
 
 def models_dir() -> Path:
     return voxanon_home() / "models"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -86,9 +78,9 @@ def write_model_set(name: str, components: dict[str, dict[str, torch.Tensor]], c
         path = target / f"{component}.safetensors"
         with atomic_path(path) as tmp:
             save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
-        files[path.name] = _sha256(path)
+        files[path.name] = sha256_file(path)
     atomic_write_text(target / CONFIG, json.dumps(config, indent=2) + "\n")
-    files[CONFIG] = _sha256(target / CONFIG)
+    files[CONFIG] = sha256_file(target / CONFIG)
     manifest = {"name": name, "random": random, "source": source, "components": sorted(components), "files": files}
     atomic_write_text(target / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return target
@@ -117,7 +109,7 @@ def load_model_set(name: str, root: Path | None = None, verify: bool = True) -> 
         path = folder / filename
         if not path.is_file():
             raise ModelNotInstalledError(f"model set {name!r}: {path} is missing; reinstall with: {how}")
-        if verify and _sha256(path) != digest:
+        if verify and sha256_file(path) != digest:
             raise ModelNotInstalledError(f"model set {name!r}: {path} does not match its manifest checksum; "
                                          f"reinstall with: {how}")
     if manifest.get("random"):
