@@ -14,10 +14,6 @@ Data flow per utterance (``features`` keys in brackets):
 torch and the models load lazily on the first batch, so systems that do not use these
 stages never import torch. Model sets come from the models directory
 (:mod:`voxanon.models.registry`); each process loads a set once.
-
-``voxanon.pipeline.stages`` imports this module to register its stages, and this module
-subclasses ``Stage`` from there: import ``voxanon.pipeline.stages`` (or anything above
-it) first; importing this module on its own first is a circular import.
 """
 from __future__ import annotations
 

@@ -13,8 +13,12 @@ from typing import Any
 import yaml
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.stages import STAGES, Stage, Utterance
+from voxanon.pipeline.dsp_stages import DSP_STAGES
+from voxanon.pipeline.neural_stages import NEURAL_STAGES
+from voxanon.pipeline.stages import Stage, Utterance
 
+# Every stage a recipe can name.
+STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (*DSP_STAGES, *NEURAL_STAGES)}
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages", "stochastic"}
 
 

@@ -15,7 +15,7 @@ from tests.test_neural_hubert import random_fairseq_soft_model
 from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, import_ssl_sas
 from voxanon.models.registry import load_model_set
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.stages import STAGES
+from voxanon.pipeline.systems import STAGES
 
 load_ssl_sas_models = __import__(STAGES["content"].__module__, fromlist=["x"]).load_ssl_sas_models
 

@@ -10,7 +10,7 @@ import soundfile
 from conftest import make_corpus
 from voxanon.models.registry import ModelNotInstalledError, installed, load_model_set, write_model_set
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.stages import STAGES
+from voxanon.pipeline.systems import STAGES
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result
+from voxanon.models.registry import voxanon_home
 from voxanon.pipeline.evaluation import Evaluation, discover_sets, evaluate_sets
 from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 from voxanon.pipeline.systems import available_recipes, read_recipe
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("VOXANON_HOME", Path.home() / ".cache" / "voxanon")) / "cache"
+    return voxanon_home() / "cache"
 
 
 def load_protocol(name: str, overrides: list[str] = ()) -> dict:

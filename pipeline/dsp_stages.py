@@ -1,0 +1,35 @@
+"""Signal-processing stages: transforms that need no model weights."""
+from __future__ import annotations
+
+from voxanon.models.mcadams import mcadams
+from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
+
+
+class McAdamsStage(Stage):
+    """McAdams coefficient anonymisation (B2 with a fixed alpha, B2r with a drawn one)."""
+
+    name = "mcadams"
+
+    def __init__(self, alpha: float = 0.8, randomise: str = "none",
+                 alpha_range: tuple[float, float] | list[float] = (0.7, 0.9),
+                 lp_order: int = 20, win_ms: float = 20.0, shift_ms: float = 10.0):
+        if randomise not in ("none",) + SEED_LEVELS:
+            raise ValueError(f"mcadams.randomise must be none, utterance or speaker, got {randomise!r}")
+        low, high = (float(v) for v in alpha_range)
+        if not 0.0 < low <= high:
+            raise ValueError(f"mcadams.alpha_range must be [low, high] with 0 < low <= high, got {alpha_range}")
+        self.alpha = float(alpha)
+        self.randomise = randomise
+        self.alpha_range = (low, high)
+        self.lp_order = int(lp_order)
+        self.win_ms = float(win_ms)
+        self.shift_ms = float(shift_ms)
+
+    def process(self, utt: Utterance) -> None:
+        alpha = self.alpha if self.randomise == "none" else float(utt.rng(self.randomise).uniform(*self.alpha_range))
+        utt.record["mcadams_alpha"] = alpha
+        utt.audio = mcadams(utt.audio, utt.sample_rate, alpha, lp_order=self.lp_order,
+                            win_ms=self.win_ms, shift_ms=self.shift_ms)
+
+
+DSP_STAGES = (McAdamsStage,)
