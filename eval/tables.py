@@ -57,6 +57,8 @@ METRICS = {
     "wer_deletions": MetricStyle("D", "utility", implied_condition="asr"),
     "wer_insertions": MetricStyle("I", "utility", implied_condition="asr"),
     "n_trials": MetricStyle("trials", "other"),
+    "top1_speaker": MetricStyle("top-1 speaker", "asv"),
+    "top1_segment": MetricStyle("top-1 segment", "asv"),
 }
 # Counts print as integers.
 COUNT_METRICS = frozenset({"n_trials", "wer_substitutions", "wer_deletions", "wer_insertions"})

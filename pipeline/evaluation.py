@@ -270,6 +270,10 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             matrices[evaluation.name] = found
             results += [Result(evaluation.name, system, "o-a", "deid", "", 100.0 * found.deid, "%"),
                         Result(evaluation.name, system, "a-a", "gvd", "", found.gvd_db, "dB")]
+        if protocol.get("inversion_attack") and "a" in vectors:
+            results += _inversion_results(evaluation, system, vectors, utt2spk, protocol["inversion_attack"])
+        if protocol.get("sex_attack"):
+            results += _sex_results(evaluation, system, vectors, utt2spk, protocol["sex_attack"])
         if protocol.get("pitch_correlation") and evaluation.anon_trials is not None:
             results += _pitch_results(evaluation, missing, cache, system, failures)
         if asr is not None and evaluation.trials.text:
@@ -366,4 +370,90 @@ def _pitch_results(evaluation: EvaluationSet, missing: set[str], cache, system: 
     mean, std = pitch_correlation_summary(pairs)
     return [Result(evaluation.name, system, "o-a", "pitch_correlation", "mean", mean, ""),
             Result(evaluation.name, system, "o-a", "pitch_correlation", "std", std, "")]
+
+
+def _as_vectors(vectors: dict[str, np.ndarray]):
+    from voxanon.data_prep.vectors import Vectors
+
+    ids = sorted(vectors)
+    return Vectors(tuple(ids), np.stack([np.asarray(vectors[u], dtype=np.float64) for u in ids]))
+
+
+def _inversion_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk: dict,
+                       settings: dict) -> list[Result]:
+    """The Procrustes inversion attack (spec §8): rotation learnt on enrolment pairs, then ASV."""
+    from voxanon.data_prep.vectors import speaker_means
+    from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack
+
+    settings = settings if isinstance(settings, dict) else {}
+    paired = sorted(set(vectors["o"]["enroll"]) & set(vectors["a"]["enroll"]))
+    tested = sorted(set(vectors["o"]["test"]) & set(vectors["a"]["test"]))
+    inputs = InversionInputs(
+        train_orig=_as_vectors({u: vectors["o"]["enroll"][u] for u in paired}),
+        train_anon=_as_vectors({u: vectors["a"]["enroll"][u] for u in paired}),
+        test_orig=_as_vectors({u: vectors["o"]["test"][u] for u in tested}),
+        test_anon=_as_vectors({u: vectors["a"]["test"][u] for u in tested}),
+        enroll=speaker_means(_as_vectors({u: vectors["o"]["enroll"][u] for u in paired}), utt2spk),
+        trials=[t for t in evaluation.trials.trials if t.test_utt in set(tested)], utt2spk=utt2spk)
+    method = settings.get("method", "procrustes")
+    found = inversion_attack(inputs, method, pca_dim=settings.get("pca"))
+    condition = f"inversion-{method}"
+    return [Result(evaluation.name, system, condition, "top1_speaker", "test", found.test_top1_speaker, "%"),
+            Result(evaluation.name, system, condition, "top1_segment", "test", found.test_top1_segment, "%"),
+            Result(evaluation.name, system, condition, "eer", "rocch", found.eer_rocch, "%"),
+            Result(evaluation.name, system, condition, "min_cllr", "", found.min_cllr, "bits"),
+            Result(evaluation.name, system, condition, "linkability", "", found.linkability, "")]
+
+
+def _sex_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk: dict, settings: dict) -> list[Result]:
+    """Sex-attribute attacks on the speaker embeddings, tested on protected (or, for reference, original) speech.
+
+    Speakers are split into two folds (sha256 order, so deterministic); a classifier trained
+    on one fold's utterances is tested on the other fold's, and the LLRs of both folds are
+    pooled. Ignorant attackers train on original speech, informed ones on protected speech.
+    """
+    import hashlib
+
+    from voxanon.eval.attacks.sex import SexAttackError, assess_sex_llrs, train_sex_classifier
+
+    settings = settings if isinstance(settings, dict) else {}
+    kind = settings.get("classifier", "logistic")
+    genders = evaluation.trials.spk2gender | evaluation.enroll.spk2gender
+    speakers = sorted({utt2spk[u] for side in vectors.values() for part in side.values() for u in part
+                       if utt2spk.get(u) in genders}, key=lambda s: hashlib.sha256(s.encode()).hexdigest())
+    folds = (set(speakers[0::2]), set(speakers[1::2]))
+
+    def pooled(side: str) -> dict[str, np.ndarray]:
+        found = {}
+        for part in vectors[side].values():
+            found.update({u: v for u, v in part.items() if utt2spk.get(u) in genders})
+        return found
+
+    plans = [("sex-original", "o", "o")]
+    if "a" in vectors:
+        plans = [("sex-ignorant", "o", "a"), ("sex-informed", "a", "a")] + plans
+    rows = []
+    for condition, train_side, test_side in plans:
+        train, test = pooled(train_side), pooled(test_side)
+        llrs, labels = [], []
+        for train_fold, test_fold in (folds, folds[::-1]):
+            train_ids = [u for u in sorted(train) if utt2spk[u] in train_fold]
+            test_ids = [u for u in sorted(test) if utt2spk[u] in test_fold]
+            try:
+                # The outer folds are speaker-disjoint; the classifier's inner calibration folds are
+                # not (a fold of a small set may hold one sex only), which affects the actual Cllr only.
+                classifier = train_sex_classifier(np.stack([train[u] for u in train_ids]),
+                                                  [genders[utt2spk[u]] == "f" for u in train_ids], kind)
+            except (SexAttackError, ValueError) as error:
+                log.warning("%s %s: no sex attack (%s)", evaluation.name, condition, error)
+                return rows
+            llrs += list(classifier.llr(np.stack([test[u] for u in test_ids])))
+            labels += [genders[utt2spk[u]] == "f" for u in test_ids]
+        found = assess_sex_llrs(llrs, labels)
+        label = "original" if test_side == "o" else system
+        rows += [Result(evaluation.name, label, condition, "eer", "rocch", found.eer, "%"),
+                 Result(evaluation.name, label, condition, "zebra_dece", "", found.dece, "bits"),
+                 Result(evaluation.name, label, condition, "cllr", "", found.cllr, "bits"),
+                 Result(evaluation.name, label, condition, "min_cllr", "", found.min_cllr, "bits")]
+    return rows
 

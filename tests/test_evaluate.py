@@ -126,3 +126,21 @@ def test_seed_table2_relative_versions_and_calibration_distortion(small_demo, be
     run1 = read_data_dir(out / "anon" / "small_b2r")
     utt = run1.utterances[0]
     assert run1.audio_path(utt).read_bytes() != run2.audio_path(utt).read_bytes()
+
+
+def test_sex_protocol_and_inversion_attack(small_demo, benchmark_run, tmp_path):
+    out = tmp_path / "sex"
+    anon = benchmark_run / "anon" / "small_b2"
+    assert main(["evaluate", "--orig", str(small_demo), "--anon", str(anon), "--system", "b2", "--protocol", "sex", "--out", str(out),
+                 "--cache", str(benchmark_run / "cache")]) == 0
+    results = from_json((out / "results.json").read_text())
+    assert _value(results, "original", "sex-original", "eer", "rocch") < 20.0
+    for condition in ("sex-ignorant", "sex-informed"):
+        assert 0.0 <= _value(results, "b2", condition, "eer", "rocch") <= 100.0
+        assert np.isfinite(_value(results, "b2", condition, "zebra_dece"))
+    out = tmp_path / "inversion"
+    assert main(["evaluate", "--orig", str(small_demo), "--anon", str(anon), "--system", "b2", "--out", str(out), "--cache",
+                 str(benchmark_run / "cache"), "--set", "asr=null", "--set", "inversion_attack.method=procrustes"]) == 0
+    results = from_json((out / "results.json").read_text())
+    assert 0.0 <= _value(results, "b2", "inversion-procrustes", "top1_speaker", "test") <= 100.0
+    assert np.isfinite(_value(results, "b2", "inversion-procrustes", "eer", "rocch"))
