@@ -144,3 +144,24 @@ def test_sex_protocol_and_inversion_attack(small_demo, benchmark_run, tmp_path):
     results = from_json((out / "results.json").read_text())
     assert 0.0 <= _value(results, "b2", "inversion-procrustes", "top1_speaker", "test") <= 100.0
     assert np.isfinite(_value(results, "b2", "inversion-procrustes", "eer", "rocch"))
+
+
+def test_ecapa_model_folder_as_the_speaker_encoder(small_demo, benchmark_run, tmp_path):
+    import torch
+    from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
+
+    torch.manual_seed(0)
+    model = ECAPA_TDNN(80, lin_neurons=192, channels=[64, 64, 64, 64, 192], attention_channels=16, se_channels=16)
+    (tmp_path / "ecapa").mkdir()
+    torch.save(model.state_dict(), tmp_path / "ecapa" / "embedding_model.ckpt")
+    out = tmp_path / "ecapa_eval"
+    args = ["evaluate", "--orig", str(small_demo), "--anon", str(benchmark_run / "anon" / "small_b2"), "--system", "b2",
+            "--out", str(out), "--cache", str(tmp_path / "cache"), "--set", "asr=null", "--set", "similarity=false",
+            "--set", "pitch_correlation=false", "--set", f"asv.encoder=ecapa:{tmp_path / 'ecapa'}"]
+    assert main(args) == 0
+    results = from_json((out / "results.json").read_text())
+    assert 0.0 <= _value(results, "b2", "o-a", "eer", "kaldi") <= 100.0
+    assert [p.name for p in (tmp_path / "cache").iterdir()][0].startswith("ecapa-")
+    with pytest.raises(VoxanonError, match="unknown speaker encoder"):
+        from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
+        speaker_encoder_factory("xvector:/nowhere")

@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result
 from voxanon.models.registry import voxanon_home
@@ -29,20 +30,43 @@ def load_protocol(name: str, overrides: list[str] = ()) -> dict:
     return protocol
 
 
+ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
+
+
+def speaker_encoder_factory(spec: str):
+    """``(cache tag, function that builds the encoder)`` for an encoder spec; see ``ENCODERS``."""
+    if spec == "ge2e":
+        from voxanon.models.ge2e import GE2EEncoder
+        return "ge2e", GE2EEncoder
+    kind, _, directory = spec.partition(":")
+    if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
+        raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
+    from voxanon.models.checkpoints import safe_load
+    from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, EcapaEncoder
+
+    checkpoint = Path(directory) / EMBEDDING_FILE
+    if not checkpoint.is_file():
+        raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
+
+    def build():
+        config = EcapaConfig.from_state(safe_load(checkpoint), embedding_mean_norm=kind == "ecapa-voxceleb")
+        return EcapaEncoder.from_directory(directory, config)
+
+    # The checkpoint's content names the cache, so two model folders never share embeddings.
+    return f"{kind}-{sha256_file(checkpoint)[:16]}", build
+
+
 def make_embedder(asv: dict) -> CachedComputation:
     """The protocol's speaker encoder, built only when an embedding is not in the cache."""
-    encoder_name = asv.get("encoder", "ge2e")
-    if encoder_name != "ge2e":
-        raise VoxanonError(f"unknown speaker encoder {encoder_name!r}; available: ge2e")
+    tag, build = speaker_encoder_factory(str(asv.get("encoder", "ge2e")))
     encoder = {}
 
     def embed(waves):
         if "model" not in encoder:
-            from voxanon.models.ge2e import GE2EEncoder
-            encoder["model"] = GE2EEncoder()
+            encoder["model"] = build()
         return list(encoder["model"].embed(waves))
 
-    return CachedComputation(encoder_name, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
+    return CachedComputation(tag, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
                              loudness_lufs=asv.get("loudness_lufs"))
 
 
