@@ -165,3 +165,21 @@ def test_ecapa_model_folder_as_the_speaker_encoder(small_demo, benchmark_run, tm
     with pytest.raises(VoxanonError, match="unknown speaker encoder"):
         from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
         speaker_encoder_factory("xvector:/nowhere")
+
+
+def test_benchmark_report_renders_in_chromium(benchmark_run, tmp_path):
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_report.py"
+    shot = tmp_path / "report.png"
+    finished = subprocess.run([sys.executable, str(script), str(benchmark_run / "report.html"), str(shot)],
+                              capture_output=True, text=True, timeout=180)
+    assert finished.returncode == 0, finished.stderr
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    red, green, blue = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    # The similarity matrices are drawn in a yellow-to-red colour map: strong reds exist only if the figure drew.
+    assert np.count_nonzero((red > 150) & (green < 90) & (blue < 90)) > 2000
+    assert np.count_nonzero((red > 240) & (green > 200) & (blue < 190)) > 2000
