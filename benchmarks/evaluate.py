@@ -3,7 +3,8 @@
 - cold: ``voxanon evaluate`` (vpc2022: GE2E ASV, similarity matrices, Whisper tiny.en WER) of
   B2 against the original demo corpus with an empty cache; warm: the same run again, served
   from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
-- embeddings per second of GE2E at batch sizes 1 and 16.
+- embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
+  does not depend on weight values) at batch sizes 1 and 16.
 
     .venv/bin/python benchmarks/evaluate.py [--utterances 48]
 """
@@ -64,6 +65,10 @@ def main() -> None:
     encoders = {}
     from voxanon.models.ge2e import GE2EEncoder
     encoders["GE2E (resemblyzer weights)"] = GE2EEncoder().embed
+    import torch
+    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaEncoder
+    torch.manual_seed(0)
+    encoders["ECAPA SSL-SAS size (random weights)"] = EcapaEncoder(SSL_SAS_ECAPA).eval().embed
     print(f"speaker embeddings per second on {len(waves)} demo utterances ({sum(map(len, waves)) / 16000:.0f} s)")
     for name, embed in encoders.items():
         single = embeddings_per_second(embed, waves, 1)
