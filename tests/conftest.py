@@ -69,3 +69,15 @@ def make_corpus(root: Path, n_speakers: int = 4, n_utts: int = 3, seconds: float
 @pytest.fixture
 def toy_corpus(tmp_path: Path) -> DataDir:
     return make_corpus(tmp_path)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and the test machine's cores are shared."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

@@ -22,13 +22,7 @@ TINY_V3_MEL = {"resblock": "2", "upsample_rates": [8, 8, 4], "upsample_kernel_si
                "resblock_dilation_sizes": [[1, 2], [2, 6], [3, 12]], "num_mels": 80}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and the test machine's cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def reference_and_ours(h: dict, seed: int = 0):

@@ -13,12 +13,7 @@ TINY = SoftContentConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate
                          pos_conv_kernel=16, pos_conv_groups=4)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_fairseq_soft_model(config: SoftContentConfig, seed: int = 0):

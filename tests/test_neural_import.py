@@ -26,12 +26,7 @@ GENERATOR_JSON = {"resblock": "1", "num_gpus": 0, "batch_size": 32, "learning_ra
                   "num_mels": 80, "segment_size": 8960, "sampling_rate": 16000}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write_release(root, *, embed_submodels: bool = True, payload=None):

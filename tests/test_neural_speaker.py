@@ -15,12 +15,7 @@ from voxanon.models.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaCo
 TINY = dict(channels=(32, 32, 32, 32, 96), attention_channels=16, se_channels=16, res2net_scale=4)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def speechbrain_model(config: EcapaConfig, seed: int) -> ECAPA_TDNN:
