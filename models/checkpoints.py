@@ -77,7 +77,9 @@ _SAFE_GLOBALS = {
 }
 
 
-class _AllowListUnpickler(pickle.Unpickler):
+class AllowListUnpickler(pickle.Unpickler):
+    """Unpickles tensors and plain containers only; subclass it to allow more globals explicitly."""
+
     def find_class(self, module: str, name: str):
         # torch.save writes pickle protocol 2, which names globals the Python 2 way (``__builtin__``).
         if (module, name) in _compat_pickle.NAME_MAPPING:
@@ -96,7 +98,7 @@ class _AllowListUnpickler(pickle.Unpickler):
 class _AllowListPickleModule:
     """The ``pickle_module`` interface ``torch.load`` needs, with the allow-listed unpickler."""
 
-    Unpickler = _AllowListUnpickler
+    Unpickler = AllowListUnpickler
     load = staticmethod(pickle.load)
     __name__ = "voxanon_allow_list_pickle"
 

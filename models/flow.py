@@ -45,7 +45,7 @@ from tqdm import tqdm
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import l2_normalise
-from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, _AllowListUnpickler
+from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, AllowListUnpickler
 from voxanon.models.lda import LinearDiscriminant
 
 log = logging.getLogger(__name__)
@@ -383,7 +383,7 @@ class _PickledObject:
         self.state = state[0] if isinstance(state, tuple) and state and isinstance(state[0], dict) else state
 
 
-class _ModuleTreeUnpickler(_AllowListUnpickler):
+class _ModuleTreeUnpickler(AllowListUnpickler):
     """The checkpoint allow-list, plus inert stand-ins for ``torch.nn`` / ``torch.distributions``
     classes and the release's own classes, so that a whole pickled ``nn.Module`` yields its tensors."""
 
