@@ -161,6 +161,30 @@ def cosine_trial_scores(enrolment: dict[str, np.ndarray], tests: dict[str, np.nd
     return np.asarray(tar), np.asarray(non), left_out
 
 
+def plda_trial_scores(plda, enrol_vectors: dict[str, np.ndarray], enrol_utts: Iterable[str], utt2spk: dict[str, str],
+                      tests: dict[str, np.ndarray], trials) -> tuple[np.ndarray, np.ndarray, int]:
+    """Target and non-target PLDA LLRs (enrolment = mean of each speaker's projected vectors)."""
+    grouped: dict[str, list[np.ndarray]] = {}
+    for utt in enrol_utts:
+        if utt in enrol_vectors:
+            grouped.setdefault(utt2spk[utt], []).append(enrol_vectors[utt])
+    if not grouped or not tests:
+        return np.zeros(0), np.zeros(0), len(trials)
+    test_ids = sorted(tests)
+    test_index = {u: i for i, u in enumerate(test_ids)}
+    projected = plda.project(np.stack([tests[u] for u in test_ids]))
+    llrs = {spk: plda.llr(plda.project(np.stack(vecs)).mean(axis=0), len(vecs), projected)
+            for spk, vecs in grouped.items()}
+    tar, non, left_out = [], [], 0
+    for trial in trials:
+        j = test_index.get(trial.test_utt)
+        if trial.enrol_speaker not in llrs or j is None:
+            left_out += 1
+            continue
+        (tar if trial.target else non).append(llrs[trial.enrol_speaker][j])
+    return np.asarray(tar), np.asarray(non), left_out
+
+
 def pair_score_table(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> ScoreTable:
     """Cosine scores of every (first, second) utterance pair, for the voice similarity matrices."""
     first_ids, second_ids = sorted(first), sorted(second)
@@ -223,6 +247,7 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
 
     asv = protocol.get("asv", {})
     conditions = asv.get("conditions", list(ASV_CONDITIONS))
+    plda = _fit_plda(asv, embedder, cache) if asv.get("scoring", "cosine") == "plda" else None
     eer_variants = asv.get("eer_variants", ["rocch"])
     results: list[Result] = []
     kept: list[SetScores] = []
@@ -248,8 +273,12 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             enrol_side, test_side = condition[0], condition[-1]
             if enrol_side not in vectors or test_side not in vectors:
                 continue
-            enrolment = speaker_enrolment(vectors[enrol_side]["enroll"], evaluation.enroll_utts, utt2spk)
-            tar, non, left_out = cosine_trial_scores(enrolment, vectors[test_side]["test"], evaluation.trials.trials)
+            if plda is None:
+                enrolment = speaker_enrolment(vectors[enrol_side]["enroll"], evaluation.enroll_utts, utt2spk)
+                tar, non, left_out = cosine_trial_scores(enrolment, vectors[test_side]["test"], evaluation.trials.trials)
+            else:
+                tar, non, left_out = plda_trial_scores(plda, vectors[enrol_side]["enroll"], evaluation.enroll_utts,
+                                                       utt2spk, vectors[test_side]["test"], evaluation.trials.trials)
             if left_out:
                 log.warning("%s %s: %d trial(s) left out (no embedding for one side)", evaluation.name,
                             condition, left_out)
@@ -456,4 +485,24 @@ def _sex_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk:
                  Result(evaluation.name, label, condition, "cllr", "", found.cllr, "bits"),
                  Result(evaluation.name, label, condition, "min_cllr", "", found.min_cllr, "bits")]
     return rows
+
+
+def _fit_plda(asv: dict, embedder, cache):
+    """PLDA trained on the embeddings of ``asv.plda_train`` (a data directory of other speakers)."""
+    from voxanon.eval.plda import fit_plda
+
+    train_dir = asv.get("plda_train")
+    if not train_dir:
+        raise VoxanonError("asv.scoring=plda needs asv.plda_train=DIR, a data directory to train the PLDA on")
+    data = read_data_dir(Path(train_dir))
+    vectors = embedder.run({u: data.audio_path(u) for u in data.utterances}, cache, f"{data.name} PLDA training")
+    if embedder.failures:
+        raise VoxanonError(f"PLDA training set {train_dir}: {len(embedder.failures)} utterance(s) unusable, e.g. "
+                           f"{next(iter(embedder.failures.items()))}")
+    utts = sorted(vectors)
+    try:
+        return fit_plda(np.stack([vectors[u] for u in utts]), [data.utt2spk[u] for u in utts],
+                        dim=int(asv.get("plda_dim", 100)))
+    except ValueError as error:
+        raise VoxanonError(f"PLDA training set {train_dir}: {error}") from None
 

@@ -183,3 +183,22 @@ def test_benchmark_report_renders_in_chromium(benchmark_run, tmp_path):
     # The similarity matrices are drawn in a yellow-to-red colour map: strong reds exist only if the figure drew.
     assert np.count_nonzero((red > 150) & (green < 90) & (blue < 90)) > 2000
     assert np.count_nonzero((red > 240) & (green > 200) & (blue < 190)) > 2000
+
+
+def test_plda_scoring_trained_on_other_speakers(small_demo, benchmark_run, tmp_path):
+    demo = read_data_dir(demo_corpus_dir())
+    others = [u for spk in demo.speakers if spk not in SPEAKERS for u in demo.spk2utt[spk][:6]]
+    train = demo.subset(others)
+    write_data_dir(replace(train, wav=train.absolute_wav(), enrolls=None, trials=None), tmp_path / "plda_train")
+    out = tmp_path / "plda"
+    assert main(["evaluate", "--orig", str(small_demo), "--anon", str(benchmark_run / "anon" / "small_b2"),
+                 "--system", "b2", "--out", str(out), "--cache", str(benchmark_run / "cache"),
+                 "--set", "asr=null", "--set", "similarity=false", "--set", "pitch_correlation=false",
+                 "--set", "asv.scoring=plda", "--set", f"asv.plda_train={tmp_path / 'plda_train'}"]) == 0
+    results = from_json((out / "results.json").read_text())
+    # Seven training speakers give a six-dimensional PLDA: far better than chance, far from cosine's 0%.
+    assert _value(results, "original", "o-o", "eer", "kaldi") < 30.0
+    assert np.isfinite(_value(results, "b2", "o-a", "cllr"))
+    with pytest.raises(VoxanonError, match="needs asv.plda_train"):
+        from voxanon.pipeline.evaluation import _fit_plda
+        _fit_plda({"scoring": "plda"}, None, None)
