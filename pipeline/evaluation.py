@@ -307,6 +307,9 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             results += _pitch_results(evaluation, missing, cache, system, failures)
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
+    if protocol.get("weighted_averages"):
+        from voxanon.eval.averages import weighted_averages
+        results += weighted_averages(results)
     return Evaluation(results, kept, matrices, failures, embedder.computed + (asr.computed if asr else 0))
 
 
