@@ -227,7 +227,6 @@ class Evaluation:
     results: list[Result]
     scores: list[SetScores]
     similarity: dict[str, object]     # set name -> SimilarityMatrices
-    failures: dict[str, str]          # "<set>:<o|a>:<utt>" -> why its audio could not be used
     computed: int                     # embeddings and transcripts computed (not served from cache)
 
 
@@ -266,8 +265,7 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             tests = embedder.run(_files(trials_dir, [u for u in evaluation.test_utts if u not in skip]),
                                  cache, f"{evaluation.name} {side} trials")
             vectors[side] = {"enroll": enroll, "test": tests}
-            failures.update({f"{evaluation.name}:{side}:{k}": v for k, v in embedder.failures.items()})
-            embedder.failures.clear()
+            failures.update(embedder.take_failures(f"{evaluation.name}:{side}:"))
         utt2spk = evaluation.trials.utt2spk | evaluation.enroll.utt2spk
         for condition in conditions:
             enrol_side, test_side = condition[0], condition[-1]
@@ -307,10 +305,16 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             results += _pitch_results(evaluation, missing, cache, system, failures)
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
+    if failures and not allow_missing:
+        shown = "\n  ".join(f"{k}: {v}" for k, v in list(failures.items())[:10])
+        raise VoxanonError(f"{len(failures)} utterance(s) could not be used:\n  {shown}\n"
+                           "fix them, or pass --allow-missing to evaluate without them")
+    for key, message in failures.items():
+        log.warning("left out %s: %s", key, message)
     if protocol.get("weighted_averages"):
         from voxanon.eval.averages import weighted_averages
         results += weighted_averages(results)
-    return Evaluation(results, kept, matrices, failures, embedder.computed + (asr.computed if asr else 0))
+    return Evaluation(results, kept, matrices, embedder.computed + (asr.computed if asr else 0))
 
 
 def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr, cache, system: str,
@@ -323,8 +327,7 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
     for side, (_, trials_dir) in sides.items():
         utts = [u for u in references if not (side == "a" and u in missing)]
         hypotheses = asr.run(_files(trials_dir, utts), cache, f"{evaluation.name} {side} ASR")
-        failures.update({f"{evaluation.name}:{side}:{k}": v for k, v in asr.failures.items()})
-        asr.failures.clear()
+        failures.update(asr.take_failures(f"{evaluation.name}:{side}:"))
         scored = {u: references[u] for u in hypotheses}
         if not scored:
             continue
@@ -372,8 +375,7 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
     run2 = evaluation.anon_trials_run2
     tests = embedder.run(_files(run2, [u for u in evaluation.test_utts if u not in missing]), cache,
                          f"{evaluation.name} a (run 2) trials")
-    failures.update({f"{evaluation.name}:a2:{k}": v for k, v in embedder.failures.items()})
-    embedder.failures.clear()
+    failures.update(embedder.take_failures(f"{evaluation.name}:a2:"))
     enrolment = speaker_enrolment(enrolment_vectors, evaluation.enroll_utts, utt2spk)
     tar, non, _ = cosine_trial_scores(enrolment, tests, evaluation.trials.trials)
     rows = []
@@ -395,7 +397,7 @@ def _pitch_results(evaluation: EvaluationSet, missing: set[str], cache, system: 
     utts = [u for u in evaluation.test_utts if u not in missing]
     original = tracker.run(_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
     anonymised = tracker.run(_files(evaluation.anon_trials, utts), cache, f"{evaluation.name} a F0")
-    failures.update({f"{evaluation.name}:f0:{k}": v for k, v in tracker.failures.items()})
+    failures.update(tracker.take_failures(f"{evaluation.name}:f0:"))
     pairs = [(original[u], anonymised[u]) for u in utts if u in original and u in anonymised]
     if not pairs:
         return []

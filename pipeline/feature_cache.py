@@ -63,6 +63,12 @@ class CachedComputation:
     failures: dict[str, str] = field(default_factory=dict)
     computed: int = 0
 
+    def take_failures(self, prefix: str) -> dict[str, str]:
+        """The failures so far, keys prefixed (e.g. with the set and side), and forget them."""
+        taken = {f"{prefix}{key}": message for key, message in self.failures.items()}
+        self.failures.clear()
+        return taken
+
     @property
     def cache_tag(self) -> str:
         return self.tag if self.loudness_lufs is None else f"{self.tag}-lufs{self.loudness_lufs:g}"

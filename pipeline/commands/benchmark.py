@@ -60,7 +60,7 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
     """One evaluation per system, merged: the o-o (original) rows once, every system's own rows."""
     embedder = make_embedder(protocol.get("asv", {}))
     transcriber = make_transcriber(protocol.get("asr"))
-    merged = Evaluation([], [], {}, {}, 0)
+    merged = Evaluation([], [], {}, 0)
     for system in systems:
         anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers,
                                               second_run=bool(protocol.get("adversary_calibration")))
@@ -71,7 +71,6 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
         seen = {(s.set_name, s.system, s.condition) for s in merged.scores}
         merged.scores += [s for s in found.scores if (s.set_name, s.system, s.condition) not in seen]
         merged.similarity.update({f"{name} {system}": m for name, m in found.similarity.items()})
-        merged.failures.update({f"{system}:{k}": v for k, v in found.failures.items()})
         merged.computed += found.computed
     return merged
 
@@ -83,9 +82,6 @@ def run(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol, args.overrides)
     sets = discover_sets(args.data, allow_pipes=args.allow_pipes)
     evaluation = compare(sets, systems, protocol, args.out, max(1, args.workers), cache_from(args), args.allow_missing)
-    if evaluation.failures and not args.allow_missing:
-        raise VoxanonError(f"{len(evaluation.failures)} utterance(s) could not be used, e.g. "
-                           f"{next(iter(evaluation.failures.items()))}; pass --allow-missing to go on without them")
     report = write_outputs(args.out, evaluation, f"voxanon benchmark: {', '.join(systems)} ({protocol['name']})",
                            {"protocol": protocol["name"], "data": str(args.data), "systems": ", ".join(systems)})
     print_table(evaluation.results)
