@@ -132,13 +132,19 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
-def speaker_enrolment(vectors: dict[str, np.ndarray], utts: Iterable[str], utt2spk: dict[str, str]) -> dict[str, np.ndarray]:
-    """Each speaker's mean enrolment embedding (unnormalised mean, as VoicePrivacy 2024)."""
+def enrolment_vectors(vectors: dict[str, np.ndarray], utts: Iterable[str],
+                      utt2spk: dict[str, str]) -> dict[str, list[np.ndarray]]:
+    """Each speaker's enrolment embeddings (the listed utterances that have one)."""
     grouped: dict[str, list[np.ndarray]] = {}
     for utt in utts:
         if utt in vectors:
             grouped.setdefault(utt2spk[utt], []).append(vectors[utt])
-    return {spk: np.mean(vecs, axis=0) for spk, vecs in grouped.items()}
+    return grouped
+
+
+def speaker_enrolment(vectors: dict[str, np.ndarray], utts: Iterable[str], utt2spk: dict[str, str]) -> dict[str, np.ndarray]:
+    """Each speaker's mean enrolment embedding (unnormalised mean, as VoicePrivacy 2024)."""
+    return {spk: np.mean(vecs, axis=0) for spk, vecs in enrolment_vectors(vectors, utts, utt2spk).items()}
 
 
 def cosine_trial_scores(enrolment: dict[str, np.ndarray], tests: dict[str, np.ndarray],
@@ -164,10 +170,7 @@ def cosine_trial_scores(enrolment: dict[str, np.ndarray], tests: dict[str, np.nd
 def plda_trial_scores(plda, enrol_vectors: dict[str, np.ndarray], enrol_utts: Iterable[str], utt2spk: dict[str, str],
                       tests: dict[str, np.ndarray], trials) -> tuple[np.ndarray, np.ndarray, int]:
     """Target and non-target PLDA LLRs (enrolment = mean of each speaker's projected vectors)."""
-    grouped: dict[str, list[np.ndarray]] = {}
-    for utt in enrol_utts:
-        if utt in enrol_vectors:
-            grouped.setdefault(utt2spk[utt], []).append(enrol_vectors[utt])
+    grouped = enrolment_vectors(enrol_vectors, enrol_utts, utt2spk)
     if not grouped or not tests:
         return np.zeros(0), np.zeros(0), len(trials)
     test_ids = sorted(tests)
