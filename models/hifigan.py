@@ -167,6 +167,11 @@ class ConditioningLayout:
     order [content | F0 | speaker]. ``layer_norm_content`` / ``layer_norm_speaker``
     standardise each utterance's whole tensor (SSL-SAS calls ``F.layer_norm(x, x.shape)``
     on a batch of one); here it is done per item so batching does not change results.
+
+    The zLLR-VC vocoder (ICASSP 2023) was trained with two more steps, both off by default:
+    ``standardise_content`` standardises each content dimension over the utterance's frames,
+    ``(x - mean_t) / (std_t + 1e-6)``, before the layer norm; ``l2_normalise_speaker`` scales the
+    speaker vector to unit length (that vocoder's speaker input, with ``layer_norm_speaker`` off).
     """
 
     content_dim: int = 200
@@ -175,6 +180,8 @@ class ConditioningLayout:
     order: tuple[str, ...] = ("content", "f0", "speaker")
     layer_norm_content: bool = True
     layer_norm_speaker: bool = True
+    standardise_content: bool = False
+    l2_normalise_speaker: bool = False
     eps: float = 1e-5
 
     def __post_init__(self):
@@ -206,6 +213,11 @@ class ConditioningLayout:
         if f0.ndim != 1 or f0.shape[0] != content.shape[0] * self.content_repeat:
             raise ValueError(f"misaligned conditioning: {content.shape[0]} content frames x{self.content_repeat} "
                              f"!= {f0.shape[0]} F0 frames")
+        if self.standardise_content:
+            # torch.std is the unbiased estimate, as in the ICASSP 2023 code.
+            content = (content - content.mean(dim=0)) / (content.std(dim=0) + 1e-6)
+        if self.l2_normalise_speaker:
+            speaker = F.normalize(speaker, dim=0)
         if self.layer_norm_content:
             content = F.layer_norm(content, content.shape, eps=self.eps)
         if self.layer_norm_speaker:

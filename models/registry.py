@@ -46,6 +46,20 @@ def models_dir() -> Path:
     return voxanon_home() / "models"
 
 
+ASSET_KINDS = ("pools", "flows")
+
+
+def asset_dir(kind: str, name: str | os.PathLike) -> Path:
+    """Where a named asset of ``kind`` lives: ``$VOXANON_HOME/<kind>/<name>``, or ``name`` itself
+    when it is a path (it contains a path separator or starts with ``.`` or ``~``)."""
+    if kind not in ASSET_KINDS:
+        raise ValueError(f"asset kind must be one of {ASSET_KINDS}, got {kind!r}")
+    text = str(name)
+    if os.sep in text or "/" in text or text.startswith((".", "~")):
+        return Path(text).expanduser()
+    return voxanon_home() / kind / text
+
+
 @dataclass
 class ModelSet:
     name: str

@@ -17,6 +17,7 @@ stages never import torch. Model sets come from the models directory
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -102,6 +103,9 @@ class ContentStage(Stage):
     def __init__(self, models: str = "ssl-sas"):
         self.models = models
 
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
     def process_batch(self, batch: list[Utterance]) -> None:
         content, _, _ = load_ssl_sas_models(self.models)
         for utt, features in zip(batch, content.encode([u.audio for u in batch])):
@@ -116,6 +120,9 @@ class SpeakerStage(Stage):
     def __init__(self, models: str = "ssl-sas"):
         self.models = models
 
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
     def process_batch(self, batch: list[Utterance]) -> None:
         _, speaker, _ = load_ssl_sas_models(self.models)
         for utt, vector in zip(batch, speaker.embed([u.audio for u in batch])):
@@ -123,18 +130,40 @@ class SpeakerStage(Stage):
 
 
 class VocoderStage(Stage):
-    """HiFi-GAN from content, F0 and speaker features; the batch runs as one padded, length-masked pass."""
+    """HiFi-GAN from content, F0 and speaker features; the batch runs as one padded, length-masked pass.
+
+    ``layout`` overrides fields of the model set's conditioning layout (e.g. ``standardise_content``),
+    for vocoders trained with a layout the set's config does not record.
+    """
 
     name = "vocoder"
 
-    def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95):
+    def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None):
+        from voxanon.models.hifigan import ConditioningLayout
+
         self.models = models
         self.output_peak = None if output_peak is None else float(output_peak)
+        self.layout = dict(layout or {})
+        unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"vocoder.layout has no field(s) {sorted(unknown)}; fields: "
+                             f"{sorted(ConditioningLayout.__dataclass_fields__)}")
+
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
+    def _vocoder(self):
+        from voxanon.models.hifigan import Vocoder
+
+        vocoder = load_ssl_sas_models(self.models)[2]
+        if not self.layout:
+            return vocoder
+        return Vocoder(vocoder.generator, dataclasses.replace(vocoder.layout, **self.layout))
 
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        _, _, vocoder = load_ssl_sas_models(self.models)
+        vocoder = self._vocoder()
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("content", "f0", "speaker") if k not in u.features]
         if missing:
             raise VoxanonError(f"vocoder needs content, f0 and speaker features; missing {missing[:4]} "

@@ -9,6 +9,8 @@ Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.
   journal line for the same configuration, so a ``kill -9`` loses nothing written:
   WAVs are written to a temporary file and renamed, and an utterance whose WAV landed
   but whose journal line did not is simply redone (bit-identically).
+- ``<name>/<utt>.xvector``: per-utterance vectors a stage chose to keep (B1's pseudo
+  speakers), raw little-endian float32 as SSL-SAS reads them.
 - ``failures.tsv``: ``utt  stage  error`` for every utterance that failed; the rest of
   the set is still processed and the exit code says that something failed.
 - ``run.json``: configuration, package versions, timing and counts.
@@ -29,6 +31,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import soundfile
 from tqdm import tqdm
 
@@ -36,7 +39,7 @@ from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
 from voxanon.data_prep.digest import sha256_file
-from voxanon.pipeline.systems import System, build_system, config_hash
+from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +130,15 @@ def process_jobs(system: System, jobs: list[Job], allow_pipes: bool) -> list[Out
     by_id = {job.utt: job for job in jobs}
     for utt in utterances:
         outcome = outcomes[utt.utt_id]
+        out_path = Path(by_id[utt.utt_id].out_path)
         try:
+            # Vectors first: a WAV whose journal line landed implies its vectors did too.
+            for name, vector in utt.vectors.items():
+                path = out_path.parent.parent / name / f"{utt.utt_id}.xvector"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(path, np.asarray(vector, dtype="<f4").tobytes())
             data = _wav_bytes(utt.audio, system.sample_rate)
-            atomic_write_bytes(by_id[utt.utt_id].out_path, data)
+            atomic_write_bytes(out_path, data)
         except Exception as error:
             outcome.failed_stage, outcome.error = "write", f"{type(error).__name__}: {error}"
             continue
@@ -216,6 +225,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
                   allow_pipes: bool = False, progress: bool = True) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there)."""
     system = build_system(config)
+    check_needs(system)
     problems = [p for p in data.validate(check_files=False, need_gender=system.needs_gender)]
     if problems:
         raise DataDirError(str(data.path or data.name), problems)

@@ -2,8 +2,13 @@
 
 A system is a list of stages. Each stage takes a batch of :class:`Utterance` objects
 and updates them in place: it may replace ``audio`` (a transform or a vocoder), add
-``features`` for later stages (F0, content, speaker vector), and note the parameters it
-drew in ``record`` (saved per utterance in the run journal, so runs are inspectable).
+``features`` for later stages (F0, content, speaker vector), note the parameters it
+drew in ``record`` (saved per utterance in the run journal, so runs are inspectable),
+and put arrays in ``vectors`` (the runner writes each as ``<out>/<name>/<utt>.xvector``,
+raw little-endian float32 as SSL-SAS reads them, e.g. B1's pseudo-speaker vectors).
+
+A stage states what it needs before it can run (model sets, pools, flows, speaker
+sexes) in :meth:`Stage.needs`; the system checks every need before the first utterance.
 
 Randomness comes only from :meth:`Utterance.rng`, whose seeds derive from (run seed,
 system, utterance or speaker id) by sha256: reruns, resumed runs and runs with any
@@ -37,6 +42,7 @@ class Utterance:
     seeds: dict[str, int]
     features: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def create(cls, utt_id: str, speaker: str, gender: str | None, audio: np.ndarray,
@@ -56,6 +62,11 @@ class Stage:
     """One step of a system. Subclasses set ``name`` and override ``process`` or ``process_batch``."""
 
     name: ClassVar[str]
+
+    def needs(self) -> list[str]:
+        """Requirements as ``kind:name`` strings (``checkpoint:ssl-sas``, ``pool:libritts``, ``flow:sex``,
+        ``spk2gender``); :func:`voxanon.pipeline.systems.check_needs` resolves them."""
+        return []
 
     def process(self, utt: Utterance) -> None:
         raise TypeError(f"stage {self.name!r} defines neither process nor process_batch")

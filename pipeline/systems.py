@@ -15,10 +15,12 @@ import yaml
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.dsp_stages import DSP_STAGES
 from voxanon.pipeline.neural_stages import NEURAL_STAGES
+from voxanon.pipeline.protection_stages import PROTECTION_STAGES
+from voxanon.pipeline.speaker_stages import SPEAKER_STAGES
 from voxanon.pipeline.stages import Stage, Utterance
 
 # Every stage a recipe can name.
-STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (*DSP_STAGES, *NEURAL_STAGES)}
+STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (*DSP_STAGES, *NEURAL_STAGES, *SPEAKER_STAGES, *PROTECTION_STAGES)}
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages", "stochastic"}
 
 
@@ -119,11 +121,60 @@ class System:
         return bool(self.config.get("stochastic", False))
 
     @property
+    def needs(self) -> list[str]:
+        """The recipe's ``needs`` and every stage's, in order, each once."""
+        needs = list(self.config.get("needs", []))
+        for stage in self.stages:
+            needs += stage.needs()
+        return list(dict.fromkeys(needs))
+
+    @property
     def needs_gender(self) -> bool:
-        return "spk2gender" in self.config.get("needs", [])
+        return "spk2gender" in self.needs
 
     def new_utterance(self, utt_id: str, speaker: str, gender: str | None, audio) -> Utterance:
         return Utterance.create(utt_id, speaker, gender, audio, self.sample_rate, self.run_seed, self.name)
+
+
+def _installed_file(kind: str, name: str) -> Path:
+    from voxanon.models.registry import MANIFEST, asset_dir, models_dir
+
+    if kind == "checkpoint":
+        return models_dir() / name / MANIFEST
+    return asset_dir(f"{kind}s", name) / {"pool": "pool.json", "flow": "flow.json"}[kind]
+
+
+INSTALL_HINTS = {
+    "pool": "voxanon pool build --data DIR --out {name} (speaker-level ECAPA means of a corpus), "
+            "or voxanon pool import SSL_SAS_POOL_DIR --out {name}",
+    "flow": "voxanon train sex-flow --data DIR --out {name}, or voxanon zllr import FLOW.pt --out DIR",
+}
+
+
+def missing_needs(system: System) -> list[str]:
+    """One message per unmet need of ``system``, naming the missing file and the command that installs it."""
+    from voxanon.models.registry import INSTALL_COMMANDS
+
+    messages = []
+    for need in system.needs:
+        kind, _, name = need.partition(":")
+        if kind == "spk2gender":
+            continue  # checked against the data directory by the runner
+        if kind not in ("checkpoint", "pool", "flow") or not name:
+            raise VoxanonError(f"system {system.name!r}: unknown need {need!r} (kinds: checkpoint:NAME, "
+                               "pool:NAME, flow:NAME, spk2gender)")
+        path = _installed_file(kind, name)
+        if not path.is_file():
+            how = (INSTALL_COMMANDS.get(name, f"voxanon models import {name} ...") if kind == "checkpoint"
+                   else INSTALL_HINTS[kind].format(name=name))
+            messages.append(f"{kind} {name!r} is not installed ({path} missing); install it with: {how}")
+    return messages
+
+
+def check_needs(system: System) -> None:
+    messages = missing_needs(system)
+    if messages:
+        raise VoxanonError(f"system {system.name!r} cannot run:\n  " + "\n  ".join(messages))
 
 
 def build_system(config: dict) -> System:

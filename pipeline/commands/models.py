@@ -5,7 +5,7 @@ import argparse
 import logging
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.systems import available_systems, load_system_config
+from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"        source: {manifest.get('source')}")
     print("systems:")
     for system in available_systems():
-        needs = [n for n in load_system_config(system).get("needs", []) if n.startswith("checkpoint:")]
+        needs = [n for n in build_system(load_system_config(system)).needs if n.startswith("checkpoint:")]
         if not needs:
             print(f"    {system}: no checkpoints needed")
             continue

@@ -1,27 +1,27 @@
-"""``voxanon systems``: what each system does and what it needs."""
+"""``voxanon systems``: what each system does, what it needs, and whether that is installed."""
 from __future__ import annotations
 
 import argparse
 
-from voxanon.pipeline.systems import available_systems, load_system_config
+from voxanon.pipeline.systems import available_systems, build_system, load_system_config, missing_needs
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("systems", help="list anonymisation systems and what each needs",
-                                   description="List the systems (recipes/systems/*.yaml), their stages "
-                                               "and what each needs before it can run.")
+                                   description="List the systems (recipes/systems/*.yaml), their stages, "
+                                               "what each needs before it can run and how to install what "
+                                               "is missing.")
     parser.set_defaults(run=run)
-
-
-def describe_needs(needs: list[str]) -> str:
-    return "needs: nothing beyond the install" if not needs else "needs: " + ", ".join(needs)
 
 
 def run(args: argparse.Namespace) -> int:
     for name in available_systems():
-        config = load_system_config(name)
+        system = build_system(load_system_config(name))
         print(f"{name}")
-        print(f"    {' '.join(str(config.get('description', '')).split())}")
-        print(f"    stages: {' -> '.join(config.get('stages', []))}")
-        print(f"    {describe_needs(config.get('needs', []))}")
+        print(f"    {' '.join(str(system.config.get('description', '')).split())}")
+        print(f"    stages: {' -> '.join(system.config.get('stages', []))}")
+        needs = system.needs
+        print("    needs: " + (", ".join(needs) if needs else "nothing beyond the install"))
+        for message in missing_needs(system):
+            print(f"    MISSING: {message}")
     return 0
