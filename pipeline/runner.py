@@ -17,6 +17,7 @@ Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -221,6 +222,16 @@ def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
     atomic_write_text(path, "".join(lines))
 
 
+def prepare_set(system: System, data: DataDir, work_dir: Path) -> dict:
+    """The system's configuration with every stage's set-level options (:meth:`Stage.prepare_set`) merged in."""
+    config = copy.deepcopy(system.config)
+    for stage in system.stages:
+        options = stage.prepare_set(data, work_dir)
+        if options:
+            config[stage.name] = {**(config.get(stage.name) or {}), **options}
+    return config
+
+
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
                   allow_pipes: bool = False, progress: bool = True) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there)."""
@@ -230,6 +241,8 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     if problems:
         raise DataDirError(str(data.path or data.name), problems)
     out_dir = Path(out_dir)
+    config = prepare_set(system, data, out_dir / ".prepared")
+    system = build_system(config)
     wav_dir = out_dir / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)
     current_hash = config_hash(config)

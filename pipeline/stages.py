@@ -7,6 +7,11 @@ drew in ``record`` (saved per utterance in the run journal, so runs are inspecta
 and put arrays in ``vectors`` (the runner writes each as ``<out>/<name>/<utt>.xvector``,
 raw little-endian float32 as SSL-SAS reads them, e.g. B1's pseudo-speaker vectors).
 
+A stage that needs facts about the whole set (B1 selects a pseudo-speaker from each
+source speaker's mean vector) computes them in :meth:`Stage.prepare_set`, once, in the
+main process, before any utterance is processed; the options it returns are merged into
+the stage's configuration, which is what the worker processes are built from.
+
 A stage states what it needs before it can run (model sets, pools, flows, speaker
 sexes) in :meth:`Stage.needs`; the system checks every need before the first utterance.
 
@@ -67,6 +72,12 @@ class Stage:
         """Requirements as ``kind:name`` strings (``checkpoint:ssl-sas``, ``pool:libritts``, ``flow:sex``,
         ``spk2gender``); :func:`voxanon.pipeline.systems.check_needs` resolves them."""
         return []
+
+    def prepare_set(self, data: Any, work_dir: Any) -> dict[str, Any]:
+        """Options to add to this stage's configuration for the run over ``data`` (a
+        :class:`~voxanon.data_prep.corpus.DataDir`); files it writes go under ``work_dir`` with
+        names that change with their content, so the configuration hash does too."""
+        return {}
 
     def process(self, utt: Utterance) -> None:
         raise TypeError(f"stage {self.name!r} defines neither process nor process_batch")
