@@ -1,0 +1,67 @@
+"""``voxanon f0-targets``: sex-neutral F0 target moments of a corpus, for ``f0_neutral`` and ``tdpsola``."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.corpus import read_data_dir
+from voxanon.pipeline.f0_targets import compute_f0_targets
+
+SHOWN_IDS = 10
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "f0-targets", help="sex-neutral F0 targets (mean, std) of a corpus by balanced averaging",
+        description="pYAAPT F0 (SSL-SAS settings) of every utterance; the mean and std of its voiced frames are "
+                    "averaged per speaker, then per sex, then over the two sexes with equal weight (thesis §5.4), "
+                    "so neither talkative speakers nor the larger sex pull the targets. The reference values "
+                    "(LibriTTS train-other-500) are 154.37 Hz and 30.2 Hz. Prints the targets as JSON; utterances "
+                    "without voiced frames and unusable files are reported and left out.")
+    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
+                        help="Kaldi data directory with spk2gender (repeatable; speaker ids are shared across sets)")
+    parser.add_argument("--out", type=Path, metavar="FILE.json", help="also write the targets to this file")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="worker processes for pYAAPT (default: the number of cores)")
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument("--cache-dir", type=Path, metavar="DIR",
+                       help="per-utterance F0 cache (default: $VOXANON_HOME/cache/f0)")
+    cache.add_argument("--no-cache", action="store_true", help="compute every track, store none")
+    parser.add_argument("--allow-pipes", action="store_true",
+                        help="run 'command |' entries of wav.scp through the shell (only for data you trust)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def _cache_dir(args: argparse.Namespace) -> Path | None:
+    if args.no_cache:
+        return None
+    if args.cache_dir is not None:
+        return args.cache_dir
+    from voxanon.models.registry import voxanon_home
+
+    return voxanon_home() / "cache" / "f0"
+
+
+def run(args: argparse.Namespace) -> int:
+    sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]
+    targets = compute_f0_targets(sets, workers=max(1, args.workers), cache_dir=_cache_dir(args),
+                                 allow_pipes=args.allow_pipes, progress=not args.quiet)
+    unvoiced = targets.excluded["no_voiced_frames"]
+    unusable = targets.excluded["unusable_audio"]
+    if unvoiced:
+        shown = ", ".join(unvoiced[:SHOWN_IDS]) + (", ..." if len(unvoiced) > SHOWN_IDS else "")
+        print(f"excluded {len(unvoiced)} utterance(s) without voiced frames: {shown}", file=sys.stderr)
+    for utt, reason in unusable.items():
+        print(f"UNUSABLE {utt}: {reason}", file=sys.stderr)
+    print(f"F0 targets from {targets.utterances} utterances of "
+          + ", ".join(f"{n} {sex} speakers" for sex, n in targets.speakers_per_sex.items())
+          + f": mean {targets.f0_mean_hz:.2f} Hz, std {targets.f0_std_hz:.2f} Hz", file=sys.stderr)
+    text = targets.to_json()
+    if args.out is not None:
+        atomic_write_text(args.out, text)
+    sys.stdout.write(text)
+    return 1 if unusable else 0

@@ -1,0 +1,183 @@
+"""Sex-neutral F0 target moments of a corpus (spec §9.7 step 3; [S4] §5.4) and the targets file.
+
+For every utterance: pYAAPT F0 with the SSL-SAS settings, on the audio as the SSL-SAS chain
+sees it (16 kHz, trimmed to a multiple of 320 samples, peak 0.95: the ``ssl_sas_input`` stage),
+so the per-utterance F0 cache is shared with anonymisation runs; then the mean and population
+std of its voiced frames. The utterance values are averaged per speaker, per sex and over
+the two sexes with equal weight (:func:`voxanon.models.balanced_average.balanced_average`).
+
+Utterances without a voiced frame carry no F0 moments: they are excluded from the averages
+and reported (count and ids); files that cannot be read or analysed are reported with the
+reason. Neither is dropped silently.
+
+The targets file is JSON: ``f0_mean_hz`` and ``f0_std_hz`` (what ``f0_neutral`` and ``tdpsola``
+read), ``by_sex``, ``speakers_per_sex``, ``utterances`` (the number averaged), ``source`` (the
+data directories) and ``excluded``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from voxanon.data_prep.corpus import DataDir, DataDirError
+from voxanon.data_prep.errors import VoxanonError
+
+SAMPLE_RATE = 16000
+
+
+@dataclass(frozen=True)
+class F0Job:
+    utt: str
+    source: str
+    allow_pipe: bool
+    cache_dir: str | None
+
+
+@dataclass(frozen=True)
+class UtteranceF0:
+    """Voiced moments of one utterance; ``mean_hz is None`` when nothing was voiced; ``error`` if unusable."""
+
+    utt: str
+    mean_hz: float | None = None
+    std_hz: float | None = None
+    n_voiced: int = 0
+    error: str | None = None
+
+
+@dataclass
+class F0Targets:
+    f0_mean_hz: float
+    f0_std_hz: float
+    by_sex: dict[str, dict[str, float]]
+    speakers_per_sex: dict[str, int]
+    utterances: int
+    source: list[str]
+    excluded: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def utterance_f0(job: F0Job) -> UtteranceF0:
+    """Load, prepare as ``ssl_sas_input`` does, track F0 (cached) and measure the voiced moments."""
+    from voxanon.data_prep.audio import AudioError, load_audio
+    from voxanon.models.f0 import SSL_SAS_YAAPT, F0Cache, yaapt_f0
+    from voxanon.models.f0_transform import voiced_moments
+    from voxanon.pipeline.neural_stages import SslSasInputStage
+    from voxanon.pipeline.stages import Utterance
+
+    try:
+        audio = load_audio(job.source, SAMPLE_RATE, allow_pipe=job.allow_pipe)
+    except AudioError as error:
+        return UtteranceF0(job.utt, error=str(error))
+    try:
+        utterance = Utterance(job.utt, "", None, audio.samples, SAMPLE_RATE, seeds={})
+        SslSasInputStage().process(utterance)
+        if job.cache_dir is None:
+            f0 = yaapt_f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT)
+        else:
+            f0 = F0Cache(job.cache_dir).f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT)
+    except Exception as error:  # one bad file must not stop a corpus-wide run: it is reported instead
+        reason = str(error) if isinstance(error, VoxanonError) else f"{type(error).__name__}: {error}"
+        return UtteranceF0(job.utt, error=f"{job.source}: {reason}")
+    moments = voiced_moments(f0)
+    if moments is None:
+        return UtteranceF0(job.utt)
+    return UtteranceF0(job.utt, moments.mean_hz, moments.std_hz, moments.n_voiced)
+
+
+def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[UtteranceF0]:
+    bar = tqdm(total=len(jobs), unit="utt", desc="F0 (pYAAPT)", disable=not progress, dynamic_ncols=True)
+    results: list[UtteranceF0] = []
+    with bar:
+        if workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                results.append(utterance_f0(job))
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                for future in as_completed([pool.submit(utterance_f0, job) for job in jobs]):
+                    results.append(future.result())
+                    bar.update(1)
+    order = {job.utt: index for index, job in enumerate(jobs)}
+    return sorted(results, key=lambda result: order[result.utt])
+
+
+def _speaker_sexes(sets: list[DataDir]) -> tuple[dict[str, str], dict[str, str]]:
+    """utt -> speaker and speaker -> sex over all sets; ids must be unique and sexes consistent."""
+    utt2spk: dict[str, str] = {}
+    sex: dict[str, str] = {}
+    for data in sets:
+        where = str(data.path or data.name)
+        duplicated = sorted(set(data.utt2spk) & set(utt2spk))
+        if duplicated:
+            raise VoxanonError(f"{where}: utterance id(s) {', '.join(duplicated[:5])} also appear in an earlier "
+                               "--data set; each utterance must be given once")
+        problems = data.validate(check_files=False, need_gender=True)
+        if not data.spk2gender:
+            problems.insert(0, "spk2gender: missing; F0 targets average per sex, so every speaker needs "
+                               "a sex label (f or m)")
+        if problems:
+            raise DataDirError(where, problems)
+        for speaker in set(data.utt2spk.values()):
+            label = data.spk2gender[speaker].lower()
+            if sex.setdefault(speaker, label) != label:
+                raise VoxanonError(f"{where}: speaker {speaker!r} is {label!r} here but {sex[speaker]!r} in an "
+                                   "earlier --data set")
+        utt2spk.update(data.utt2spk)
+    return utt2spk, sex
+
+
+def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str | os.PathLike | None = None,
+                       allow_pipes: bool = False, progress: bool = True) -> F0Targets:
+    """Balanced F0 target moments over the utterances of ``sets`` (see the module doc)."""
+    from voxanon.models.balanced_average import balanced_average
+
+    utt2spk, sex_of_speaker = _speaker_sexes(sets)
+    jobs = [F0Job(utt, data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), allow_pipes,
+                  None if cache_dir is None else str(cache_dir))
+            for data in sets for utt in data.utterances]
+    results = _track_all(jobs, workers, progress)
+    unusable = {r.utt: r.error for r in results if r.error is not None}
+    unvoiced = [r.utt for r in results if r.error is None and r.mean_hz is None]
+    used = [r for r in results if r.mean_hz is not None]
+    excluded = {"no_voiced_frames": unvoiced, "unusable_audio": unusable}
+    if not used:
+        raise VoxanonError(f"no utterance gave voiced F0 ({len(unvoiced)} without voiced frames, "
+                           f"{len(unusable)} unusable); cannot compute targets")
+    values = np.array([[r.mean_hz, r.std_hz] for r in used])
+    average = balanced_average(values, [utt2spk[r.utt] for r in used], sex_of_speaker)
+    return F0Targets(
+        f0_mean_hz=float(average.neutral[0]), f0_std_hz=float(average.neutral[1]),
+        by_sex={sex: {"f0_mean_hz": float(v[0]), "f0_std_hz": float(v[1])} for sex, v in average.by_sex.items()},
+        speakers_per_sex=dict(average.speakers_per_sex), utterances=len(used),
+        source=[str(Path(data.path).resolve()) if data.path else data.name for data in sets], excluded=excluded)
+
+
+def read_f0_targets(path: str | os.PathLike) -> tuple[float, float]:
+    """``(f0_mean_hz, f0_std_hz)`` of a targets file written by ``voxanon f0-targets``."""
+    path = Path(path).expanduser()
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise VoxanonError(f"{path}: cannot read the F0 targets file ({error.strerror or error}); "
+                           "make one with voxanon f0-targets --data DIR --out FILE.json") from None
+    except ValueError as error:
+        raise VoxanonError(f"{path}: not JSON ({error})") from None
+    values = []
+    for key in ("f0_mean_hz", "f0_std_hz"):
+        value = content.get(key) if isinstance(content, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise VoxanonError(f"{path}: {key} must be a number (an F0 targets file from voxanon f0-targets)")
+        values.append(float(value))
+    if values[0] <= 0 or values[1] < 0:
+        raise VoxanonError(f"{path}: f0_mean_hz must be > 0 and f0_std_hz >= 0, got {values[0]} and {values[1]}")
+    return values[0], values[1]
