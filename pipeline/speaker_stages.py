@@ -1,4 +1,157 @@
-"""Speaker-vector transforms: B1's pool pseudo-speaker and the global average vector."""
+"""Speaker-vector transforms: B1's pool pseudo-speaker and the global average vector.
+
+``pseudo_speaker`` replaces ``features["speaker"]`` by a vector chosen from a pool
+(:mod:`voxanon.models.pseudo_speaker`; anchors Part A §1.6, §7.1). Affinities are computed
+from the source **speaker's** vector, the mean of its utterances' ECAPA vectors in the set
+being anonymised: :meth:`PseudoSpeakerStage.prepare_set` embeds the set once (cached per
+audio content) and hands the workers a file of speaker means. The draw of ``region`` out of
+``world`` candidates uses ``utt.rng("speaker")`` (one pseudo-speaker per source speaker) or
+``utt.rng("utterance")`` (a new one per utterance). The chosen vector is kept as
+``<out>/pseudo_xvectors/<utt>.xvector`` and the chosen pool speakers in the run journal.
+
+``global_speaker`` gives every utterance the pool's global vector (the balanced average of
+L2-normalised utterance vectors, spec §9.7 "global").
+
+Pools load lazily, once per process.
+"""
 from __future__ import annotations
 
-SPEAKER_STAGES: tuple = ()
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
+
+PSEUDO_VECTORS = "pseudo_xvectors"
+DEFAULT_POOL = "libritts-other-500"
+
+_pools: dict[tuple[str, str, bool], Any] = {}
+_selectors: dict[tuple, Any] = {}
+_sources: dict[str, Any] = {}
+
+
+def _pool_key(name: str, with_utterances: bool) -> tuple[str, str, bool]:
+    """The pool's folder and the digest of its manifest: a rebuilt pool is loaded afresh."""
+    from voxanon.models.pseudo_speaker import POOL_MANIFEST, load_pool
+    from voxanon.models.registry import asset_dir
+
+    directory = asset_dir("pools", name).resolve()
+    manifest = directory / POOL_MANIFEST
+    if not manifest.is_file():
+        load_pool(directory)  # raises the error that names the install command
+    return str(directory), hashlib.sha256(manifest.read_bytes()).hexdigest(), with_utterances
+
+
+def _pool(name: str, with_utterances: bool = False):
+    from voxanon.models.pseudo_speaker import load_pool
+
+    key = _pool_key(name, with_utterances)
+    if key not in _pools:
+        _pools[key] = load_pool(key[0], with_utterances=with_utterances)
+    return _pools[key]
+
+
+def _source_vectors(path: str) -> dict[str, np.ndarray]:
+    from voxanon.data_prep.vectors import read_vectors
+
+    if path not in _sources:
+        vectors = read_vectors(path)
+        _sources[path] = dict(zip(vectors.ids, vectors.matrix))
+    return _sources[path]
+
+
+class PseudoSpeakerStage(Stage):
+    """B1: a pseudo-speaker vector from a pool, far from (or near to) the source speaker."""
+
+    name = "pseudo_speaker"
+
+    def __init__(self, pool: str = DEFAULT_POOL, models: str = "ssl-sas", affinity: str = "cosine",
+                 gender: str = "same", proximity: str = "farthest", world: int = 200, region: int = 100,
+                 level: str = "speaker", plda_rank: int = 100, cache_dir: str | None = None,
+                 source_vectors: str | None = None):
+        from voxanon.models.pseudo_speaker import SelectionSettings
+
+        if level not in SEED_LEVELS:
+            raise ValueError(f"pseudo_speaker.level must be one of {', '.join(SEED_LEVELS)}, got {level!r}")
+        self.settings = SelectionSettings(affinity=affinity, gender=gender, proximity=proximity, world=int(world),
+                                          region=int(region), plda_rank=int(plda_rank))
+        self.pool = str(pool)
+        self.models = models
+        self.level = level
+        self.cache_dir = cache_dir
+        self.source_vectors = source_vectors
+        self._worlds: dict[str, tuple[str, ...]] = {}
+
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}", f"pool:{self.pool}", "spk2gender"]
+
+    def prepare_set(self, data, work_dir) -> dict[str, Any]:
+        """Embed the set (cached), write its speaker means under ``work_dir`` named by their digest."""
+        from voxanon.data_prep.vectors import speaker_means, write_vectors
+        from voxanon.pipeline.corpus_embeddings import default_cache_dir, embed_data_dirs
+        from voxanon.pipeline.feature_cache import ContentCache
+
+        cache = ContentCache(Path(self.cache_dir) if self.cache_dir else default_cache_dir())
+        # Files that cannot be embedded are logged here and fail again, by name, when the runner loads them.
+        embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True)
+        means = speaker_means(embeddings.vectors, embeddings.utt2spk)
+        digest = hashlib.sha256("\n".join(means.ids).encode() + means.matrix.astype("<f4").tobytes()).hexdigest()
+        path = Path(work_dir).resolve() / f"source-speakers-{self.models}-{digest[:16]}.npy"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_vectors(path, means)
+        return {"source_vectors": str(path)}
+
+    def _selector(self):
+        from voxanon.models.pseudo_speaker import PseudoSpeakerSelector
+
+        with_utterances = self.settings.affinity == "plda"
+        key = (_pool_key(self.pool, with_utterances), self.settings)
+        if key not in _selectors:
+            _selectors[key] = PseudoSpeakerSelector(_pool(self.pool, with_utterances), self.settings)
+        return _selectors[key]
+
+    def process(self, utt: Utterance) -> None:
+        if self.source_vectors is None:
+            raise VoxanonError("pseudo_speaker needs the source speakers' vectors, which the runner computes "
+                               "before the run (Stage.prepare_set); run the system with voxanon anonymise")
+        if utt.gender is None:
+            raise VoxanonError(f"{utt.utt_id}: speaker {utt.speaker!r} has no sex in spk2gender; pseudo_speaker "
+                               f"filters the pool by sex (gender={self.settings.gender})")
+        sources = _source_vectors(self.source_vectors)
+        if utt.speaker not in sources:
+            raise VoxanonError(f"{utt.utt_id}: no source vector for speaker {utt.speaker!r}: none of their "
+                               "utterances could be embedded (see the warnings before the run)")
+        selector = self._selector()
+        if utt.speaker not in self._worlds:
+            self._worlds[utt.speaker] = selector.world(sources[utt.speaker], utt.gender)
+        selection = selector.select(sources[utt.speaker], utt.gender, utt.rng(self.level), self._worlds[utt.speaker])
+        vector = selection.vector.astype(np.float32)
+        utt.features["speaker"] = vector
+        utt.vectors[PSEUDO_VECTORS] = vector
+        utt.record["pseudo_speaker"] = {"pool": self.pool, "level": self.level,
+                                        "target_sex": selector.target_sex(utt.gender),
+                                        "chosen": sorted(selection.chosen)}
+
+
+class GlobalSpeakerStage(Stage):
+    """The pool's global (balanced average, L2-normalised) vector for every utterance: every voice the same."""
+
+    name = "global_speaker"
+
+    def __init__(self, pool: str = DEFAULT_POOL):
+        self.pool = str(pool)
+
+    def needs(self) -> list[str]:
+        return [f"pool:{self.pool}"]
+
+    def process(self, utt: Utterance) -> None:
+        pool = _pool(self.pool)
+        utt.features["speaker"] = pool.global_vector.astype(np.float32)
+        utt.record["global_speaker"] = {"pool": self.pool}
+
+
+SPEAKER_STAGES = (PseudoSpeakerStage, GlobalSpeakerStage)

@@ -1,0 +1,110 @@
+"""ECAPA vectors of every utterance of a data directory, with a model set's speaker encoder.
+
+The front end is the reference's (anchors Part A §1.6, ``selec_anon/extract_emb.py``): audio
+resampled to 16 kHz, 80 Fbanks, sentence mean normalisation, the raw 192-d ECAPA output (no
+L2) — all inside :class:`voxanon.models.speaker.EcapaEncoder`. No peak normalisation: the
+reference embeds the file as read.
+
+Vectors are cached per audio content (:mod:`voxanon.pipeline.feature_cache`) under a tag
+naming the encoder's weights (sha256 of the set's ``speaker.safetensors``), so an interrupted
+run resumes where it stopped and two model sets never share vectors. Unusable audio is
+reported per file, never dropped silently.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from voxanon.data_prep.corpus import DataDir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.vectors import Vectors
+from voxanon.models.registry import voxanon_home
+from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
+
+log = logging.getLogger(__name__)
+
+SPEAKER_COMPONENT_FILE = "speaker.safetensors"
+
+
+def default_cache_dir() -> Path:
+    return voxanon_home() / "cache"
+
+
+@dataclass
+class CorpusEmbeddings:
+    """Utterance vectors of one or more data directories, and the files that could not be embedded."""
+
+    vectors: Vectors
+    utt2spk: dict[str, str]
+    encoder_tag: str                                         # names the encoder weights (cache tag)
+    random_models: bool                                      # the model set has random weights
+    failures: dict[str, str] = field(default_factory=dict)   # utterance -> message
+    computed: int = 0                                        # vectors computed (not served from the cache)
+
+
+def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
+    """``(cache tag, set is random, computation)`` for the speaker encoder of an installed model set.
+
+    The encoder itself is loaded only when a vector is missing from the cache.
+    """
+    from voxanon.models.registry import load_model_set
+
+    model_set = load_model_set(models)
+    digest = model_set.manifest["files"].get(SPEAKER_COMPONENT_FILE)
+    if digest is None:
+        raise VoxanonError(f"model set {models!r} has no speaker encoder ({SPEAKER_COMPONENT_FILE})")
+    tag = f"ecapa-set-{digest[:16]}"
+
+    def embed(waves: list[np.ndarray]) -> list[np.ndarray]:
+        from voxanon.pipeline.neural_stages import load_ssl_sas_models
+
+        return list(load_ssl_sas_models(models)[1].embed(waves))
+
+    return tag, model_set.random, CachedComputation(tag, embed, kind="vector")
+
+
+def embed_data_dirs(data_dirs: list[DataDir], models: str = "ssl-sas", cache: ContentCache | None = None, *,
+                    allow_failures: bool = False) -> CorpusEmbeddings:
+    """ECAPA vectors of every utterance of ``data_dirs`` (utterance ids must be unique across them).
+
+    Utterances whose audio cannot be used are listed in the result's ``failures``; unless
+    ``allow_failures``, any of them is an error naming the files. The progress bar (stderr) shows
+    when stderr is a terminal.
+    """
+    cache = cache if cache is not None else ContentCache(default_cache_dir())
+    tag, random_models, computation = model_set_encoder(models)
+    utt2spk: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    failures: dict[str, str] = {}
+    found: dict[str, np.ndarray] = {}
+    for data in data_dirs:
+        clashes = sorted(set(data.wav) & set(origin))
+        if clashes:
+            raise VoxanonError(f"utterance id(s) {', '.join(clashes[:5])} occur in both {origin[clashes[0]]} and "
+                               f"{data.path or data.name}; utterance ids must be unique across data sets")
+        origin.update({utt: str(data.path or data.name) for utt in data.wav})
+        utt2spk.update({utt: data.utt2spk[utt] for utt in data.wav if utt in data.utt2spk})
+        files = {}
+        for utt in data.utterances:
+            if data.is_pipe(utt):
+                failures[utt] = f"wav.scp entry {data.wav[utt]!r} is a command; only audio files can be embedded"
+            else:
+                files[utt] = data.audio_path(utt)
+        results = computation.run(files, cache, f"ECAPA {data.name}")
+        found.update({utt: np.asarray(vector, dtype=np.float64) for utt, vector in results.items()})
+        failures.update(computation.take_failures(""))
+    if failures and not allow_failures:
+        shown = "\n  ".join(f"{utt} ({origin.get(utt, '?')}): {message}" for utt, message in list(failures.items())[:10])
+        raise VoxanonError(f"{len(failures)} utterance(s) could not be embedded:\n  {shown}"
+                           + (f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""))
+    for utt, message in failures.items():
+        log.warning("not embedded: %s: %s", utt, message)
+    if not found:
+        raise VoxanonError("no utterance could be embedded")
+    ids = sorted(found)
+    return CorpusEmbeddings(Vectors(tuple(ids), np.stack([found[u] for u in ids])),
+                            {u: utt2spk[u] for u in ids}, tag, random_models, failures,
+                            computation.computed)
