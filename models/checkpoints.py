@@ -14,7 +14,8 @@ Conversions:
   ``parametrizations.weight.original0/1`` pairs are folded into plain ``weight``;
 * SSL-SAS ``g_*``: ``{'generator': state}`` split into the generator, the content
   model (``latent_encoder.*``) and the speaker encoder (``xv_model.*``);
-* fairseq HuBERT keys <-> transformers ``HubertModel`` keys.
+* fairseq HuBERT keys <-> transformers ``HubertModel`` keys;
+* bshall/hubert (HuBERT-soft) keys -> fairseq names -> transformers keys.
 """
 from __future__ import annotations
 
@@ -245,6 +246,64 @@ def hf_hubert_to_fairseq(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     return converted
 
 
+# bshall/hubert (HuBERT-soft) -> fairseq names -> transformers HubertModel ------------------------------
+
+_BSHALL_TO_FAIRSEQ = [
+    (r"feature_extractor\.conv(\d)\.weight", r"feature_extractor.conv_layers.\1.0.weight"),
+    (r"feature_extractor\.norm0\.(weight|bias)", r"feature_extractor.conv_layers.0.2.\1"),
+    (r"feature_projection\.norm\.(weight|bias)", r"layer_norm.\1"),
+    (r"feature_projection\.projection\.(weight|bias)", r"post_extract_proj.\1"),
+    (r"positional_embedding\.conv\.(.+)", r"encoder.pos_conv.0.\1"),
+    (r"norm\.(weight|bias)", r"encoder.layer_norm.\1"),
+    (r"encoder\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)", r"encoder.layers.\1.self_attn.out_proj.\2"),
+    (r"encoder\.layers\.(\d+)\.linear1\.(weight|bias)", r"encoder.layers.\1.fc1.\2"),
+    (r"encoder\.layers\.(\d+)\.linear2\.(weight|bias)", r"encoder.layers.\1.fc2.\2"),
+    (r"encoder\.layers\.(\d+)\.norm1\.(weight|bias)", r"encoder.layers.\1.self_attn_layer_norm.\2"),
+    (r"encoder\.layers\.(\d+)\.norm2\.(weight|bias)", r"encoder.layers.\1.final_layer_norm.\2"),
+]
+_BSHALL_FUSED_QKV = re.compile(r"encoder\.layers\.(\d+)\.self_attn\.in_proj_(weight|bias)")
+BSHALL_HEAD_KEYS = ("proj.weight", "proj.bias", "label_embedding.weight")
+"""The HuBERT-soft head: ``proj`` (hidden -> units) and the label embeddings its training logits use."""
+BSHALL_TRAINING_ONLY = ("masked_spec_embed",)
+
+
+def bshall_hubert_to_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """bshall/hubert state (``module.`` prefix optional) -> (``HubertModel`` backbone state, head state).
+
+    bshall's encoder layers are ``nn.TransformerEncoderLayer``s whose fused ``in_proj_*`` is
+    split into the q, k, v projections (in that order); the renamed keys then go through
+    :func:`fairseq_hubert_to_hf`, which folds either weight-norm layout of the positional conv.
+    """
+    state = {(key[len("module."):] if key.startswith("module.") else key): value for key, value in state.items()}
+    fairseq: dict[str, torch.Tensor] = {}
+    head = {key: state[key] for key in BSHALL_HEAD_KEYS if key in state}
+    missing_head = [key for key in BSHALL_HEAD_KEYS if key not in state]
+    if missing_head:
+        raise CheckpointError(f"not a bshall HuBERT-soft state dict: no {missing_head}")
+    unknown = []
+    for key, value in state.items():
+        if key in BSHALL_HEAD_KEYS or key in BSHALL_TRAINING_ONLY:
+            continue
+        fused = _BSHALL_FUSED_QKV.fullmatch(key)
+        if fused:
+            layer, kind = fused.groups()
+            if value.shape[0] % 3:
+                raise CheckpointError(f"{key}: fused projection of {value.shape[0]} rows is not 3 equal parts")
+            for name, part in zip("qkv", value.chunk(3, dim=0)):
+                fairseq[f"encoder.layers.{layer}.self_attn.{name}_proj.{kind}"] = part.clone()
+            continue
+        for pattern, replacement in _BSHALL_TO_FAIRSEQ:
+            if re.fullmatch(pattern, key):
+                fairseq[re.sub(f"^{pattern}$", replacement, key)] = value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        raise CheckpointError(f"not a bshall HuBERT-soft state dict: unexpected keys {unknown[:5]}"
+                              f"{' ...' if len(unknown) > 5 else ''}")
+    return fairseq_hubert_to_hf(fairseq), head
+
+
 def split_weight_norm(weight: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight_g, weight_v) with ``torch.nn.utils.weight_norm``'s shapes, for writing old-layout files."""
     return _norm_except_dim(weight, dim), weight.clone()
@@ -253,9 +312,11 @@ def split_weight_norm(weight: torch.Tensor, dim: int) -> tuple[torch.Tensor, tor
 # SSL-SAS model set: import from the release, or random weights with the published shapes ------------
 
 SSL_SAS_VOCODER_DIR = "HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze"
+ZLLR_VC_LAYOUT = {"standardise_content": True, "l2_normalise_speaker": True, "layer_norm_speaker": False}
+"""The conditioning the ICASSP 2023 zLLR-VC vocoder was trained with (anchors Part A §6.3)."""
 
 
-def _ssl_sas_configs(size: str) -> dict:
+def _ssl_sas_configs(size: str, layout: dict) -> dict:
     from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig
     from voxanon.models.hubert import SoftContentConfig
     from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaConfig
@@ -269,17 +330,21 @@ def _ssl_sas_configs(size: str) -> dict:
         speaker = EcapaConfig(channels=(32, 32, 32, 32, 96), attention_channels=16, se_channels=16, res2net_scale=4)
     else:
         raise VoxanonError(f"model size must be 'full' or 'tiny', got {size!r}")
-    return {"sample_rate": 16000, "generator": generator.to_dict(), "layout": ConditioningLayout().to_dict(),
+    return {"sample_rate": 16000, "generator": generator.to_dict(), "layout": ConditioningLayout(**layout).to_dict(),
             "content": content.to_dict(), "speaker": speaker.to_dict()}
 
 
-def random_ssl_sas(size: str = "full", seed: int = 0) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-    """SSL-SAS components with random weights: ``full`` has the published shapes, ``tiny`` is for tests."""
+def random_ssl_sas(size: str = "full", seed: int = 0, layout: dict | None = None
+                   ) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """SSL-SAS-layout components with random weights: ``full`` has the published shapes, ``tiny`` is for tests.
+
+    ``layout`` sets :class:`~voxanon.models.hifigan.ConditioningLayout` fields (e.g. :data:`ZLLR_VC_LAYOUT`).
+    """
     from voxanon.models.hifigan import GeneratorConfig, HifiganGenerator
     from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder
     from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
-    config = _ssl_sas_configs(size)
+    config = _ssl_sas_configs(size, dict(layout or {}))
     torch.manual_seed(seed)
     generator = HifiganGenerator(GeneratorConfig.from_dict(config["generator"]))
     content = SoftContentEncoder(SoftContentConfig.from_dict(config["content"]))
@@ -290,12 +355,25 @@ def random_ssl_sas(size: str = "full", seed: int = 0) -> tuple[dict[str, dict[st
     return components, config
 
 
-def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = None) -> tuple[dict, dict]:
-    """Components and config from the unpacked ``pretrained_models_anon_xv`` release.
+def find_vocoder_dir(release_dir: str | Path) -> str:
+    """The one ``HiFi-GAN/<model>`` folder of a release that holds ``g_*`` files (relative to the release)."""
+    release = Path(release_dir)
+    found = sorted({path.parent.name for path in release.glob("HiFi-GAN/*/g_*")})
+    if len(found) != 1:
+        raise CheckpointError(f"expected one HiFi-GAN/<model> folder with g_* files in {release}, found "
+                              f"{found or 'none'} (is {release} the unpacked pretrained_models_anon_xv folder?)")
+    return f"HiFi-GAN/{found[0]}"
 
-    The vocoder is the lexicographically last ``g_*`` in ``HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze``
-    (as SSL-SAS ``inference.py`` picks it). Its ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and
-    ``xv_model.*`` (ECAPA) are used; if a ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and
+
+def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = None, *,
+                   vocoder_dir: str | None = SSL_SAS_VOCODER_DIR, layout: dict | None = None) -> tuple[dict, dict]:
+    """Components and config from an unpacked ``pretrained_models_anon_xv`` release (SSL-SAS or zLLR-VC).
+
+    The vocoder is the lexicographically last ``g_*`` in ``vocoder_dir`` (default
+    ``HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze``, as SSL-SAS ``inference.py`` picks it;
+    ``None``: the release's only ``HiFi-GAN/<model>`` folder). ``layout`` sets the fields of the
+    conditioning layout the vocoder was trained with (:data:`ZLLR_VC_LAYOUT` for zLLR-VC). Its
+    ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA) are used; if a ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and
     ``ECAPA-TDNN/embedding_model.ckpt`` are read instead. ``hubert_base_ls960.pt``, when given, is
     checked to be a fairseq HuBERT whose shapes match. Every component is loaded strictly into our
     modules before anything is written.
@@ -305,7 +383,8 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
     from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
     release = Path(release_dir)
-    vocoder_dir = release / SSL_SAS_VOCODER_DIR
+    conditioning = ConditioningLayout(**(layout or {}))
+    vocoder_dir = release / (vocoder_dir or find_vocoder_dir(release))
     candidates = sorted(vocoder_dir.glob("g_*"))
     if not candidates:
         raise CheckpointError(f"no g_* vocoder checkpoint in {vocoder_dir} (is {release} the unpacked "
@@ -326,7 +405,7 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
     except RuntimeError as error:
         raise CheckpointError(f"{candidates[-1]}: generator shapes do not match its config: "
                               f"{str(error).splitlines()[0]}") from None
-    Vocoder(generator, ConditioningLayout())
+    Vocoder(generator, conditioning)
     content = SoftContentEncoder.from_ssl_sas_state(content_state)
     if hubert_path is not None:
         base = safe_load(hubert_path)
@@ -341,7 +420,7 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
     speaker = EcapaEncoder(EcapaConfig.from_state(speaker_state))
     speaker.load_embedding_state(speaker_state)
     config = {"sample_rate": 16000, "generator": generator_config.to_dict(),
-              "layout": ConditioningLayout().to_dict(), "content": content.config.to_dict(),
+              "layout": conditioning.to_dict(), "content": content.config.to_dict(),
               "speaker": speaker.config.to_dict()}
     components = {"generator": generator.state_dict(), "content": content.state_dict(),
                   "speaker": speaker.embedding_model.state_dict()}

@@ -1,0 +1,157 @@
+"""bshall's HuBERT-soft (bshall/hubert, MIT): 256-d soft speech units at 50 Hz, on a transformers ``HubertModel``.
+
+The published ``hubert-soft-35d9f29f.pt`` holds ``{"hubert": state}`` with DDP ``module.``
+prefixes and bshall's own module names (``nn.TransformerEncoderLayer`` with a fused
+``in_proj_weight``, positional conv in either weight-norm layout); the renaming lives in
+:func:`voxanon.models.checkpoints.bshall_hubert_to_hf`. The network is HuBERT-base
+(the same backbone as :mod:`voxanon.models.hubert`) plus ``proj`` (768 -> 256), whose
+output on the last layer is the unit sequence; ``label_embedding`` (100 x 256) gives
+the training logits, cosine / 0.1. ``masked_spec_embed`` is used only by training-time
+masking and is not kept.
+
+``units()`` as published: the waveform is zero-padded by (400 - 320) / 2 = 40 samples
+each side, so L samples (L a multiple of 320) give exactly L/320 frames, no replication.
+Like HuBERT-base, the first convolution is normalised over the whole utterance, so
+utterances are encoded one at a time.
+
+Not the SSL-SAS content (200 centroids, anchors §0.1): a vocoder for these units takes
+``ConditioningLayout(content_dim=256)``, i.e. 256 + 1 + 192 = 449 input channels.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.checkpoints import CheckpointError, bshall_hubert_to_hf, safe_load
+from voxanon.models.hubert import SoftContentConfig, _plain_hubert
+
+UNITS_PAD_SAMPLES = (400 - 320) // 2
+LOGIT_TEMPERATURE = 0.1
+CONTENT_KIND = "hubert-soft"
+"""The ``content_kind`` a model set's config carries for these units (SSL-SAS sets carry none)."""
+
+
+@dataclass(frozen=True)
+class HubertSoftConfig:
+    """Backbone sizes (HuBERT-base by default) and the unit head."""
+
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    conv_channels: int = 512
+    pos_conv_kernel: int = 128
+    pos_conv_groups: int = 16
+    units_dim: int = 256
+    n_labels: int = 100
+
+    def backbone(self) -> SoftContentConfig:
+        return SoftContentConfig(hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
+                                 intermediate_size=self.intermediate_size, conv_channels=self.conv_channels,
+                                 pos_conv_kernel=self.pos_conv_kernel, pos_conv_groups=self.pos_conv_groups)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "HubertSoftConfig":
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_hf_state(cls, backbone: dict[str, torch.Tensor], head: dict[str, torch.Tensor]) -> "HubertSoftConfig":
+        """Sizes read off the converted tensors; heads = hidden / 64, as in HuBERT base and large."""
+        try:
+            layers = {int(m.group(1)) for k in backbone if (m := re.match(r"encoder\.layers\.(\d+)\.", k))}
+            pos = backbone["encoder.pos_conv_embed.conv.weight"]
+            hidden = int(head["proj.weight"].shape[1])
+            return cls(hidden_size=hidden, num_layers=len(layers), num_heads=max(1, hidden // 64),
+                       intermediate_size=int(backbone["encoder.layers.0.feed_forward.intermediate_dense.weight"].shape[0]),
+                       conv_channels=int(backbone["feature_extractor.conv_layers.0.conv.weight"].shape[0]),
+                       pos_conv_kernel=int(pos.shape[2]), pos_conv_groups=hidden // int(pos.shape[1]),
+                       units_dim=int(head["proj.weight"].shape[0]),
+                       n_labels=int(head["label_embedding.weight"].shape[0]))
+        except (KeyError, IndexError) as error:
+            raise CheckpointError(f"not a HuBERT-soft state dict (missing {error})") from None
+
+
+class HubertSoftEncoder(nn.Module):
+    """waveform (16 kHz) -> (L/320 frames at 50 Hz, 256) soft units, as bshall's ``HubertSoft.units``."""
+
+    def __init__(self, config: HubertSoftConfig = HubertSoftConfig()):
+        super().__init__()
+        self.config = config
+        self.hubert = _plain_hubert(config.backbone())
+        self.proj = nn.Linear(config.hidden_size, config.units_dim)
+        self.label_embedding = nn.Embedding(config.n_labels, config.units_dim)
+
+    @classmethod
+    def from_bshall_state(cls, state: dict[str, torch.Tensor]) -> "HubertSoftEncoder":
+        """From the ``"hubert"`` entry of ``hubert-soft-*.pt`` (prefixed or not)."""
+        backbone, head = bshall_hubert_to_hf(state)
+        encoder = cls(HubertSoftConfig.from_hf_state(backbone, head))
+        missing, unexpected = encoder.hubert.load_state_dict(backbone, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"HuBERT-soft weights do not fit the backbone: missing {missing[:4]}, "
+                                  f"unexpected {unexpected[:4]}")
+        encoder.proj.load_state_dict({"weight": head["proj.weight"], "bias": head["proj.bias"]})
+        encoder.label_embedding.load_state_dict({"weight": head["label_embedding.weight"]})
+        return encoder.eval()
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        """(1, L) -> (1, L/320, units_dim) for L a multiple of 320."""
+        padded = F.pad(wave, (UNITS_PAD_SAMPLES, UNITS_PAD_SAMPLES))
+        return self.proj(self.hubert(padded).last_hidden_state)
+
+    def logits(self, units: torch.Tensor) -> torch.Tensor:
+        """(..., units_dim) -> (..., n_labels): cosine with each label embedding / 0.1, as in training."""
+        return F.cosine_similarity(units.unsqueeze(-2), self.label_embedding.weight, dim=-1) / LOGIT_TEMPERATURE
+
+    @torch.inference_mode()
+    def encode(self, waves: list[np.ndarray]) -> list[np.ndarray]:
+        """Float32 units per utterance, one utterance at a time (see the module doc)."""
+        return [self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))[None])[0].numpy() for w in waves]
+
+
+def _model_set_config(content: HubertSoftConfig) -> dict:
+    from voxanon.models.hifigan import ConditioningLayout
+
+    return {"sample_rate": 16000, "content_kind": CONTENT_KIND, "content": content.to_dict(),
+            "layout": ConditioningLayout(content_dim=content.units_dim).to_dict()}
+
+
+def import_hubert_soft(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """Components and config of the ``hubert-soft`` model set from ``hubert-soft-35d9f29f.pt``.
+
+    The config records ``content_kind: hubert-soft`` and the layout of a vocoder trained on
+    these units (449 channels); the set itself holds only the ``content`` component.
+    """
+    checkpoint = safe_load(path)
+    if not isinstance(checkpoint, dict) or "hubert" not in checkpoint:
+        raise CheckpointError(f"{path}: expected a dict with a 'hubert' entry (bshall hubert-soft layout), got "
+                              f"{sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
+    try:
+        encoder = HubertSoftEncoder.from_bshall_state(checkpoint["hubert"])
+    except CheckpointError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    return {"content": encoder.state_dict()}, _model_set_config(encoder.config)
+
+
+def random_hubert_soft(size: str = "full", seed: int = 0) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """The ``hubert-soft`` set with random weights: ``full`` has the published shapes, ``tiny`` is for tests."""
+    if size == "full":
+        config = HubertSoftConfig()
+    elif size == "tiny":
+        config = HubertSoftConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96, conv_channels=32,
+                                  pos_conv_kernel=16, pos_conv_groups=4)
+    else:
+        raise VoxanonError(f"model size must be 'full' or 'tiny', got {size!r}")
+    torch.manual_seed(seed)
+    encoder = HubertSoftEncoder(config)
+    return {"content": encoder.state_dict()}, _model_set_config(config)
