@@ -127,7 +127,7 @@ def _speaker_sexes(sets: list[DataDir]) -> tuple[dict[str, str], dict[str, str]]
                                "a sex label (f or m)")
         if problems:
             raise DataDirError(where, problems)
-        for speaker in set(data.utt2spk.values()):
+        for speaker in data.speakers:
             label = data.spk2gender[speaker].lower()
             if sex.setdefault(speaker, label) != label:
                 raise VoxanonError(f"{where}: speaker {speaker!r} is {label!r} here but {sex[speaker]!r} in an "
