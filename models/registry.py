@@ -29,8 +29,14 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 CONFIG = "config.json"
 INSTALL_COMMANDS = {
-    "ssl-sas": "voxanon models import ssl-sas DIR (the unpacked pretrained_models_anon_xv release), "
-               "or voxanon models import ssl-sas --random-init for plumbing tests",
+    "ssl-sas": "voxanon models fetch ssl-sas --import (downloads the release), or voxanon models import ssl-sas DIR "
+               "(the unpacked pretrained_models_anon_xv release), or voxanon models import ssl-sas --random-init "
+               "for plumbing tests",
+    "zllr-vc": "voxanon models fetch zllr-vc --import (downloads the ICASSP 2023 release), or voxanon models import "
+               "zllr-vc DIR (its unpacked pretrained_models_anon_xv folder), or voxanon models import zllr-vc "
+               "--random-init for plumbing tests",
+    "hubert-soft": "voxanon models fetch hubert-soft --import (downloads hubert-soft-35d9f29f.pt), or voxanon models "
+                   "import hubert-soft FILE, or voxanon models import hubert-soft --random-init for plumbing tests",
 }
 
 

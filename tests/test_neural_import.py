@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from tests.reference_hifigan import Generator as ReferenceGenerator
 from tests.test_neural_hubert import TINY as TINY_CONTENT
 from tests.test_neural_hubert import random_fairseq_soft_model
-from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, import_ssl_sas
+from voxanon.models.checkpoints import ZLLR_VC_LAYOUT, CheckpointError, UnsafeCheckpointError, import_ssl_sas
 from voxanon.models.registry import load_model_set
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
@@ -29,7 +30,8 @@ GENERATOR_JSON = {"resblock": "1", "num_gpus": 0, "batch_size": 32, "learning_ra
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def write_release(root, *, embed_submodels: bool = True, payload=None):
+def write_release(root, *, embed_submodels: bool = True, payload=None,
+                  vocoder_subdir: str = "libri_tts_clean_100_fbank_xv_ssl_freeze"):
     torch.manual_seed(7)
     generator = ReferenceGenerator(GENERATOR_JSON, 393)
     _, content_state = random_fairseq_soft_model(TINY_CONTENT, seed=2)
@@ -38,7 +40,7 @@ def write_release(root, *, embed_submodels: bool = True, payload=None):
     if embed_submodels:
         state.update({f"latent_encoder.{k}": v for k, v in content_state.items()})
         state.update({f"xv_model.{k}": v for k, v in ecapa.state_dict().items()})
-    vocoder_dir = root / "HiFi-GAN" / "libri_tts_clean_100_fbank_xv_ssl_freeze"
+    vocoder_dir = root / "HiFi-GAN" / vocoder_subdir
     vocoder_dir.mkdir(parents=True)
     (vocoder_dir / "config.json").write_text(json.dumps(GENERATOR_JSON))
     checkpoint = {"generator": state}
@@ -46,9 +48,9 @@ def write_release(root, *, embed_submodels: bool = True, payload=None):
         checkpoint["payload"] = payload
     torch.save({"generator": {}}, vocoder_dir / "g_00050000")
     torch.save(checkpoint, vocoder_dir / "g_00100000")
-    (root / "HuBERT_soft").mkdir()
+    (root / "HuBERT_soft").mkdir(exist_ok=True)
     torch.save(content_state, root / "HuBERT_soft" / "soft_model.pt")
-    (root / "ECAPA-TDNN").mkdir()
+    (root / "ECAPA-TDNN").mkdir(exist_ok=True)
     torch.save(ecapa.state_dict(), root / "ECAPA-TDNN" / "embedding_model.ckpt")
     return generator.eval(), content_state, ecapa.eval()
 
@@ -96,3 +98,55 @@ def test_malicious_release_is_refused(tmp_path):
     write_release(tmp_path, payload=Payload())
     with pytest.raises(UnsafeCheckpointError, match="subprocess.call"):
         import_ssl_sas(tmp_path)
+
+
+# zLLR-VC (ICASSP 2023): the SSL-SAS release layout with its own vocoder folder and conditioning ------------
+
+ZLLR_VOCODER = "libri_tts_clean_100_fbank_xv_ssl_freeze_xvnorm"
+"""A stand-in name: the release's folder name is not assumed, the importer takes the only one."""
+
+
+def test_zllr_vc_release_imports_with_its_conditioning(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    reference, _, _ = write_release(tmp_path / "release", vocoder_subdir=ZLLR_VOCODER)
+    assert main(["models", "import", "zllr-vc", str(tmp_path / "release")]) == 0
+    model_set = load_model_set("zllr-vc")
+    assert model_set.manifest["source"].startswith("ICASSP 2023 zLLR-VC release")
+    layout = model_set.config["layout"]
+    assert (layout["standardise_content"], layout["l2_normalise_speaker"], layout["layer_norm_speaker"]) == \
+        (True, True, False)
+    assert layout["layer_norm_content"] is True
+    content, _, vocoder = load_ssl_sas_models("zllr-vc")
+    assert vocoder.layout.standardise_content and not vocoder.layout.layer_norm_speaker
+    frames = torch.randn(1, 393, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(vocoder.generator(frames), reference(frames), atol=1e-5, rtol=0)
+    # The layout matters: the same inputs condition the generator differently from SSL-SAS.
+    content_frames = torch.randn(6, 200) * 3 + 1
+    f0, speaker = torch.full((12,), 120.0), torch.randn(192) * 4
+    ssl_sas_frames = dataclasses.replace(vocoder.layout, **{k: not v for k, v in ZLLR_VC_LAYOUT.items()})
+    assert not torch.allclose(vocoder.layout.frames(content_frames, f0, speaker),
+                              ssl_sas_frames.frames(content_frames, f0, speaker))
+    torch.testing.assert_close(vocoder.layout.frames(content_frames, f0, speaker)[-192:, 0],
+                               speaker / speaker.norm())
+
+
+def test_zllr_vc_needs_one_vocoder_folder_or_the_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    write_release(tmp_path, vocoder_subdir=ZLLR_VOCODER)
+    write_release(tmp_path, vocoder_subdir="other_model")
+    with pytest.raises(CheckpointError, match=r"one HiFi-GAN/<model> folder.*'libri_tts_clean_100_fbank_xv_ssl_"
+                                              r"freeze_xvnorm', 'other_model'"):
+        import_ssl_sas(tmp_path, vocoder_dir=None, layout=ZLLR_VC_LAYOUT)
+    assert main(["models", "import", "zllr-vc", str(tmp_path), "--vocoder-dir", f"HiFi-GAN/{ZLLR_VOCODER}"]) == 0
+    assert load_model_set("zllr-vc").config["layout"]["l2_normalise_speaker"] is True
+
+
+def test_zllr_vc_random_init_has_the_layout(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    assert main(["models", "import", "zllr-vc", "--random-init", "--size", "tiny"]) == 0
+    model_set = load_model_set("zllr-vc")
+    assert model_set.random and model_set.config["layout"]["standardise_content"] is True
+    assert model_set.config["generator"]["in_channels"] == 393
+    assert main(["models", "import", "zllr-vc"]) == 2
+    assert "ICASSP 2023 zLLR-VC release" in capsys.readouterr().err

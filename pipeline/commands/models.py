@@ -1,15 +1,20 @@
-"""``voxanon models``: list installed model sets and import published checkpoints into our format."""
+"""``voxanon models``: list installed model sets, download the published releases, import them into our format."""
 from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.fetch import CATALOGUE
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
 
-IMPORTABLE = ("ssl-sas",)
+IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft")
+SOURCES = {"ssl-sas": "the unpacked SSL-SAS release (pretrained_models_anon_xv)",
+           "zllr-vc": "the unpacked ICASSP 2023 zLLR-VC release (its pretrained_models_anon_xv folder)",
+           "hubert-soft": "hubert-soft-35d9f29f.pt"}
 
 
 def add_parser(subparsers) -> None:
@@ -20,18 +25,36 @@ def add_parser(subparsers) -> None:
     listing = actions.add_parser("list", help="installed model sets and what each system needs")
     listing.set_defaults(run=run_list)
     importing = actions.add_parser("import", help="convert a published release into a model set",
-                                   description="Read the unpacked SSL-SAS release (pretrained_models_anon_xv) and "
-                                               "write the ssl-sas model set. --random-init writes random weights "
-                                               "instead (for tests and speed measurements only).")
+                                   description="Read a published release and write its model set: "
+                                               + "; ".join(f"{k}: {v}" for k, v in SOURCES.items())
+                                               + ". The zLLR-VC sex flow is imported separately "
+                                                 "(voxanon zllr import). --random-init writes random weights "
+                                                 "instead (for tests and speed measurements only).")
     importing.add_argument("name", choices=IMPORTABLE, help="model set to import")
-    importing.add_argument("source", nargs="?", help="the unpacked release folder")
-    importing.add_argument("--hubert", help="hubert_base_ls960.pt, checked against the release's content model")
+    importing.add_argument("source", nargs="?", help="the unpacked release folder (hubert-soft: the .pt file)")
+    importing.add_argument("--hubert", help="ssl-sas, zllr-vc: hubert_base_ls960.pt, checked against the "
+                                            "release's content model")
+    importing.add_argument("--vocoder-dir", metavar="SUBDIR",
+                           help="ssl-sas, zllr-vc: the HiFi-GAN/<model> folder inside the release (default: "
+                                "ssl-sas HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze; zllr-vc the only one)")
     importing.add_argument("--random-init", action="store_true",
                            help="random weights with the published shapes; marked random in the manifest")
     importing.add_argument("--size", choices=("full", "tiny"), default="full",
                            help="with --random-init: 'tiny' writes small models for plumbing tests")
     importing.add_argument("--seed", type=int, default=0, help="with --random-init: the torch seed")
     importing.set_defaults(run=run_import)
+    fetching = actions.add_parser("fetch", help="download a published release (needs internet)",
+                                  description="Download into $VOXANON_HOME/downloads/NAME, resuming partial "
+                                              "downloads, checking sizes and checksums, unpacking archives "
+                                              "safely. " + "; ".join(f"{e.name}: {e.description} [{e.licence}]"
+                                                                     for e in CATALOGUE.values()))
+    fetching.add_argument("name", choices=list(CATALOGUE), help="what to download")
+    fetching.add_argument("--url", help="download this URL instead of the catalogue's (a mirror)")
+    fetching.add_argument("--sha256", metavar="HEX", help="the expected sha256 of the file (pins an unverified one)")
+    fetching.add_argument("--import", dest="install", action="store_true",
+                          help="then import it as a model set (ssl-sas, zllr-vc, hubert-soft)")
+    fetching.add_argument("--attempts", type=int, default=4, help="tries per file, each resuming the last (default 4)")
+    fetching.set_defaults(run=run_fetch)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -41,6 +64,7 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"models directory: {models_dir()}")
     if not sets:
         print("    no model sets installed")
+    print(f"downloadable with voxanon models fetch: {', '.join(CATALOGUE)}")
     for name, manifest in sets.items():
         flag = "  RANDOM WEIGHTS (plumbing only)" if manifest.get("random") else ""
         print(f"    {name}: {', '.join(manifest.get('components', []))}{flag}")
@@ -57,19 +81,103 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
+            vocoder_dir: str | None = None) -> Path:
+    """Convert a release into the model set ``name`` and write it; returns the set's folder."""
+    from voxanon.models.checkpoints import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
+    from voxanon.models.hubert_soft import import_hubert_soft
+    from voxanon.models.registry import write_model_set
+
+    if name == "hubert-soft":
+        components, config = import_hubert_soft(source)
+        origin = f"bshall HuBERT-soft {source}"
+    else:
+        layout = ZLLR_VC_LAYOUT if name == "zllr-vc" else None
+        default_dir = SSL_SAS_VOCODER_DIR if name == "ssl-sas" else None
+        components, config = import_ssl_sas(source, hubert, vocoder_dir=vocoder_dir or default_dir, layout=layout)
+        release = "SSL-SAS" if name == "ssl-sas" else "ICASSP 2023 zLLR-VC"
+        origin = f"{release} release {source}" + (f" + {hubert}" if hubert else "")
+    return write_model_set(name, components, config, source=origin, random=False)
+
+
 def run_import(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints import import_ssl_sas, random_ssl_sas
+    from voxanon.models.checkpoints import ZLLR_VC_LAYOUT, random_ssl_sas
+    from voxanon.models.hubert_soft import random_hubert_soft
     from voxanon.models.registry import write_model_set
 
     if args.random_init == bool(args.source):
-        raise VoxanonError("give either the release folder or --random-init")
-    if args.random_init:
-        components, config = random_ssl_sas(args.size, args.seed)
-        source = f"random-init size={args.size} seed={args.seed}"
-        log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", args.name)
+        raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
+    if args.name == "hubert-soft" and (args.hubert or args.vocoder_dir):
+        raise VoxanonError("--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not hubert-soft")
+    if not args.random_init:
+        path = install(args.name, args.source, hubert=args.hubert, vocoder_dir=args.vocoder_dir)
+        print(f"installed {args.name} in {path}")
+        return 0
+    if args.name == "hubert-soft":
+        components, config = random_hubert_soft(args.size, args.seed)
     else:
-        components, config = import_ssl_sas(args.source, args.hubert)
-        source = f"SSL-SAS release {args.source}" + (f" + {args.hubert}" if args.hubert else "")
-    path = write_model_set(args.name, components, config, source=source, random=args.random_init)
+        components, config = random_ssl_sas(args.size, args.seed, ZLLR_VC_LAYOUT if args.name == "zllr-vc" else None)
+    log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", args.name)
+    path = write_model_set(args.name, components, config, source=f"random-init size={args.size} seed={args.seed}",
+                           random=True)
     print(f"installed {args.name} in {path}")
     return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    from voxanon.models.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
+
+    entry = catalogue_entry(args.name)
+    if args.install and entry.importer is None:
+        raise VoxanonError(f"{args.name} is not a model set, so there is nothing to --import; fetch it without "
+                           "--import and use the downloaded files directly")
+    if args.attempts < 1:
+        raise VoxanonError(f"--attempts must be at least 1, got {args.attempts}")
+    fetched = fetch(args.name, url=args.url, sha256=args.sha256, attempts=args.attempts)
+    for path in fetched.files:
+        digest = path.with_name(path.name + ".sha256").read_text(encoding="utf-8").split()[0]
+        print(f"downloaded {path}\n    sha256 {digest}")
+    for folder in fetched.folders:
+        print(f"unpacked {folder}")
+    if not args.install:
+        if entry.name == "ssl-sas-pool":
+            print("import the pool with: voxanon pool import FOLDER --spk2gender FILE --out NAME (the speakers' "
+                  "sexes are in the SSL-SAS repository's LibriTTS train-other-500 spk2gender)")
+        return 0
+    if entry.importer == "hubert-soft":
+        models = [p for p in fetched.files if p.suffix == ".pt"]
+        if len(models) != 1:
+            raise VoxanonError(f"expected one .pt file among {', '.join(map(str, fetched.files))}")
+        source = models[0]
+    else:
+        source = find_release_root(fetched.folders)
+    hubert = downloads_dir() / "hubert-base" / "hubert_base_ls960.pt"
+    use_hubert = entry.importer != "hubert-soft" and hubert.is_file()
+    path = install(entry.importer, source, hubert=hubert if use_hubert else None)
+    print(f"installed {entry.importer} in {path}")
+    if entry.importer == "zllr-vc":
+        install_release_flow(fetched.folders)
+    return 0
+
+
+RELEASE_FLOW_NAME = "sex"
+"""The flow the zllr recipes need (``flow:sex``)."""
+
+
+def install_release_flow(folders: tuple[Path, ...]) -> None:
+    """Import the zLLR-VC release's pickled sex flow as the ``sex`` flow, unless one is installed already."""
+    from voxanon.models.flow import import_reference_flow, save_flow
+    from voxanon.models.registry import asset_dir
+
+    pickles = sorted({p for folder in folders for p in folder.rglob("xv_disentanglement_model/*.pt")})
+    if len(pickles) != 1:
+        print(f"no single xv_disentanglement_model/*.pt in the release ({len(pickles)} found): import the sex "
+              "flow with voxanon zllr import --pickle FILE --out FLOW")
+        return
+    target = asset_dir("flows", RELEASE_FLOW_NAME)
+    if target.exists():
+        print(f"{target} exists and is kept; to use the release's flow instead: voxanon zllr import --pickle "
+              f"{pickles[0]} --out DIR")
+        return
+    save_flow(import_reference_flow(pickles[0]), target)
+    print(f"installed the release's sex flow ({pickles[0]}) as flow {RELEASE_FLOW_NAME!r} in {target}")
