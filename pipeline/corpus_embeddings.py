@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import DataDir
+from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors
 from voxanon.models.registry import voxanon_home
@@ -33,6 +33,13 @@ def default_cache_dir() -> Path:
     return voxanon_home() / "cache"
 
 
+def cache_from_option(option: Path | None) -> ContentCache:
+    """The embedding cache a ``--cache`` option names: a folder, 'none' (no cache) or the default."""
+    if option is not None and str(option).lower() == "none":
+        return ContentCache(None)
+    return ContentCache(Path(option) if option is not None else default_cache_dir())
+
+
 @dataclass
 class CorpusEmbeddings:
     """Utterance vectors of one or more data directories, and the files that could not be embedded."""
@@ -43,6 +50,24 @@ class CorpusEmbeddings:
     random_models: bool                                      # the model set has random weights
     failures: dict[str, str] = field(default_factory=dict)   # utterance -> message
     computed: int = 0                                        # vectors computed (not served from the cache)
+
+
+def read_labelled_data_dirs(paths: list[Path]) -> tuple[list[DataDir], dict[str, str]]:
+    """Kaldi data directories whose every speaker has a sex in ``spk2gender``, and the merged
+    speaker -> sex map (a speaker in several sets must have the same sex in each)."""
+    data_dirs = []
+    sex: dict[str, str] = {}
+    for path in paths:
+        data = read_data_dir(path)
+        problems = data.validate(check_files=False, need_gender=True)
+        if problems:
+            raise DataDirError(str(path), problems)
+        for spk in data.speakers:
+            if sex.setdefault(spk, data.spk2gender[spk]) != data.spk2gender[spk]:
+                raise VoxanonError(f"speaker {spk!r} is {sex[spk]!r} in one data set and "
+                                   f"{data.spk2gender[spk]!r} in {path}")
+        data_dirs.append(data)
+    return data_dirs, sex
 
 
 def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:

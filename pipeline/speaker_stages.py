@@ -91,10 +91,9 @@ class PseudoSpeakerStage(Stage):
     def prepare_set(self, data, work_dir) -> dict[str, Any]:
         """Embed the set (cached), write its speaker means under ``work_dir`` named by their digest."""
         from voxanon.data_prep.vectors import speaker_means, write_vectors
-        from voxanon.pipeline.corpus_embeddings import default_cache_dir, embed_data_dirs
-        from voxanon.pipeline.feature_cache import ContentCache
+        from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs
 
-        cache = ContentCache(Path(self.cache_dir) if self.cache_dir else default_cache_dir())
+        cache = cache_from_option(self.cache_dir)
         # Files that cannot be embedded are logged here and fail again, by name, when the runner loads them.
         embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True)
         means = speaker_means(embeddings.vectors, embeddings.utt2spk)

@@ -11,7 +11,7 @@ import soundfile
 from conftest import make_corpus
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
-from voxanon.data_prep.vectors import Vectors, read_vectors, write_vectors
+from voxanon.data_prep.vectors import Vectors, write_vectors
 from voxanon.models.pseudo_speaker import POOL_MANIFEST, load_pool
 from voxanon.pipeline.cli import main
 

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import DataDirError, read_data_dir, read_mapping
+from voxanon.data_prep.corpus import read_mapping
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import read_vectors
 from voxanon.models.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
                                            pool_from_utterances, save_pool)
 from voxanon.models.registry import asset_dir
-from voxanon.pipeline.feature_cache import ContentCache
 
 UTTERANCE_LEVEL_NAMES = ("xvector.scp", "xvector.ark")
 SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
@@ -83,28 +82,11 @@ def add_parser(subparsers) -> None:
     info.set_defaults(run=run_info)
 
 
-def _read_labelled(path: Path):
-    data = read_data_dir(path)
-    problems = data.validate(check_files=False, need_gender=True)
-    if problems:
-        raise DataDirError(str(path), problems)
-    return data
-
-
 def run_build(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.corpus_embeddings import default_cache_dir, embed_data_dirs
+    from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
-    data_dirs = [_read_labelled(path) for path in args.data]
-    sex: dict[str, str] = {}
-    for data in data_dirs:
-        for spk in data.speakers:
-            if sex.setdefault(spk, data.spk2gender[spk]) != data.spk2gender[spk]:
-                raise VoxanonError(f"speaker {spk!r} is {sex[spk]!r} in one data set and "
-                                   f"{data.spk2gender[spk]!r} in {data.path}")
-    if args.cache is not None and str(args.cache).lower() == "none":
-        cache = ContentCache(None)
-    else:
-        cache = ContentCache(args.cache or default_cache_dir())
+    data_dirs, sex = read_labelled_data_dirs(args.data)
+    cache = cache_from_option(args.cache)
     embeddings = embed_data_dirs(data_dirs, args.models, cache, allow_failures=args.allow_failures)
     pool = pool_from_utterances(embeddings.vectors, embeddings.utt2spk, sex,
                                 keep_utterances=not args.speaker_level_only)
