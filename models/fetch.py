@@ -216,17 +216,22 @@ def _receive(remote: RemoteFile, part: Path, progress: bool) -> None:
     try:
         response = _open(remote.url, headers)
     except urllib.error.HTTPError as error:
-        if error.code == 416 and offset:
-            # The range starts at or past the end: the part is stale or already whole; start over.
-            part.unlink()
-            response = _open(remote.url)
-            offset = 0
-        else:
+        if error.code != 416 or not offset:
             raise
+        # The range starts at or past the end: the part is already whole (the server says how long
+        # the file is: "bytes */N"), or stale; then start over.
+        if (error.headers or {}).get("Content-Range", "") == f"bytes */{offset}":
+            return
+        part.unlink()
+        response = _open(remote.url)
+        offset = 0
     with response:
-        content_range = response.headers.get("Content-Range", "")
-        resumed = bool(offset) and getattr(response, "status", None) == 206 \
-            and content_range.startswith(f"bytes {offset}-")
+        partial = getattr(response, "status", None) == 206
+        resumed = bool(offset) and partial and response.headers.get("Content-Range", "").startswith(f"bytes {offset}-")
+        if partial and not resumed:
+            part.unlink(missing_ok=True)
+            raise ConnectionError(f"asked for bytes {offset}- and got {response.headers.get('Content-Range')!r}; "
+                                  "starting over")
         if offset and not resumed:
             log.info("%s: the server ignored the range request; downloading from the start", remote.url)
             offset = 0

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from tests.test_flow import reference_module  # noqa: F401 (a fixture: the ICASSP 2023 flow classes)
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models import fetch as fetch_module
 from voxanon.models.fetch import (DownloadError, RemoteFile, UnsafeArchiveError, download, extract, fetch,
                                   zenodo_files)
+from voxanon.models.flow import load_flow
 from voxanon.models.registry import load_model_set
 from voxanon.pipeline.cli import main
 
@@ -31,6 +34,7 @@ class LoopbackServer:
         self.files: dict[str, bytes] = {}
         self.drop_after: dict[str, int] = {}
         self.ignore_range: set[str] = set()
+        self.wrong_range: set[str] = set()
         self.requests: list[tuple[str, str | None]] = []
         server = self
 
@@ -45,8 +49,13 @@ class LoopbackServer:
                 start = 0
                 if range_header and self.path not in server.ignore_range:
                     start = int(range_header.removeprefix("bytes=").split("-")[0])
+                    if self.path in server.wrong_range:
+                        start = 0
                     if start >= len(data):
-                        self.send_error(416)
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
                         return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -149,12 +158,29 @@ def test_server_ignoring_range_restarts_from_zero(server, tmp_path):
     assert server.requests == [("/big.bin", "bytes=29-")]
 
 
+def test_a_range_other_than_the_one_asked_for_is_discarded(server, tmp_path):
+    server.files["/big.bin"] = PAYLOAD
+    server.wrong_range.add("/big.bin")
+    (tmp_path / "big.bin.part").write_bytes(PAYLOAD[:5000])
+    download(RemoteFile(f"{server.url}/big.bin", "big.bin", sha256=PAYLOAD_SHA256), tmp_path, progress=False)
+    assert (tmp_path / "big.bin").read_bytes() == PAYLOAD
+    assert server.requests == [("/big.bin", "bytes=5000-"), ("/big.bin", None)]
+
+
 def test_a_part_past_the_end_is_discarded(server, tmp_path):
     server.files["/small.bin"] = PAYLOAD[:1000]
     (tmp_path / "small.bin.part").write_bytes(bytes(2000))
     download(RemoteFile(f"{server.url}/small.bin", "small.bin"), tmp_path, progress=False)
     assert (tmp_path / "small.bin").read_bytes() == PAYLOAD[:1000]
     assert server.requests == [("/small.bin", "bytes=2000-"), ("/small.bin", None)]
+
+
+def test_a_whole_part_is_kept_when_the_server_says_so(server, tmp_path):
+    server.files["/small.bin"] = PAYLOAD[:1000]
+    (tmp_path / "small.bin.part").write_bytes(PAYLOAD[:1000])
+    download(RemoteFile(f"{server.url}/small.bin", "small.bin"), tmp_path, progress=False)
+    assert (tmp_path / "small.bin").read_bytes() == PAYLOAD[:1000]
+    assert server.requests == [("/small.bin", "bytes=1000-")]
 
 
 def test_missing_file_is_a_clear_error_without_retries(server, tmp_path):
@@ -206,17 +232,17 @@ def test_unsafe_zip_members_are_refused_and_links_inside_are_kept(tmp_path):
 
 
 def _release_archive(root: Path, vocoder_subdir: str, archive: Path) -> None:
+    """Everything under ``root`` (a release written there in the published layout) as a .zip or .tar.gz."""
     from tests.test_neural_import import write_release
 
-    release = root / "pretrained_models_anon_xv"
-    write_release(release, vocoder_subdir=vocoder_subdir)
+    write_release(root / "pretrained_models_anon_xv", vocoder_subdir=vocoder_subdir)
     if archive.suffix == ".zip":
         with zipfile.ZipFile(archive, "w") as bundle:
-            for path in sorted(release.rglob("*")):
+            for path in sorted(root.rglob("*")):
                 bundle.write(path, path.relative_to(root).as_posix())
     else:
         with tarfile.open(archive, "w:gz") as tar:
-            tar.add(release, arcname=release.name)
+            tar.add(root / "pretrained_models_anon_xv", arcname="pretrained_models_anon_xv")
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -253,7 +279,10 @@ def test_zenodo_record_is_listed_with_sizes_and_md5(server):
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_fetch_zllr_vc_from_its_zenodo_record(server, tmp_path, home, monkeypatch, capsys):
+def test_fetch_zllr_vc_from_its_zenodo_record(server, tmp_path, home, monkeypatch, capsys, reference_module):
+    torch.manual_seed(0)
+    (tmp_path / "build" / "xv_disentanglement_model").mkdir(parents=True)
+    torch.save(reference_module.RealNVP(6, 12), tmp_path / "build" / "xv_disentanglement_model" / "model.pt")
     archive = tmp_path / "release.zip"
     _release_archive(tmp_path / "build", "some_model", archive)
     data = archive.read_bytes()
@@ -264,8 +293,12 @@ def test_fetch_zllr_vc_from_its_zenodo_record(server, tmp_path, home, monkeypatc
     monkeypatch.setattr(fetch_module, "ZENODO_API", server.url + "/api/records/{record}")
     assert main(["models", "fetch", "zllr-vc", "--import"]) == 0
     out = capsys.readouterr().out
-    assert "installed zllr-vc" in out and "voxanon zllr import --pickle FILE" in out
+    assert "installed zllr-vc" in out and "as flow 'sex'" in out
     assert load_model_set("zllr-vc").config["layout"]["standardise_content"] is True
+    assert load_flow(home / "flows" / "sex").config.dim == 6
+    # A sex flow already installed (perhaps trained by the user) is kept.
+    assert main(["models", "fetch", "zllr-vc", "--import"]) == 0
+    assert "flows/sex exists and is kept" in capsys.readouterr().out
     # md5 from the record is checked: a corrupted copy is refused.
     server.files["/files/release.zip/content"] = data[:-1] + bytes([data[-1] ^ 1])
     (home / "downloads" / "zllr-vc" / "release.zip").unlink()

@@ -148,5 +148,9 @@ def test_zllr_vc_random_init_has_the_layout(tmp_path, monkeypatch, capsys):
     model_set = load_model_set("zllr-vc")
     assert model_set.random and model_set.config["layout"]["standardise_content"] is True
     assert model_set.config["generator"]["in_channels"] == 393
+    assert main(["models", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "zllr-vc: content, generator, speaker  RANDOM WEIGHTS" in listing
+    assert "zllr-vc (installed); also needs flow:" in listing
     assert main(["models", "import", "zllr-vc"]) == 2
     assert "ICASSP 2023 zLLR-VC release" in capsys.readouterr().err

@@ -71,13 +71,12 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"        source: {manifest.get('source')}")
     print("systems:")
     for system in available_systems():
-        needs = [n for n in build_system(load_system_config(system)).needs if n.startswith("checkpoint:")]
-        if not needs:
-            print(f"    {system}: no checkpoints needed")
-            continue
-        state = ", ".join(f"{n[len('checkpoint:'):]} ({'installed' if n[len('checkpoint:'):] in sets else 'MISSING'})"
-                          for n in needs)
-        print(f"    {system}: {state}")
+        needs = build_system(load_system_config(system)).needs
+        checkpoints = [n.partition(":")[2] for n in needs if n.startswith("checkpoint:")]
+        others = [n for n in needs if not n.startswith("checkpoint:")]
+        state = ", ".join(f"{name} ({'installed' if name in sets else 'MISSING'})" for name in checkpoints)
+        also = f"; also needs {', '.join(others)} (see voxanon systems)" if others else ""
+        print(f"    {system}: {state or 'no checkpoints needed'}{also}")
     return 0
 
 
