@@ -373,8 +373,8 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
     ``HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze``, as SSL-SAS ``inference.py`` picks it;
     ``None``: the release's only ``HiFi-GAN/<model>`` folder). ``layout`` sets the fields of the
     conditioning layout the vocoder was trained with (:data:`ZLLR_VC_LAYOUT` for zLLR-VC). Its
-    ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA) are used; if a ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and
-    ``ECAPA-TDNN/embedding_model.ckpt`` are read instead. ``hubert_base_ls960.pt``, when given, is
+    ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA) are used; if a
+    ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and ``ECAPA-TDNN/embedding_model.ckpt`` are read instead. ``hubert_base_ls960.pt``, when given, is
     checked to be a fairseq HuBERT whose shapes match. Every component is loaded strictly into our
     modules before anything is written.
     """

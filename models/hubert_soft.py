@@ -71,8 +71,9 @@ class HubertSoftConfig:
             layers = {int(m.group(1)) for k in backbone if (m := re.match(r"encoder\.layers\.(\d+)\.", k))}
             pos = backbone["encoder.pos_conv_embed.conv.weight"]
             hidden = int(head["proj.weight"].shape[1])
+            intermediate = backbone["encoder.layers.0.feed_forward.intermediate_dense.weight"]
             return cls(hidden_size=hidden, num_layers=len(layers), num_heads=max(1, hidden // 64),
-                       intermediate_size=int(backbone["encoder.layers.0.feed_forward.intermediate_dense.weight"].shape[0]),
+                       intermediate_size=int(intermediate.shape[0]),
                        conv_channels=int(backbone["feature_extractor.conv_layers.0.conv.weight"].shape[0]),
                        pos_conv_kernel=int(pos.shape[2]), pos_conv_groups=hidden // int(pos.shape[1]),
                        units_dim=int(head["proj.weight"].shape[0]),
@@ -155,3 +156,16 @@ def random_hubert_soft(size: str = "full", seed: int = 0) -> tuple[dict[str, dic
     torch.manual_seed(seed)
     encoder = HubertSoftEncoder(config)
     return {"content": encoder.state_dict()}, _model_set_config(config)
+
+
+def content_encoder(model_set) -> nn.Module:
+    """The content encoder a model set describes: HuBERT-soft units when its config says
+    ``content_kind: hubert-soft``, else the SSL-SAS 200-centroid soft content. Both have ``encode(waves)``."""
+    from voxanon.models.hubert import SoftContentEncoder
+
+    if model_set.config.get("content_kind") == CONTENT_KIND:
+        encoder = HubertSoftEncoder(HubertSoftConfig.from_dict(model_set.config["content"]))
+    else:
+        encoder = SoftContentEncoder(SoftContentConfig.from_dict(model_set.config["content"]))
+    encoder.load_state_dict(model_set.tensors("content"))
+    return encoder.eval()

@@ -8,7 +8,9 @@ import torch
 from tests.reference_hubert_soft import HubertSoft, published_checkpoint
 from voxanon.models.checkpoints import CheckpointError, bshall_hubert_to_hf
 from voxanon.models.hifigan import ConditioningLayout
-from voxanon.models.hubert_soft import HubertSoftConfig, HubertSoftEncoder, import_hubert_soft, random_hubert_soft
+from voxanon.models.hubert import SoftContentEncoder
+from voxanon.models.hubert_soft import (HubertSoftConfig, HubertSoftEncoder, content_encoder, import_hubert_soft,
+                                        random_hubert_soft)
 from voxanon.models.registry import load_model_set
 from voxanon.pipeline.cli import main
 
@@ -73,8 +75,8 @@ def test_cli_import_writes_the_content_only_set(tmp_path, monkeypatch):
     assert not model_set.random and model_set.manifest["components"] == ["content"]
     assert model_set.config["content_kind"] == "hubert-soft"
     assert ConditioningLayout.from_dict(model_set.config["layout"]).channels == 449
-    encoder = HubertSoftEncoder(HubertSoftConfig.from_dict(model_set.config["content"]))
-    encoder.load_state_dict(model_set.tensors("content"))
+    encoder = content_encoder(model_set)
+    assert isinstance(encoder, HubertSoftEncoder)
     waves = [np.random.default_rng(i).standard_normal(n).astype(np.float32) * 0.1 for i, n in enumerate((3200, 6400))]
     units = encoder.eval().encode(waves)
     assert [u.shape for u in units] == [(10, 256), (20, 256)]
@@ -86,6 +88,8 @@ def test_random_init_cli_and_full_size_shapes(tmp_path, monkeypatch):
     monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
     assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0
     assert load_model_set("hubert-soft").random
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    assert isinstance(content_encoder(load_model_set("ssl-sas")), SoftContentEncoder)
     full, _ = random_hubert_soft("full")
     backbone, head = bshall_hubert_to_hf(published_checkpoint(HubertSoft())["hubert"])
     published = {**{f"hubert.{k}": v for k, v in backbone.items()}, **head}
