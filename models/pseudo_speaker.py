@@ -142,13 +142,21 @@ class PldaAffinity:
         from speechbrain.processing.PLDA_LDA import PLDA
 
         speakers = [utt2spk[u] for u in vectors.ids]
-        if len(set(speakers)) < 2 or len(set(speakers)) == len(speakers):
-            raise PoolError(f"PLDA needs several speakers with several vectors each; got {len(speakers)} "
-                            f"vector(s) of {len(set(speakers))} speaker(s)")
+        within = len(speakers) - len(set(speakers))
+        if len(set(speakers)) < 2 or within < vectors.dim:
+            raise PoolError(f"PLDA on {vectors.dim}-d vectors needs at least 2 speakers and {vectors.dim} "
+                            "within-speaker degrees of freedom (utterance vectors minus speakers) to estimate its "
+                            f"covariances; the pool has {len(speakers)} utterance vectors of {len(set(speakers))} "
+                            f"speakers ({within}). Use affinity cosine or a larger pool")
         self.plda = PLDA(rank_f=min(int(rank), vectors.dim))
-        self.plda.plda(self._stats(np.array(speakers, dtype=object), vectors.matrix))
+        try:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self.plda.plda(self._stats(np.array(speakers, dtype=object), vectors.matrix))
+        except (ValueError, np.linalg.LinAlgError) as error:
+            raise PoolError(f"PLDA training failed on the pool's utterance vectors ({error})") from None
         if not (np.all(np.isfinite(self.plda.F)) and np.all(np.isfinite(self.plda.Sigma))):
-            raise PoolError("PLDA training gave non-finite parameters (too few vectors for their dimension?)")
+            raise PoolError("PLDA training gave non-finite parameters (degenerate utterance vectors?); "
+                            "use affinity cosine")
 
     @staticmethod
     def _stats(models: np.ndarray, matrix: np.ndarray):

@@ -89,7 +89,8 @@ class PseudoSpeakerStage(Stage):
         return [f"checkpoint:{self.models}", f"pool:{self.pool}", "spk2gender"]
 
     def prepare_set(self, data, work_dir) -> dict[str, Any]:
-        """Embed the set (cached), write its speaker means under ``work_dir`` named by their digest."""
+        """Embed the set (cached), check the pool can serve every source speaker, and write the
+        speaker means under ``work_dir``, named by their digest."""
         from voxanon.data_prep.vectors import speaker_means, write_vectors
         from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs
 
@@ -97,6 +98,12 @@ class PseudoSpeakerStage(Stage):
         # Files that cannot be embedded are logged here and fail again, by name, when the runner loads them.
         embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True)
         means = speaker_means(embeddings.vectors, embeddings.utt2spk)
+        # Settings the pool cannot satisfy (too few speakers of a sex, PLDA without utterance
+        # vectors) fail here, once, rather than on every utterance.
+        selector = self._selector()
+        for spk, vector in zip(means.ids, means.matrix):
+            if spk in data.spk2gender:
+                selector.world(vector, data.spk2gender[spk])
         digest = hashlib.sha256("\n".join(means.ids).encode() + means.matrix.astype("<f4").tobytes()).hexdigest()
         path = Path(work_dir).resolve() / f"source-speakers-{self.models}-{digest[:16]}.npy"
         if not path.is_file():

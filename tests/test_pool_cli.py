@@ -114,12 +114,14 @@ def anonymise(corpus, out: Path, *extra: str) -> int:
                  "--set", "pseudo_speaker.region=2", *extra])
 
 
-def test_b1_end_to_end_writes_repeatable_pseudo_vectors(home, tmp_path):
+def test_b1_end_to_end_writes_repeatable_pseudo_vectors(home, tmp_path, capsys):
     root, _ = home
     corpus = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.5, name="src")
     assert anonymise(corpus, tmp_path / "run1") == 0
     assert anonymise(corpus, tmp_path / "run2") == 0
     assert anonymise(corpus, tmp_path / "run3", "--set", "pseudo_speaker.level=utterance") == 0
+    assert anonymise(corpus, tmp_path / "run4", "--set", "pseudo_speaker.world=5") == 2
+    assert "4 speaker(s) of sex 'f' but the selection needs a world of 5" in capsys.readouterr().err
     pool = load_pool(root / "home" / "pools" / "tiny", with_utterances=False)
     runs = [tmp_path / name / "src_b1" for name in ("run1", "run2", "run3")]
     journals = [{e["utt"]: e for e in map(json.loads, (run / ".journal.jsonl").read_text().splitlines())}

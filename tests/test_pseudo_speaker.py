@@ -110,10 +110,14 @@ def test_plda_affinity_puts_a_planted_near_duplicate_first_for_nearest():
     assert farthest.world(source, "f")[-1] == "s06"
 
 
-def test_plda_on_a_speaker_level_pool_is_a_clear_error():
+def test_plda_on_a_speaker_level_or_too_small_pool_is_a_clear_error():
     pool, _ = angle_pool()
     with pytest.raises(PoolError, match="speaker-level vectors only.*affinity cosine"):
         PseudoSpeakerSelector(pool, SelectionSettings(affinity="plda"))
+    utterances, utt2spk, sex = clustered_utterances(n_speakers=4, n_utts=2)
+    with pytest.raises(PoolError, match=r"6 within-speaker degrees of freedom.*8 utterance vectors of 4 speakers \(4\)"):
+        PseudoSpeakerSelector(pool_from_utterances(utterances, utt2spk, sex),
+                              SelectionSettings(affinity="plda", world=2, region=1))
 
 
 def test_pool_from_utterances_means_and_balanced_global_by_hand():
@@ -191,6 +195,21 @@ def test_stage_speaker_level_shares_the_vector_and_utterance_level_redraws(pool_
     again = run_stage(PseudoSpeakerStage(pool="angles", level="utterance", source_vectors=str(sources)),
                       [utterance(f"alice-{i}", "alice", "f") for i in range(3)])
     assert all(np.array_equal(a, b) for a, b in zip(redrawn, again))
+
+
+def test_stage_with_plda_affinity_reads_the_pool_utterance_vectors(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    utterances, utt2spk, sex = clustered_utterances()
+    pool = pool_from_utterances(utterances, utt2spk, sex)
+    save_pool(tmp_path / "home" / "pools" / "clusters", pool, {"name": "clusters"})
+    sources = tmp_path / "sources.npy"
+    write_vectors(sources, Vectors(("alice",), pool.speakers.select(["s06"]).matrix + 0.01))
+    stage = PseudoSpeakerStage(pool="clusters", affinity="plda", proximity="nearest", world=1, region=1,
+                               plda_rank=4, source_vectors=str(sources))
+    utt = utterance("alice-0", "alice", "f")
+    stage.process(utt)
+    assert utt.record["pseudo_speaker"]["chosen"] == ["s06"]
+    np.testing.assert_allclose(utt.features["speaker"], pool.speakers.select(["s06"]).matrix[0], atol=1e-5)
 
 
 def test_stage_errors_name_the_utterance(pool_home):
