@@ -147,7 +147,8 @@ def _installed_file(kind: str, name: str) -> Path:
 INSTALL_HINTS = {
     "pool": "voxanon pool build --data DIR --out {name} (speaker-level ECAPA means of a corpus), "
             "or voxanon pool import SSL_SAS_POOL_DIR --out {name}",
-    "flow": "voxanon train sex-flow --data DIR --out {name}, or voxanon zllr import FLOW.pt --out DIR",
+    "flow": "voxanon train sex-flow --data DIR --out {name}, voxanon models fetch zllr-vc --import, or "
+            "voxanon zllr import --pickle FLOW.pt --out $VOXANON_HOME/flows/{name}",
 }
 
 
