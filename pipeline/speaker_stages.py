@@ -17,6 +17,7 @@ Pools load lazily, once per process.
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
+
+log = logging.getLogger(__name__)
 
 PSEUDO_VECTORS = "pseudo_xvectors"
 DEFAULT_POOL = "libritts-other-500"
@@ -101,14 +104,18 @@ class PseudoSpeakerStage(Stage):
         # Settings the pool cannot satisfy (too few speakers of a sex, PLDA without utterance
         # vectors) fail here, once, rather than on every utterance.
         selector = self._selector()
+        pool_encoder = selector.pool.metadata.get("encoder")
+        if pool_encoder is not None and pool_encoder != embeddings.encoder_tag:
+            log.warning("pool %r was built with another speaker encoder (%s) than model set %r's (%s): "
+                        "affinities compare vectors of different spaces", self.pool, pool_encoder, self.models,
+                        embeddings.encoder_tag)
         for spk, vector in zip(means.ids, means.matrix):
             if spk in data.spk2gender:
                 selector.world(vector, data.spk2gender[spk])
         digest = hashlib.sha256("\n".join(means.ids).encode() + means.matrix.astype("<f4").tobytes()).hexdigest()
         path = Path(work_dir).resolve() / f"source-speakers-{self.models}-{digest[:16]}.npy"
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_vectors(path, means)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_vectors(path, means)
         return {"source_vectors": str(path)}
 
     def _selector(self):
