@@ -1,0 +1,116 @@
+"""``voxanon train``: train the models the neural systems use.
+
+Each action is one ``add_<action>_parser(actions)`` function listed in :data:`ACTIONS`;
+adding an action is writing such a function and listing it.
+
+* ``train vocoder``: HiFi-GAN for an SSL-SAS-layout model set (:mod:`voxanon.pipeline.vocoder_training`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from voxanon.data_prep.corpus import load_corpus
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.commands.anonymise import add_corpus_arguments
+
+log = logging.getLogger(__name__)
+
+
+def _layout_override(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the value must be JSON (true, false, a number)") from None
+
+
+def add_vocoder_parser(actions) -> None:
+    parser = actions.add_parser(
+        "vocoder", help="train a HiFi-GAN vocoder on content, F0 and speaker features of a model set",
+        description="Train the SSL-SAS-layout HiFi-GAN (MPD + MSD, LSGAN, feature matching, mel L1 x45; AdamW "
+                    "2e-4, betas 0.8/0.99, lr decay 0.999 per epoch; 8960-sample segments; seed 1234) on the "
+                    "frozen content and speaker encoders of --models. Features are computed once and cached. "
+                    "Checkpoints g_NNNNNNNN / do_NNNNNNNN (jik876 layout) go to --out; a rerun resumes exactly "
+                    "from the latest pair. The speaker vector is the whole utterance's ECAPA vector (SSL-SAS "
+                    "takes it from the 0.56 s segment on the fly).")
+    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
+                        help="training set: a Kaldi data directory or a folder of audio files (repeatable)")
+    parser.add_argument("--out", required=True, type=Path, metavar="CKPT_DIR", help="checkpoint folder")
+    parser.add_argument("--models", default="ssl-sas", metavar="SET",
+                        help="model set giving the content and speaker encoders and the generator shape "
+                             "(default: ssl-sas)")
+    parser.add_argument("--steps", type=int, default=100_000, help="train until this many steps (default 100000)")
+    parser.add_argument("--batch-size", type=int, default=32, help="segments per step (default 32, as published)")
+    parser.add_argument("--segment", type=int, default=8960,
+                        help="segment length in samples, a multiple of 320 (default 8960 = 28 content frames)")
+    parser.add_argument("--checkpoint-interval", type=int, default=10_000, metavar="K",
+                        help="write a checkpoint pair every K steps, and at the end (default 10000)")
+    parser.add_argument("--log-interval", type=int, default=100, metavar="N",
+                        help="append the losses to train.log every N steps (default 100)")
+    parser.add_argument("--keep-last", type=int, default=0, metavar="N",
+                        help="keep only the N latest checkpoint pairs (default 0: keep all, as jik876)")
+    parser.add_argument("--lambda-xv", type=float, default=0.0, metavar="WEIGHT",
+                        help="weight of the x-vector consistency loss (ICASSP 2023 zLLR-VC uses 1.0; default 0: off)")
+    parser.add_argument("--layout", type=_layout_override, action="append", default=[], metavar="FIELD=VALUE",
+                        help="conditioning layout override, e.g. standardise_content=true, l2_normalise_speaker=true, "
+                             "layer_norm_speaker=false for the zLLR-VC vocoder (repeatable)")
+    parser.add_argument("--init", choices=("random", "base"), default="random",
+                        help="start the generator from random weights (default) or the model set's generator")
+    parser.add_argument("--discriminator-divisor", type=int, default=1, choices=(1, 2, 4, 8), metavar="N",
+                        help="divide the discriminators' channel widths by N (default 1: jik876's MPD and MSD; "
+                             "larger values only for smoke tests on a CPU)")
+    parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate (default 2e-4)")
+    parser.add_argument("--seed", type=int, default=1234, help="weights and data order seed (default 1234)")
+    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda[:N]")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="auto: bf16 autocast on a GPU that has it, else fp16 with gradient scaling; fp32 on CPU")
+    parser.add_argument("--feature-cache", type=Path, metavar="DIR",
+                        help="feature cache folder (default: CKPT_DIR/feature_cache); shareable between runs")
+    parser.add_argument("--install", metavar="NAME",
+                        help="after training, install the generator (weight norm folded) with the base set's "
+                             "encoders as model set NAME, usable with --set vocoder.models=NAME")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_corpus_arguments(parser)
+    parser.set_defaults(run=run_vocoder)
+
+
+ACTIONS = (add_vocoder_parser,)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="train models (vocoder)",
+                                   description="Train the models that the neural anonymisation systems use.")
+    actions = parser.add_subparsers(dest="train_command", metavar="ACTION", required=True)
+    for add_action in ACTIONS:
+        add_action(actions)
+
+
+def run_vocoder(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.vocoder_training import VocoderTrainingOptions, install_trained_generator, train_vocoder
+
+    options = VocoderTrainingOptions(
+        out=args.out, models=args.models, steps=args.steps, batch_size=args.batch_size, segment=args.segment,
+        checkpoint_interval=args.checkpoint_interval, log_interval=args.log_interval, lambda_xv=args.lambda_xv,
+        learning_rate=args.learning_rate, seed=args.seed, device=args.device, precision=args.precision,
+        feature_cache=args.feature_cache, layout=dict(args.layout), init=args.init, keep_last=args.keep_last,
+        discriminator_width_divisor=args.discriminator_divisor,
+        progress=not args.quiet)
+    if args.install and args.install == args.models:
+        raise VoxanonError(f"--install {args.install}: that is the base model set; install under another name")
+    data_dirs = [load_corpus(path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
+                             speaker_regex=args.speaker_regex) for path in args.data]
+    summary = train_vocoder(options, data_dirs)
+    trainer = summary["trainer"]
+    rate = f", {summary['steps_per_s']:.3f} steps/s" if summary["steps_per_s"] else ""
+    print(f"vocoder: {trainer.steps} steps ({summary['steps_run']} this run{rate}) on "
+          f"{len(summary['features'].utterances)} utterances, {len(summary['features'].skipped)} skipped; "
+          f"checkpoints in {options.out}")
+    if args.install:
+        target = install_trained_generator(trainer, args.install)
+        print(f"installed model set {args.install!r} in {target}")
+    return 0
