@@ -31,8 +31,7 @@ HELD_OUT_FILE = "held_out.json"
 
 def add_train_parser(actions) -> None:
     """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
-    from voxanon.models.flow import MU_STRATEGIES
-    from voxanon.pipeline.commands.zllr import DEFAULT_TRAINING
+    from voxanon.pipeline.commands.zllr import add_flow_training_arguments
 
     parser = actions.add_parser(
         "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",
@@ -52,21 +51,7 @@ def add_train_parser(actions) -> None:
     parser.add_argument("--held-out", type=float, default=0.1, metavar="FRACTION",
                         help="share of each sex's speakers kept out of training to measure the LLR's Cllr "
                              "(default 0.1; 0 trains on all)")
-    # The flow options of voxanon zllr train, with its defaults.
-    parser.add_argument("--hidden", type=int, help="coupling-network width (default: next power of two ≥ dim)")
-    parser.add_argument("--layers", type=int, default=6, help="coupling layers (default 6)")
-    parser.add_argument("--mu-strategy", choices=MU_STRATEGIES, default=DEFAULT_TRAINING.mu_strategy,
-                        help="mle: smoothed closed-form μ update (thesis); learned: gradient on log μ (ICASSP 2023)")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_TRAINING.alpha, help="μ smoothing (default 0.99)")
-    parser.add_argument("--mu0", type=float, help="initial μ (default: shared-covariance Gaussian KL of the data)")
-    parser.add_argument("--lr", type=float, default=DEFAULT_TRAINING.learning_rate, help="Adam learning rate")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_TRAINING.batch_size)
-    parser.add_argument("--epochs", type=int, default=DEFAULT_TRAINING.max_epochs, help="maximum epochs")
-    parser.add_argument("--patience", type=int, default=DEFAULT_TRAINING.patience,
-                        help="stop after this many epochs without a better validation NLL")
-    parser.add_argument("--no-zero-init", action="store_true", help="random (not identity) initial couplings")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the held-out split and the training")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_flow_training_arguments(parser)
     parser.set_defaults(run=run_sex_flow)
 
 

@@ -83,6 +83,24 @@ class Protections:
         return np.tile(self.global_average, (len(vectors), 1))
 
 
+def add_flow_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flow options shared by ``voxanon zllr train`` and ``voxanon train sex-flow``."""
+    parser.add_argument("--hidden", type=int, help="coupling-network width (default: next power of two ≥ dim)")
+    parser.add_argument("--layers", type=int, default=6, help="coupling layers (default 6)")
+    parser.add_argument("--mu-strategy", choices=MU_STRATEGIES, default=DEFAULT_TRAINING.mu_strategy,
+                        help="mle: smoothed closed-form μ update (thesis); learned: gradient on log μ (ICASSP 2023)")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_TRAINING.alpha, help="μ smoothing (default 0.99)")
+    parser.add_argument("--mu0", type=float, help="initial μ (default: shared-covariance Gaussian KL of the data)")
+    parser.add_argument("--lr", type=float, default=DEFAULT_TRAINING.learning_rate, help="Adam learning rate (1e-4)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_TRAINING.batch_size)
+    parser.add_argument("--epochs", type=int, default=DEFAULT_TRAINING.max_epochs, help="maximum epochs")
+    parser.add_argument("--patience", type=int, default=DEFAULT_TRAINING.patience,
+                        help="stop after this many epochs without a better validation NLL")
+    parser.add_argument("--no-zero-init", action="store_true", help="random (not identity) initial couplings")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the training (and sex-flow's held-out split)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "zllr", help="zero-LLR sex neutralisation of embeddings",
@@ -96,22 +114,9 @@ def add_parser(subparsers) -> None:
     train.add_argument("--utt2spk", required=True, type=Path, metavar="U")
     train.add_argument("--spk2gender", required=True, type=Path, metavar="G")
     train.add_argument("--out", required=True, type=Path, metavar="MODEL", help="model folder to write")
-    train.add_argument("--hidden", type=int, help="coupling-network width (default: next power of two ≥ dim)")
-    train.add_argument("--layers", type=int, default=6, help="coupling layers (default 6)")
-    train.add_argument("--mu-strategy", choices=MU_STRATEGIES, default=DEFAULT_TRAINING.mu_strategy,
-                       help="mle: smoothed closed-form μ update (thesis); learned: gradient on log μ (ICASSP 2023)")
-    train.add_argument("--alpha", type=float, default=DEFAULT_TRAINING.alpha, help="μ smoothing (default 0.99)")
-    train.add_argument("--mu0", type=float, help="initial μ (default: shared-covariance Gaussian KL of the data)")
-    train.add_argument("--lr", type=float, default=DEFAULT_TRAINING.learning_rate, help="Adam learning rate (1e-4)")
-    train.add_argument("--batch-size", type=int, default=DEFAULT_TRAINING.batch_size)
-    train.add_argument("--epochs", type=int, default=DEFAULT_TRAINING.max_epochs, help="maximum epochs")
-    train.add_argument("--patience", type=int, default=DEFAULT_TRAINING.patience,
-                       help="stop after this many epochs without a better validation NLL")
     train.add_argument("--l2-normalise", action="store_true",
                        help="L2-normalise vectors before the flow (as the ICASSP 2023 ECAPA set-up)")
-    train.add_argument("--no-zero-init", action="store_true", help="random (not identity) initial couplings")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_flow_training_arguments(train)
     train.set_defaults(run=run_train)
 
     apply = commands.add_parser("apply", help="protect vectors")
