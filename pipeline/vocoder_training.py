@@ -413,7 +413,7 @@ class VocoderTrainer:
 
     # -- one step
 
-    def _speaker_vectors(self, audio):
+    def speaker_vectors(self, audio):
         """ECAPA vectors of (B, 1, samples) audio; gradients flow back through the frozen encoder."""
         import torch
         import torch.nn.functional as F
@@ -455,7 +455,7 @@ class VocoderTrainer:
         if self.speaker_encoder is not None:
             if self.layout.l2_normalise_speaker:
                 target_vectors = F.normalize(target_vectors, dim=1)
-            loss_xv = xvector_consistency_loss(self._speaker_vectors(generated), target_vectors)
+            loss_xv = xvector_consistency_loss(self.speaker_vectors(generated), target_vectors)
             loss_gen_all = loss_gen_all + self.options.lambda_xv * loss_xv
             losses["loss_xv"] = loss_xv
         self.scaler_g.scale(loss_gen_all).backward()
@@ -526,7 +526,7 @@ class VocoderTrainer:
         exact = do.get("format") == CHECKPOINT_FORMAT
         if exact:
             saved = json.loads(do["settings"])
-            current = self.run_settings()
+            current = json.loads(json.dumps(self.run_settings()))  # tuples become lists, as in the saved copy
             differing = [key for key in RESUME_KEYS if saved.get(key) != current.get(key)]
             if differing:
                 raise VoxanonError(f"{do_path}: cannot resume exactly, the run's {', '.join(differing)} differ(s) from "
