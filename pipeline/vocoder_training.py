@@ -414,11 +414,22 @@ class VocoderTrainer:
     # -- one step
 
     def speaker_vectors(self, audio):
-        """ECAPA vectors of (B, 1, samples) audio; gradients flow back through the frozen encoder."""
+        """ECAPA vectors of (B, 1, samples) generated segments; gradients flow back through the frozen encoder.
+
+        The segments all have the same length, so they are embedded as one unpadded batch, which
+        gives each one's single-utterance vector; the relative lengths live on the audio's device
+        (:meth:`EcapaEncoder.forward` takes one utterance with CPU lengths).
+        """
         import torch
         import torch.nn.functional as F
 
-        vectors = torch.cat([self.speaker_encoder(wave) for wave in audio.float()])
+        encoder = self.speaker_encoder
+        waves = audio[:, 0].float()
+        lengths = torch.ones(waves.shape[0], device=waves.device)
+        features = encoder.mean_norm(encoder.fbank(waves), lengths)
+        vectors = encoder.embedding_model(features, lengths)[:, 0]
+        if encoder.config.embedding_mean_norm:
+            vectors = vectors - encoder.embedding_mean
         return F.normalize(vectors, dim=1) if self.layout.l2_normalise_speaker else vectors
 
     def train_step(self) -> dict[str, float]:

@@ -345,6 +345,9 @@ def test_xvector_loss_trains_through_the_frozen_ecapa(trained, tmp_path):
         _assert_same_tensors(ecapa_before, trainer.speaker_encoder.state_dict(), "frozen ECAPA")
         audio = (torch.randn(2, 1, 1280) * 0.1).requires_grad_(True)
         vectors = trainer.speaker_vectors(audio)
+        # The batched embedding is each segment's own EcapaEncoder vector, L2-normalised for this layout.
+        one_at_a_time = torch.cat([trainer.speaker_encoder(wave) for wave in audio.detach()])
+        torch.testing.assert_close(vectors, torch.nn.functional.normalize(one_at_a_time, dim=1), atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(vectors.norm(dim=1), torch.ones(2))
         xvector_consistency_loss(vectors, torch.nn.functional.normalize(torch.randn(2, 192), dim=1)).backward()
         assert audio.grad is not None and float(audio.grad.abs().sum()) > 0
