@@ -39,7 +39,9 @@ import json
 import logging
 import re
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable
 
@@ -93,6 +95,7 @@ class VocoderTrainingOptions:
     keep_last: int = 0
     validation_items: int = 4
     discriminator_width_divisor: int = 1
+    workers: int = 1
     progress: bool = True
 
     def __post_init__(self):
@@ -116,6 +119,8 @@ class VocoderTrainingOptions:
             problems.append(f"--init must be 'random' or 'base', got {self.init!r}")
         if self.discriminator_width_divisor not in (1, 2, 4, 8):
             problems.append(f"--discriminator-divisor must be 1, 2, 4 or 8, got {self.discriminator_width_divisor}")
+        if self.workers < 1:
+            problems.append(f"--workers must be at least 1, got {self.workers}")
         if self.keep_last < 0:
             problems.append(f"--keep-last must be at least 0, got {self.keep_last}")
         if problems:
@@ -142,7 +147,7 @@ class TrainingUtterance:
 class FeatureSet:
     utterances: list[TrainingUtterance]
     skipped: dict[str, str]
-    computed: int
+    computed: int  # utterances for which something was computed rather than found in the cache
 
     @property
     def digest(self) -> str:
@@ -167,64 +172,111 @@ def feature_tags(models: str) -> dict[str, str]:
             "speaker": f"speaker-{_component_tag(model_set, 'speaker')}"}
 
 
+@dataclass(frozen=True)
+class _FeatureJob:
+    key: str
+    source: str
+    is_pipe: bool
+    digest: str
+    paths: dict[str, Path]
+
+    def has(self, *kinds: str) -> bool:
+        return all(self.paths[kind].is_file() for kind in kinds)
+
+
 def prepare_features(data_dirs: Iterable[DataDir], models: str, cache_root: Path, segment: int,
-                     progress: bool = True) -> FeatureSet:
-    """Compute (or find cached) training features for every utterance; unusable ones are listed, not dropped silently."""
+                     progress: bool = True, workers: int = 1) -> FeatureSet:
+    """Compute (or find cached) training features for every utterance; unusable ones are listed, not dropped silently.
+
+    Two passes, the cache handing over between them: the input convention and pYAAPT (CPU-bound,
+    per utterance) in ``workers`` processes, then the content and speaker encoders in this process.
+    """
     from tqdm import tqdm
 
     cache = ContentCache(cache_root)
     tags = feature_tags(models)
-    input_stage, f0_stage = SslSasInputStage(), F0Stage()
+    skipped: dict[str, str] = {}
+    jobs = []
+    for data in data_dirs:
+        for utt in data.utterances:
+            key = f"{data.name}/{utt}"
+            source = data.wav[utt] if data.is_pipe(utt) else data.audio_path(utt)
+            try:
+                digest = (hashlib.sha256(str(source).encode()).hexdigest() if data.is_pipe(utt)
+                          else sha256_file(source))
+            except OSError as error:
+                skipped[key] = f"{source}: {error.strerror or error}"
+                continue
+            paths = {kind: cache.path(tags[kind], digest, "vector") for kind in FEATURE_KINDS}
+            jobs.append(_FeatureJob(key, str(source), data.is_pipe(utt), digest, paths))
+
+    signal_jobs = [job for job in jobs if not job.has("audio", "f0")]
+    arguments = [(job.source, job.is_pipe, cache_root, tags["audio"], tags["f0"], job.digest) for job in signal_jobs]
+    with tqdm(total=len(signal_jobs), desc="vocoder features: input + F0", unit="utt",
+              disable=not progress or not signal_jobs, dynamic_ncols=True) as bar:
+        if workers > 1 and len(signal_jobs) > 1:
+            with ProcessPoolExecutor(min(workers, len(signal_jobs)), mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(_input_and_f0, *args): job.key for job, args in zip(signal_jobs, arguments)}
+                for future in as_completed(futures):
+                    if future.result():
+                        skipped[futures[future]] = future.result()
+                    bar.update(1)
+        else:
+            for job, args in zip(signal_jobs, arguments):
+                error = _input_and_f0(*args)
+                if error:
+                    skipped[job.key] = error
+                bar.update(1)
+
+    ready = [job for job in jobs if job.key not in skipped]
+    encoder_jobs = [job for job in ready if not job.has("content", "speaker")]
     content_stage, speaker_stage = ContentStage(models), SpeakerStage(models)
-    jobs = [(f"{data.name}/{utt}", data, utt) for data in data_dirs for utt in data.utterances]
-    usable, skipped, computed = [], {}, 0
-    for key, data, utt in tqdm(jobs, desc="vocoder features", unit="utt", disable=not progress, dynamic_ncols=True):
-        source = data.wav[utt] if data.is_pipe(utt) else data.audio_path(utt)
-        try:
-            digest = sha256_file(source) if not data.is_pipe(utt) else hashlib.sha256(str(source).encode()).hexdigest()
-        except OSError as error:
-            skipped[key] = f"{source}: {error.strerror or error}"
+    for job in tqdm(encoder_jobs, desc="vocoder features: content + speaker", unit="utt",
+                    disable=not progress or not encoder_jobs, dynamic_ncols=True):
+        utterance = Utterance(job.key, "", None, np.load(job.paths["audio"]), SAMPLE_RATE, seeds={})
+        content_stage.process_batch([utterance])
+        speaker_stage.process_batch([utterance])
+        content = utterance.features["content"]
+        if content.shape[0] * SSL_SAS_MULTIPLE != len(utterance.audio):
+            skipped[job.key] = (f"{job.source}: {content.shape[0]} content frames for {len(utterance.audio)} "
+                                f"samples (expected one per {SSL_SAS_MULTIPLE})")
             continue
-        paths = {kind: cache.path(tags[kind], digest, "vector") for kind in FEATURE_KINDS}
-        try:
-            if not all(path.is_file() for path in paths.values()):
-                _compute_features(key, data, utt, source, cache, tags, digest,
-                                  (input_stage, f0_stage, content_stage, speaker_stage))
-                computed += 1
-            content_frames = int(np.load(paths["content"], mmap_mode="r").shape[0])
-        except VoxanonError as error:
-            skipped[key] = str(error)
+        cache.put(tags["speaker"], job.digest, "vector", np.asarray(utterance.features["speaker"], dtype=np.float32))
+        cache.put(tags["content"], job.digest, "vector", np.asarray(content, dtype=np.float32))
+
+    usable = []
+    for job in ready:
+        if job.key in skipped:
             continue
+        content_frames = int(np.load(job.paths["content"], mmap_mode="r").shape[0])
         if content_frames * SSL_SAS_MULTIPLE < segment:
-            skipped[key] = (f"{source}: {content_frames * SSL_SAS_MULTIPLE} samples after trimming, shorter than "
-                            f"one {segment}-sample training segment")
+            skipped[job.key] = (f"{job.source}: {content_frames * SSL_SAS_MULTIPLE} samples after trimming, "
+                                f"shorter than one {segment}-sample training segment")
             continue
-        usable.append(TrainingUtterance(key, paths, content_frames))
-    return FeatureSet(usable, skipped, computed)
+        usable.append(TrainingUtterance(job.key, job.paths, content_frames))
+    return FeatureSet(usable, skipped, len({job.key for job in signal_jobs + encoder_jobs}))
 
 
-def _compute_features(key, data: DataDir, utt: str, source, cache: ContentCache, tags: dict[str, str], digest: str,
-                      stages) -> None:
-    input_stage, f0_stage, content_stage, speaker_stage = stages
-    samples = load_audio(source, SAMPLE_RATE, allow_pipe=data.is_pipe(utt)).samples
-    utterance = Utterance(key, data.utt2spk.get(utt, ""), None, samples, SAMPLE_RATE, seeds={})
-    input_stage.process(utterance)
+def _input_and_f0(source: str, allow_pipe: bool, cache_root: Path, audio_tag: str, f0_tag: str,
+                  digest: str) -> str | None:
+    """Load, apply the SSL-SAS input convention, run pYAAPT and cache audio and F0; an error message, or None."""
     try:
-        f0_stage.process(utterance)
+        samples = load_audio(source, SAMPLE_RATE, allow_pipe=allow_pipe).samples
+        utterance = Utterance(source, "", None, samples, SAMPLE_RATE, seeds={})
+        SslSasInputStage().process(utterance)
+    except VoxanonError as error:
+        return str(error)
+    try:
+        F0Stage().process(utterance)
     except (ValueError, RuntimeError, IndexError, FloatingPointError) as error:
-        raise VoxanonError(f"{source}: pYAAPT failed ({type(error).__name__}: {error})") from None
-    content_stage.process_batch([utterance])
-    speaker_stage.process_batch([utterance])
-    n_samples = len(utterance.audio)
-    f0, content = utterance.features["f0"], utterance.features["content"]
-    if content.shape[0] * SSL_SAS_MULTIPLE != n_samples or f0.shape[0] * SSL_SAS_MULTIPLE != 2 * n_samples:
-        raise VoxanonError(f"{source}: misaligned features: {n_samples} samples, {content.shape[0]} content "
-                           f"frames, {f0.shape[0]} F0 frames")
-    values = {"audio": utterance.audio, "f0": f0, "content": content,
-              "speaker": np.asarray(utterance.features["speaker"], dtype=np.float32)}
-    # Content last: its presence is what marks an utterance's features as complete.
-    for kind in ("audio", "f0", "speaker", "content"):
-        cache.put(tags[kind], digest, "vector", np.ascontiguousarray(values[kind], dtype=np.float32))
+        return f"{source}: pYAAPT failed ({type(error).__name__}: {error})"
+    f0 = utterance.features["f0"]
+    if f0.shape[0] * SSL_SAS_MULTIPLE != 2 * len(utterance.audio):
+        return f"{source}: {f0.shape[0]} F0 frames for {len(utterance.audio)} samples (expected one per 160)"
+    cache = ContentCache(cache_root)
+    cache.put(audio_tag, digest, "vector", utterance.audio)
+    cache.put(f0_tag, digest, "vector", f0)
+    return None
 
 
 # Data order ------------------------------------------------------------------------------------
@@ -617,7 +669,8 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
 
     options.out.mkdir(parents=True, exist_ok=True)
     load_ssl_sas_models(options.models)
-    features = prepare_features(data_dirs, options.models, options.cache_root, options.segment, options.progress)
+    features = prepare_features(data_dirs, options.models, options.cache_root, options.segment, options.progress,
+                                options.workers)
     total = len(features.utterances) + len(features.skipped)
     if features.skipped:
         for key, reason in list(features.skipped.items())[:20]:

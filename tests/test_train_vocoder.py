@@ -23,7 +23,7 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.vocoder_training import SegmentSampler, checkpoint_pairs
 
 TINY_RUN = ["--batch-size", "2", "--segment", "1280", "--discriminator-divisor", "8", "--log-interval", "1",
-            "--quiet"]
+            "--workers", "1", "--quiet"]
 
 
 # Model parts -----------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_xvector_loss_trains_through_the_frozen_ecapa(trained, tmp_path):
                                          layout={"l2_normalise_speaker": True, "layer_norm_speaker": False},
                                          progress=False)
         features = prepare_features([load_corpus(trained.data)], "ssl-sas", options.cache_root, 1280, False)
-        assert features.computed == 0  # everything came from the shared cache
+        assert features.computed == 1  # all from the shared cache but the corrupt file, retried on every run
         trainer = VocoderTrainer(options, features)
         ecapa_before = {k: v.clone() for k, v in trainer.speaker_encoder.state_dict().items()}
         losses = trainer.train_step()
@@ -351,3 +351,19 @@ def test_xvector_loss_trains_through_the_frozen_ecapa(trained, tmp_path):
         torch.testing.assert_close(vectors.norm(dim=1), torch.ones(2))
         xvector_consistency_loss(vectors, torch.nn.functional.normalize(torch.randn(2, 192), dim=1)).backward()
         assert audio.grad is not None and float(audio.grad.abs().sum()) > 0
+
+
+def test_parallel_feature_extraction_matches_the_cached_features(trained, tmp_path):
+    from voxanon.data_prep.corpus import load_corpus
+    from voxanon.pipeline.vocoder_training import prepare_features
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXANON_HOME", str(trained.root / "home"))
+        fresh = prepare_features([load_corpus(trained.data)], "ssl-sas", tmp_path / "cache", 1280, False, workers=2)
+        cached = prepare_features([load_corpus(trained.data)], "ssl-sas", trained.cache, 1280, False)
+    assert fresh.computed == 6 and cached.computed == 1  # the corrupt file is retried on every run
+    assert fresh.skipped.keys() == cached.skipped.keys() == {"train_subset/zz-corrupt", "train_subset/zz-short"}
+    assert [u.key for u in fresh.utterances] == [u.key for u in cached.utterances]
+    for new, old in zip(fresh.utterances, cached.utterances):
+        for kind in ("audio", "f0", "content", "speaker"):
+            np.testing.assert_array_equal(np.load(new.paths[kind]), np.load(old.paths[kind]), err_msg=kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
@@ -74,6 +75,9 @@ def add_vocoder_parser(actions) -> None:
     parser.add_argument("--install", metavar="NAME",
                         help="after training, install the generator (weight norm folded) with the base set's "
                              "encoders as model set NAME, usable with --set vocoder.models=NAME")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="processes for the input convention and pYAAPT F0 of uncached utterances "
+                             "(default: the number of cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     add_corpus_arguments(parser)
     parser.set_defaults(run=run_vocoder)
@@ -98,7 +102,7 @@ def run_vocoder(args: argparse.Namespace) -> int:
         checkpoint_interval=args.checkpoint_interval, log_interval=args.log_interval, lambda_xv=args.lambda_xv,
         learning_rate=args.learning_rate, seed=args.seed, device=args.device, precision=args.precision,
         feature_cache=args.feature_cache, layout=dict(args.layout), init=args.init, keep_last=args.keep_last,
-        discriminator_width_divisor=args.discriminator_divisor,
+        discriminator_width_divisor=args.discriminator_divisor, workers=args.workers,
         progress=not args.quiet)
     if args.install and args.install == args.models:
         raise VoxanonError(f"--install {args.install}: that is the base model set; install under another name")
