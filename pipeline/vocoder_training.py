@@ -372,7 +372,8 @@ class VocoderTrainer:
         import torch
 
         from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator
-        from voxanon.models.hifigan_training import LossMelSpectrogram, MultiPeriodDiscriminator, MultiScaleDiscriminator
+        from voxanon.models.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
+                                                     MultiScaleDiscriminator)
         from voxanon.models.registry import load_model_set
 
         self.options = options
@@ -383,7 +384,8 @@ class VocoderTrainer:
         try:
             self.layout = replace(ConditioningLayout.from_dict(self.base.config["layout"]), **options.layout)
         except TypeError as error:
-            raise VoxanonError(f"--layout: {error} (fields: {sorted(ConditioningLayout.__dataclass_fields__)})") from None
+            fields = sorted(ConditioningLayout.__dataclass_fields__)
+            raise VoxanonError(f"--layout: {error} (fields: {fields})") from None
         self.generator_config = GeneratorConfig.from_dict(self.base.config["generator"])
         if self.generator_config.hop_length * self.layout.content_repeat != SSL_SAS_MULTIPLE:
             raise VoxanonError(f"model set {options.models!r}: generator hop {self.generator_config.hop_length} × "
@@ -392,6 +394,9 @@ class VocoderTrainer:
         self.segment_frames = options.segment // SSL_SAS_MULTIPLE
         self.n_choices = [u.content_frames - self.segment_frames + 1 for u in features.utterances]
 
+        if self.device.type == "cuda":
+            # As jik876: fixed segment shapes, so cuDNN's autotuned kernels pay off (GPU runs are not bit-exact).
+            torch.backends.cudnn.benchmark = True
         torch.manual_seed(options.seed)
         self.generator = HifiganGenerator(self.generator_config)
         if options.init == "base":
@@ -439,7 +444,8 @@ class VocoderTrainer:
             paths = self.features.utterances[item].paths
             content = np.array(np.load(paths["content"], mmap_mode="r")[start:start + n])
             f0 = np.array(np.load(paths["f0"], mmap_mode="r")[2 * start:2 * (start + n)])
-            audio = np.array(np.load(paths["audio"], mmap_mode="r")[start * SSL_SAS_MULTIPLE:(start + n) * SSL_SAS_MULTIPLE])
+            audio = np.load(paths["audio"], mmap_mode="r")
+            audio = np.array(audio[start * SSL_SAS_MULTIPLE:(start + n) * SSL_SAS_MULTIPLE])
             speaker = torch.from_numpy(np.load(paths["speaker"]))
             items.append((torch.from_numpy(content), torch.from_numpy(f0), speaker))
             waves.append(torch.from_numpy(audio))
@@ -485,7 +491,6 @@ class VocoderTrainer:
         return F.normalize(vectors, dim=1) if self.layout.l2_normalise_speaker else vectors
 
     def train_step(self) -> dict[str, float]:
-        import torch
         import torch.nn.functional as F
 
         from voxanon.models.hifigan_training import (MEL_LOSS_WEIGHT, discriminator_loss, feature_loss, generator_loss,
@@ -622,7 +627,8 @@ class VocoderTrainer:
                 scheduler.last_epoch = int(do["epoch"])
             for optimizer in (self.optim_g, self.optim_d):
                 for group in optimizer.param_groups:
-                    group["lr"] = group["initial_lr"] * self.options.lr_decay ** int(do["epoch"])
+                    group["lr"] = group.setdefault("initial_lr", self.options.learning_rate) \
+                        * self.options.lr_decay ** int(do["epoch"])
             while self.sampler.epoch < int(do["epoch"]):
                 self.sampler.start_next_epoch()
             log.warning("%s is a jik876 checkpoint without data order or scheduler state: resuming at step %d, "
@@ -668,7 +674,6 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
     from tqdm import tqdm
 
     options.out.mkdir(parents=True, exist_ok=True)
-    load_ssl_sas_models(options.models)
     features = prepare_features(data_dirs, options.models, options.cache_root, options.segment, options.progress,
                                 options.workers)
     total = len(features.utterances) + len(features.skipped)
@@ -735,7 +740,7 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
 
 
 def install_trained_generator(trainer: VocoderTrainer, name: str) -> Path:
-    """Write the trained generator (weight norm folded) with the base set's content and speaker encoders as set ``name``."""
+    """Install the trained generator (weight norm folded) with the base set's encoders as model set ``name``."""
     from voxanon.models.checkpoints import split_ssl_sas_generator
     from voxanon.models.hifigan import HifiganGenerator, Vocoder
     from voxanon.models.hifigan_training import to_jik876_generator_state

@@ -273,7 +273,11 @@ def test_resume_refuses_changed_settings(trained, tmp_path, capsys):
         args = ["train", "vocoder", "--data", str(trained.data), "--out", str(folder), "--steps", "12",
                 "--feature-cache", str(trained.cache), *TINY_RUN]
         assert main(args + ["--segment", "960"]) == 2
-    assert "cannot resume exactly" in capsys.readouterr().err
+        assert "cannot resume exactly" in capsys.readouterr().err
+        assert main(args + ["--layout", "standardise_content=true"]) == 2
+        assert "layout" in capsys.readouterr().err
+        assert main(args + ["--layout", "no_such_field=true"]) == 2
+        assert "no_such_field" in capsys.readouterr().err
 
 
 def test_jik876_checkpoint_resumes_approximately(trained, tmp_path, caplog):
