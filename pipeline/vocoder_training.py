@@ -383,7 +383,7 @@ class VocoderTrainer:
         self.base = load_model_set(options.models)
         try:
             self.layout = replace(ConditioningLayout.from_dict(self.base.config["layout"]), **options.layout)
-        except TypeError as error:
+        except (TypeError, ValueError) as error:
             fields = sorted(ConditioningLayout.__dataclass_fields__)
             raise VoxanonError(f"--layout: {error} (fields: {fields})") from None
         self.generator_config = GeneratorConfig.from_dict(self.base.config["generator"])
@@ -490,6 +490,10 @@ class VocoderTrainer:
             vectors = vectors - encoder.embedding_mean
         return F.normalize(vectors, dim=1) if self.layout.l2_normalise_speaker else vectors
 
+    def _discriminators_trainable(self, trainable: bool) -> None:
+        for discriminator in (self.mpd, self.msd):
+            discriminator.requires_grad_(trainable)
+
     def train_step(self) -> dict[str, float]:
         import torch.nn.functional as F
 
@@ -512,6 +516,9 @@ class VocoderTrainer:
         self.scaler_d.update()
 
         self.optim_g.zero_grad(set_to_none=True)
+        # jik876 also accumulates discriminator weight gradients here and discards them at the next
+        # discriminator step; not computing them gives the same updates for less work.
+        self._discriminators_trainable(False)
         with self._autocast():
             _, mpd_fake, mpd_real_maps, mpd_fake_maps = self.mpd(audio, generated)
             _, msd_fake, msd_real_maps, msd_fake_maps = self.msd(audio, generated)
@@ -527,6 +534,7 @@ class VocoderTrainer:
             loss_gen_all = loss_gen_all + self.options.lambda_xv * loss_xv
             losses["loss_xv"] = loss_xv
         self.scaler_g.scale(loss_gen_all).backward()
+        self._discriminators_trainable(True)
         self.scaler_g.step(self.optim_g)
         self.scaler_g.update()
 
