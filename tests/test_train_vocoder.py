@@ -372,3 +372,23 @@ def test_parallel_feature_extraction_matches_the_cached_features(trained, tmp_pa
     for new, old in zip(fresh.utterances, cached.utterances):
         for kind in ("audio", "f0", "content", "speaker"):
             np.testing.assert_array_equal(np.load(new.paths[kind]), np.load(old.paths[kind]), err_msg=kind)
+
+
+@pytest.mark.slow
+def test_full_size_discriminators_and_segment_resume_exactly(trained, tmp_path):
+    """jik876's MPD + MSD at full width on 8960-sample segments: 2 steps straight equal 1 + resume + 1."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run = ["train", "vocoder", "--data", str(trained.data), "--steps", "2", "--checkpoint-interval", "1",
+           "--batch-size", "2", "--segment", "8960", "--feature-cache", str(trained.cache), "--workers", "1",
+           "--quiet"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXANON_HOME", str(trained.root / "home"))
+        assert main(run + ["--out", str(straight)]) == 0
+        resumed.mkdir()
+        for name in ("g_00000001", "do_00000001"):
+            shutil.copy(straight / name, resumed / name)
+        assert main(run + ["--out", str(resumed)]) == 0
+    state = safe_load(straight / "do_00000002")
+    assert sum(v.numel() for v in state["mpd"].values()) > 41_000_000
+    for name in ("g_00000002", "do_00000002"):
+        _assert_same_tensors(safe_load(straight / name), safe_load(resumed / name), name)
