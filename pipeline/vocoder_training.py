@@ -668,11 +668,17 @@ def _jik876_config(trainer: VocoderTrainer) -> dict:
 
 
 def _log_lines_up_to(path: Path, steps: int) -> None:
-    """Drop log lines beyond the resumed checkpoint, so the log has each step once."""
+    """Drop log lines beyond the resumed checkpoint, and a line torn by a kill, so the log has each step once."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= steps]
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if entry.get("step", 0) <= steps:
+            kept.append(line)
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
