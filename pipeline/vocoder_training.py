@@ -10,7 +10,8 @@ runs (:mod:`voxanon.pipeline.neural_stages`): the SSL-SAS input convention (peak
 to a multiple of 320), pYAAPT F0 with the SSL-SAS settings, soft content from the model
 set's frozen content encoder and an ECAPA vector from its frozen speaker encoder. They are
 cached per utterance on disk (``<cache>/<tag>/<sha[:2]>/<sha>.npy``, keyed by the audio
-file's sha256 and, for content and speaker, by the encoder's weights), and segments are read
+file's sha256 and, for content and speaker, by the encoder's weights; the input convention
+and pYAAPT run in worker processes), and segments are read
 from the cache memory-mapped, so a corpus never has to fit in memory and a rerun or resumed
 run computes nothing twice.
 
@@ -745,10 +746,10 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
                 log_file.write(json.dumps(entry) + "\n")
                 log_file.flush()
                 interval_start, interval_steps = now, 0
-    elapsed = time.perf_counter() - started
-    done = trainer.steps - start_steps
     if trainer.device.type == "cuda":
         torch.cuda.synchronize()
+    elapsed = time.perf_counter() - started
+    done = trainer.steps - start_steps
     return {"trainer": trainer, "features": features, "steps_run": done, "seconds": elapsed,
             "steps_per_s": done / elapsed if done and elapsed > 0 else None, "resumed_from": resumed}
 
