@@ -105,6 +105,7 @@ def test_loss_mel_is_jik876_mel_spectrogram():
         LossMelSpectrogram(config)(torch.zeros(1, 384))
 
 
+@pytest.mark.filterwarnings("ignore:.*torch.nn.utils.weight_norm. is deprecated:FutureWarning")
 def test_generator_checkpoint_state_has_jik876_names_and_round_trips():
     from reference_hifigan import Generator as ReferenceGenerator
 
