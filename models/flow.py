@@ -238,17 +238,17 @@ class TrainingHistory:
     best_epoch: int = 0
 
 
-def _validation_split(n: int, groups: Sequence[str] | None, fraction: float,
+def _validation_split(is_class1: np.ndarray, groups: Sequence[str] | None, fraction: float,
                       generator: np.random.Generator) -> np.ndarray:
-    """A boolean mask of validation rows; whole speakers when ``groups`` is given."""
-    if groups is None:
-        held_out = generator.permutation(n)[:max(1, int(round(fraction * n)))]
-        mask = np.zeros(n, dtype=bool)
-        mask[held_out] = True
-        return mask
-    speakers = sorted(set(groups))
-    chosen = set(generator.permutation(speakers)[:max(1, int(round(fraction * len(speakers))))].tolist())
-    return np.array([group in chosen for group in groups])
+    """A boolean mask of validation rows, stratified by class (each class gives at least one row, or one
+    whole speaker when ``groups`` is given), so a small corpus never validates on one class."""
+    mask = np.zeros(len(is_class1), dtype=bool)
+    units = np.arange(len(is_class1)) if groups is None else np.asarray(groups, dtype=object)
+    for label in (False, True):
+        candidates = sorted(set(units[is_class1 == label].tolist()))
+        chosen = generator.permutation(len(candidates))[:max(1, int(round(fraction * len(candidates))))]
+        mask |= np.isin(units, [candidates[i] for i in chosen])
+    return mask
 
 
 def train_zero_llr_flow(vectors, is_class1, config: FlowConfig, training: TrainingConfig | None = None, *,
@@ -267,7 +267,7 @@ def train_zero_llr_flow(vectors, is_class1, config: FlowConfig, training: Traini
         vectors = l2_normalise(vectors)
     generator = np.random.default_rng(training.seed)
     torch.manual_seed(training.seed)
-    validation = _validation_split(len(vectors), groups, training.validation_fraction, generator)
+    validation = _validation_split(is_class1, groups, training.validation_fraction, generator)
     train_x, train_y = vectors[~validation], is_class1[~validation]
     for name, labels in (("training", train_y), ("validation", is_class1[validation])):
         if labels.all() or not labels.any():

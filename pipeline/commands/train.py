@@ -16,6 +16,7 @@ from pathlib import Path
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.anonymise import add_corpus_arguments
+from voxanon.pipeline.sex_flow_training import add_train_parser as add_sex_flow_parser
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +84,11 @@ def add_vocoder_parser(actions) -> None:
     parser.set_defaults(run=run_vocoder)
 
 
-ACTIONS = (add_vocoder_parser,)
+ACTIONS = (add_vocoder_parser, add_sex_flow_parser)
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="train models (vocoder)",
+    parser = subparsers.add_parser("train", help="train models (vocoder, sex-flow)",
                                    description="Train the models that the neural anonymisation systems use.")
     actions = parser.add_subparsers(dest="train_command", metavar="ACTION", required=True)
     for add_action in ACTIONS:
