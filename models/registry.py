@@ -17,12 +17,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
+
+if TYPE_CHECKING:  # torch loads in seconds; the CLI's commands import this module at start-up
+    import torch
 
 log = logging.getLogger(__name__)
 

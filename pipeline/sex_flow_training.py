@@ -32,6 +32,7 @@ HELD_OUT_FILE = "held_out.json"
 def add_train_parser(actions) -> None:
     """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
     from voxanon.pipeline.commands.zllr import add_flow_training_arguments
+    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
 
     parser = actions.add_parser(
         "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",
@@ -39,15 +40,8 @@ def add_train_parser(actions) -> None:
                     "L2-normalise, and train the zero-LLR normalizing flow whose first base coordinate is the "
                     "female-vs-male LLR (voxanon zllr train's trainer, with its baselines), into "
                     "$VOXANON_HOME/flows/NAME. Speakers held out per sex give the Cllr of the LLR coordinate.")
-    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
-                        help="Kaldi data directory with spk2gender (repeatable)")
-    parser.add_argument("--out", required=True, metavar="NAME_OR_PATH",
-                        help="flow name (under $VOXANON_HOME/flows, e.g. sex) or folder path")
-    parser.add_argument("--models", default="ssl-sas", help="model set whose speaker encoder embeds (default ssl-sas)")
-    parser.add_argument("--cache", type=Path, metavar="DIR",
-                        help="embedding cache (default $VOXANON_HOME/cache; 'none' disables)")
-    parser.add_argument("--allow-failures", action="store_true",
-                        help="train without utterances whose audio cannot be used (listed) instead of failing")
+    add_embedding_arguments(parser, "flow name (under $VOXANON_HOME/flows, e.g. sex) or folder path",
+                            "train without utterances whose audio cannot be used (listed) instead of failing")
     parser.add_argument("--held-out", type=float, default=0.1, metavar="FRACTION",
                         help="share of each sex's speakers kept out of training to measure the LLR's Cllr "
                              "(default 0.1; 0 trains on all)")

@@ -12,7 +12,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import ot
 
 from voxanon.data_prep.errors import VoxanonError
 
@@ -128,6 +127,8 @@ def _stochastic_alignment(source, target, rotation, config, rng) -> np.ndarray:
 
 def _sinkhorn(cost: np.ndarray, reg: float) -> np.ndarray:
     """Entropic OT with one unit of mass per source row (target mass spread evenly to match)."""
+    import ot  # POT loads torch and scikit-learn backends: seconds that only this attack needs
+
     rows, cols = cost.shape
     source_mass = np.ones(rows)
     target_mass = np.full(cols, rows / cols)

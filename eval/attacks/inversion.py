@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
-from sklearn.decomposition import PCA
 
 from voxanon.data_prep.corpus import GENDERS, Trial
 from voxanon.data_prep.errors import VoxanonError
@@ -35,6 +34,9 @@ from voxanon.eval.attacks.alignment import (WassersteinProcrustesConfig, orthogo
 from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.eval.eer import eer
 from voxanon.eval.linkability import linkability
+
+if TYPE_CHECKING:  # scikit-learn takes a second to import; only the PCA front-end needs it
+    from sklearn.decomposition import PCA
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ def fit_pca(train: np.ndarray, pca_dim: int | None, what: str) -> PCA | None:
     if not 1 <= pca_dim <= min(train.shape):
         raise AttackError(f"--pca {pca_dim}: {what} has {train.shape[0]} vectors of dimension "
                           f"{train.shape[1]}; PCA needs 1 <= k <= {min(train.shape)}")
+    from sklearn.decomposition import PCA
+
     return PCA(n_components=pca_dim).fit(train)
 
 

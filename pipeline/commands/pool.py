@@ -31,6 +31,8 @@ SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
 
 
 def add_parser(subparsers) -> None:
+    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
+
     parser = subparsers.add_parser(
         "pool", help="build, import or inspect a speaker-vector pool (B1 pseudo-speakers)",
         description="Speaker-vector pools for B1's pseudo-speaker selection: speaker-level means of ECAPA "
@@ -44,15 +46,8 @@ def add_parser(subparsers) -> None:
                     "the speakers' arithmetic means; the global vector is the speaker-then-sex balanced "
                     "average of the L2-normalised utterance vectors, L2-normalised. Every speaker needs a sex "
                     "in spk2gender. Vectors are cached per audio content, so a rerun resumes.")
-    build.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
-                       help="Kaldi data directory with spk2gender (repeatable)")
-    build.add_argument("--out", required=True, metavar="NAME_OR_PATH",
-                       help="pool name (under $VOXANON_HOME/pools) or folder path")
-    build.add_argument("--models", default="ssl-sas", help="model set whose speaker encoder embeds (default ssl-sas)")
-    build.add_argument("--cache", type=Path, metavar="DIR",
-                       help="embedding cache (default $VOXANON_HOME/cache; 'none' disables)")
-    build.add_argument("--allow-failures", action="store_true",
-                       help="build without utterances whose audio cannot be used (listed) instead of failing")
+    add_embedding_arguments(build, "pool name (under $VOXANON_HOME/pools) or folder path",
+                            "build without utterances whose audio cannot be used (listed) instead of failing")
     build.add_argument("--speaker-level-only", action="store_true",
                        help="do not keep the utterance vectors (smaller pool; no PLDA affinity)")
     build.set_defaults(run=run_build)
