@@ -1,29 +1,58 @@
-"""Speed of the neural resynth chain on CPU with random full-size SSL-SAS weights.
+"""Speed of the neural resynth chain on CPU against the one-utterance-at-a-time reference.
 
-Prints the real-time factor (seconds of compute per second of audio) of each stage and
-of the whole chain for batch sizes 1, 4 and 16. Batch size 1 is the one-utterance-at-
-a-time run of the same chain, as the reference systems do it (every stage on a single
-utterance, the generator on an unpadded batch of one); batches 4 and 16 are compared
-with it for speed and for equality of the outputs.
+All figures use random full-size SSL-SAS weights (``random_ssl_sas("full")``) and the
+same utterances (demo-corpus speech by default; ``--synthetic`` for 6/8/10 s voiced
+pulse trains, the lengths of the reference timing). A real-time factor (RTF) is wall
+seconds per second of audio.
 
-    .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--threads 2] [--size full]
+1. Stage table: the RTF of each stage and of the chain as ``voxanon anonymise`` runs it
+   in one process with torch's default threads, for batch sizes 1, 4 and 16, and the
+   largest difference of each batch size's output from batch 1's.
+2. Head to head, in alternating rounds so that all runs see the same background load
+   (the machine is shared):
+
+   * reference: the SSL-SAS ``inference.py`` way. One process with torch's default
+     threads; each utterance is read, peak-normalised and trimmed, then F0, content,
+     speaker vector and generator are called on it alone under ``torch.no_grad``, and
+     the result is written. It runs in a process of its own (spawned), so nothing set up
+     for our chain reaches it.
+   * ours, 1 worker: the runner's ``process_jobs`` on the recipe's batches in this
+     process (``voxanon anonymise --system resynth``).
+   * ours, N workers: what ``voxanon anonymise --system resynth --workers N`` does: N
+     spawned processes with one torch thread each, running the runner's own worker
+     functions on batches of ``--parallel-batch-size`` utterances (1 by default, so the
+     last batch of a small set does not run alone and idle the other cores).
+
+   Models are loaded (and every process warmed up) before the clock starts. The speed-up
+   is the reference's total time over ours; outputs are compared as the 16-bit WAVs all
+   of them write.
+
+    .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 2] [--workers 2] [--synthetic]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
 
 import numpy as np
+import soundfile
+
+TARGET_SPEED_UP = 2.0
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def synthetic_utterances(count: int, seed: int = 0) -> list[np.ndarray]:
-    """Voiced pulse trains of 6, 8 and 10 s (as in the reference timing) with noise."""
+    """Voiced pulse trains of about 6, 8 and 10 s (the reference timing's), all of different lengths."""
     rng = np.random.default_rng(seed)
     waves = []
     for i in range(count):
-        seconds = (6.0, 8.0, 10.0)[i % 3]
+        seconds = (6.0, 8.0, 10.0)[i % 3] + 0.02 * i
         t = np.arange(int(seconds * 16000)) / 16000
         f0 = 120 + 60 * np.sin(2 * np.pi * 0.3 * t + i)
         wave = np.sin(2 * np.pi * np.cumsum(f0) / 16000) * (0.5 + 0.5 * np.sin(2 * np.pi * 2 * t) ** 2)
@@ -31,7 +60,61 @@ def synthetic_utterances(count: int, seed: int = 0) -> list[np.ndarray]:
     return waves
 
 
-def run_chain(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[str, float], list[np.ndarray]]:
+def demo_utterances(count: int) -> list[np.ndarray]:
+    """``count`` demo-corpus utterances, taken in turn from each speaker."""
+    from voxanon.data_prep.audio import load_audio
+    from voxanon.data_prep.corpus import read_data_dir
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+
+    data = read_data_dir(demo_corpus_dir())
+    by_speaker: dict[str, list[str]] = {}
+    for utt in data.utterances:
+        by_speaker.setdefault(data.utt2spk[utt], []).append(utt)
+    queues = [sorted(utts) for _, utts in sorted(by_speaker.items())]
+    chosen = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)][:count]
+    return [load_audio(data.audio_path(utt), 16000).samples for utt in chosen]
+
+
+def load_wav(path: str | Path) -> np.ndarray:
+    samples, _ = soundfile.read(path, dtype="int16")
+    return samples
+
+
+# ---- the reference: one utterance at a time, in its own process -------------------------------
+
+def reference_setup() -> int:
+    import torch
+
+    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+
+    load_ssl_sas_models("ssl-sas")
+    return torch.get_num_threads()
+
+
+def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
+    """SSL-SAS ``inference.py``: each utterance alone through F0, content, speaker and generator."""
+    import torch
+
+    from voxanon.data_prep.audio import load_audio, write_wav
+    from voxanon.models.f0 import yaapt_f0
+    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+
+    content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
+    for source, target in jobs:
+        audio = load_audio(source, 16000).samples
+        audio = audio[:len(audio) // 320 * 320]
+        audio = audio / np.max(np.abs(audio)) * 0.95
+        f0 = yaapt_f0(audio)
+        with torch.no_grad():
+            wave = torch.from_numpy(audio)[None]
+            frames = vocoder.layout.frames(content(wave)[0], torch.from_numpy(f0), speaker(wave)[0])
+            output = vocoder.generator(frames[None])[0, 0].numpy()
+        write_wav(target, output / np.max(np.abs(output)) * 0.95, 16000)
+
+
+# ---- measurements ----------------------------------------------------------------------------
+
+def stage_table(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[str, float], list[np.ndarray]]:
     timings = {stage.name: 0.0 for stage in system.stages}
     outputs = []
     for start in range(0, len(waves), batch_size):
@@ -45,48 +128,161 @@ def run_chain(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[st
     return timings, outputs
 
 
+def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list) -> ProcessPoolExecutor:
+    """The runner's pool (spawned processes, one torch thread each, its initialiser), models loaded."""
+    from voxanon.pipeline.runner import _init_worker, _worker_process
+
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update({name: "1" for name in THREAD_VARIABLES})
+    try:
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                                   initargs=(config, False))
+        # Processes start on demand: enough simultaneous jobs start them all under this environment.
+        for future in [pool.submit(_worker_process, warm_up_jobs) for _ in range(2 * workers)]:
+            check(future.result())
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return pool
+
+
+def check(outcomes: list) -> None:
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        raise RuntimeError(f"{failed[0].utt} failed in {failed[0].failed_stage}: {failed[0].error}")
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--utterances", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--utterances", type=int, default=16, help="utterances of the stage table")
+    parser.add_argument("--round-utterances", type=int, default=6, help="new utterances in each head-to-head round")
+    parser.add_argument("--synthetic", action="store_true", help="6/8/10 s pulse trains instead of demo speech")
+    parser.add_argument("--rounds", type=int, default=4, help="head-to-head rounds (the runs take turns)")
+    parser.add_argument("--workers", type=int, default=2, help="processes of the parallel run (one thread each)")
+    parser.add_argument("--parallel-batch-size", type=int, default=1)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are measured, also through a pipe
 
-    home = tempfile.mkdtemp(prefix="voxanon-bench-")
-    os.environ["VOXANON_HOME"] = home
+    work = Path(tempfile.mkdtemp(prefix="voxanon-bench-"))
+    os.environ["VOXANON_HOME"] = str(work / "home")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    torch.set_num_threads(args.threads)
+    from voxanon.data_prep.audio import write_wav
     from voxanon.models.checkpoints import random_ssl_sas
     from voxanon.models.registry import write_model_set
+    from voxanon.pipeline.runner import Job, _worker_process, process_jobs
     from voxanon.pipeline.systems import build_system, load_system_config
 
-    components, config = random_ssl_sas(args.size)
-    write_model_set("ssl-sas", components, config, source="benchmark", random=True)
-    system = build_system(load_system_config("resynth"))
-    waves = synthetic_utterances(args.utterances)
-    audio_seconds = sum(len(w) for w in waves) / 16000
-    run_chain(system, waves[:1], 1)  # load the models and warm up
+    components, model_config = random_ssl_sas(args.size)
+    write_model_set("ssl-sas", components, model_config, source="benchmark", random=True)
+    # Separate utterances for the table and for each round: every run meets each utterance
+    # (and its length, for which oneDNN builds new kernels) once, as in a corpus run.
+    needed = 1 + args.utterances + args.round_utterances * args.rounds
+    waves = synthetic_utterances(needed) if args.synthetic else demo_utterances(needed)
+    if len(waves) < needed:
+        parser.error(f"the demo corpus has {len(waves)} utterances, fewer than the {needed} needed")
+    (work / "in").mkdir()
+    sources = []
+    for i, wave in enumerate(waves):
+        sources.append(str(work / "in" / f"u{i:03d}.wav"))
+        write_wav(sources[-1], wave / np.max(np.abs(wave)) * 0.9, 16000)
+    warm_up_source, table_sources = sources[0], sources[1:1 + args.utterances]
+    first = 1 + args.utterances
+    round_sources = [sources[first + args.round_utterances * r:first + args.round_utterances * (r + 1)]
+                     for r in range(args.rounds)]
+    table_waves = [load_wav(path).astype(np.float32) / 32768 for path in table_sources]
+    table_seconds = sum(len(w) for w in table_waves) / 16000
+    round_seconds = [sum(soundfile.info(path).frames for path in group) / 16000 for group in round_sources]
+    config = load_system_config("resynth")
+    system = build_system(config)
 
-    print(f"{args.utterances} utterances, {audio_seconds:.0f} s of audio, {args.threads} torch threads, "
-          f"{args.size} random weights")
-    header = f"{'run':<16}" + "".join(f"{stage.name:>15}" for stage in system.stages) + f"{'total':>10}"
-    print(header)
+    print(f"resynth chain, {args.size} random SSL-SAS weights, {'synthetic' if args.synthetic else 'demo'} "
+          f"utterances, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads "
+          "by default")
+    print(f"load average (1, 5, 15 min) before: {load_average()}")
 
-    def report(label: str, timings: dict[str, float]) -> float:
-        total = sum(timings.values())
-        print(f"{label:<16}" + "".join(f"{timings[s.name] / audio_seconds:>15.4f}" for s in system.stages)
-              + f"{total / audio_seconds:>10.4f}")
-        return total
+    stage_table(system, table_waves, 1)  # load the models, build every length's kernels
+    print(f"\n1. Stage real-time factors in one process ({torch.get_num_threads()} torch threads), "
+          f"{len(table_waves)} utterances ({table_seconds:.0f} s), after a pass over the same utterances")
+    names = [stage.name for stage in system.stages]
+    print(f"{'batch':<7}" + "".join(f"{name:>15}" for name in names) + f"{'chain':>9}{'max |diff| vs batch 1':>24}")
+    first_outputs = None
+    for batch_size in args.batch_sizes:
+        timings, outputs = stage_table(system, table_waves, batch_size)
+        first_outputs = first_outputs or outputs
+        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, first_outputs))
+        print(f"{batch_size:<7}" + "".join(f"{timings[n] / table_seconds:>15.4f}" for n in names)
+              + f"{sum(timings.values()) / table_seconds:>9.4f}{worst:>24.1e}")
 
-    reference_timings, reference_outputs = run_chain(system, waves, 1)
-    reference_total = report("batch 1", reference_timings)
-    for batch_size in (4, 16):
-        timings, outputs = run_chain(system, waves, batch_size)
-        total = report(f"batch {batch_size}", timings)
-        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, reference_outputs))
-        print(f"{'':<16}speed-up vs one-at-a-time x{reference_total / total:.2f}; "
-              f"max |difference| {worst:.2e}")
+    print(f"\n2. Head to head: {args.rounds} rounds of {args.round_utterances} new utterances each, the runs taking "
+          "turns (wall-clock RTF)")
+    runs = ("reference", "ours, 1 worker", f"ours, {args.workers} workers")
+    out_dirs = {run: work / f"out{i}" for i, run in enumerate(runs)}
+    for directory in out_dirs.values():
+        directory.mkdir()
+
+    def jobs(run: str, group: list[str]) -> list[Job]:
+        return [Job(Path(s).stem, "spk", None, s, str(out_dirs[run] / Path(s).name)) for s in group]
+
+    def batches(run: str, group: list[str], size: int) -> list[list[Job]]:
+        every = jobs(run, group)
+        return [every[i:i + size] for i in range(0, len(every), size)]
+
+    reference_pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+    reference_threads = reference_pool.submit(reference_setup).result()
+    reference_pool.submit(reference_anonymise, [(warm_up_source, str(work / "warm-up.wav"))]).result()
+    parallel_pool = warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]))
+
+    def run_reference(group: list[str]):
+        reference_pool.submit(reference_anonymise, [(j.source, j.out_path) for j in jobs(runs[0], group)]).result()
+
+    def run_one_worker(group: list[str]):
+        for batch in batches(runs[1], group, system.batch_size):
+            check(process_jobs(system, batch, False))
+
+    def run_parallel(group: list[str]):
+        for outcomes in parallel_pool.map(_worker_process, batches(runs[2], group, args.parallel_batch_size)):
+            check(outcomes)
+
+    totals = dict.fromkeys(runs, 0.0)
+    print(f"{'round':<8}{'audio s':>8}" + "".join(f"{run:>20}" for run in runs))
+    for round_index, (group, seconds_of_audio) in enumerate(zip(round_sources, round_seconds)):
+        seconds = {}
+        for run, action in zip(runs, (run_reference, run_one_worker, run_parallel)):
+            began = time.perf_counter()
+            action(group)
+            seconds[run] = time.perf_counter() - began
+            totals[run] += seconds[run]
+        print(f"{round_index + 1:<8}{seconds_of_audio:>8.1f}"
+              + "".join(f"{seconds[run] / seconds_of_audio:>20.4f}" for run in runs))
+    reference_pool.shutdown()
+    parallel_pool.shutdown()
+
+    print(f"{'total':<8}{sum(round_seconds):>8.1f}"
+          + "".join(f"{totals[run] / sum(round_seconds):>20.4f}" for run in runs))
+    speed_ups = {run: totals[runs[0]] / totals[run] for run in runs}
+    print(f"{'speed-up':<16}" + "".join(f"{'x' + format(speed_ups[run], '.2f'):>20}" for run in runs))
+    round_names = [Path(s).name for group in round_sources for s in group]
+    differences = [max(int(np.max(np.abs(load_wav(out_dirs[run] / name).astype(np.int32)
+                                         - load_wav(out_dirs[runs[0]] / name).astype(np.int32))))
+                       for name in round_names) for run in runs[1:]]
+    print(f"{'max |diff| vs reference, 16-bit steps':<36}" + "".join(f"{d:>20}" for d in differences))
+    print(f"reference torch threads: {reference_threads}; ours: {torch.get_num_threads()} (1 worker), "
+          f"1 per process ({args.workers} workers, batches of {args.parallel_batch_size})")
+    met = speed_ups[runs[2]] >= TARGET_SPEED_UP
+    print(f"target: at least x{TARGET_SPEED_UP:.0f} faster than one-at-a-time: {'MET' if met else 'NOT MET'} "
+          f"(x{speed_ups[runs[2]]:.2f} with {args.workers} workers, x{speed_ups[runs[1]]:.2f} with 1)")
+    print(f"load average (1, 5, 15 min) after: {load_average()}")
 
 
 if __name__ == "__main__":

@@ -84,3 +84,39 @@ def test_resynth_end_to_end_keeps_trimmed_length(voxanon_home, tmp_path, capsys)
         assert len(produced) == original // 320 * 320
         assert np.max(np.abs(produced)) == pytest.approx(0.95, abs=1e-3)
     assert all(entry["record"]["trimmed_samples"] == entry["samples"] for entry in journal)
+
+
+def reference_chain(audio: np.ndarray) -> np.ndarray:
+    """SSL-SAS ``inference.py`` on one utterance: each model called on it alone, then peak 0.95."""
+    import torch
+
+    from voxanon.models.f0 import yaapt_f0
+    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+
+    content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
+    audio = audio[:len(audio) // 320 * 320]
+    audio = audio / np.max(np.abs(audio)) * 0.95
+    with torch.no_grad():
+        wave = torch.from_numpy(audio)[None]
+        frames = vocoder.layout.frames(content(wave)[0], torch.from_numpy(yaapt_f0(audio)), speaker(wave)[0])
+        output = vocoder.generator(frames[None])[0, 0].numpy()
+    return output / np.max(np.abs(output)) * 0.95
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_batched_chain_equals_one_utterance_at_a_time(voxanon_home):
+    from voxanon.pipeline.systems import build_system, load_system_config
+
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    rng = np.random.default_rng(5)
+    t = np.arange(16000) / 16000
+    waves = [(0.3 * np.sin(2 * np.pi * (110 + 40 * i) * t[:n]) + 0.02 * rng.standard_normal(n)).astype(np.float32)
+             for i, n in enumerate((16000, 9650, 12345, 7000))]
+    system = build_system(load_system_config("resynth"))
+    batch = [system.new_utterance(f"u{i}", "spk", None, w) for i, w in enumerate(waves)]
+    for stage in system.stages:
+        stage.process_batch(batch)
+    for utt, wave in zip(batch, waves):
+        expected = reference_chain(wave)
+        assert len(utt.audio) == len(expected) == len(wave) // 320 * 320
+        np.testing.assert_allclose(utt.audio, expected, atol=1e-5, rtol=0)
