@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install system-deps demo test test-all bench clean
+.PHONY: test-fairseq install system-deps demo test test-all bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: install system-deps
 
 test-all: install system-deps
 	$(PY) -m pytest -q -m ''
+
+# fairseq-fixed builds from source (about 8 minutes on 2 cores), so parity with fairseq is opt-in.
+test-fairseq: install
+	$(PY) -m pip install -e '.[fairseq]'
+	$(PY) -m pytest -q tests/test_neural_fairseq.py
 
 bench: install
 	$(PY) benchmarks/mcadams.py

@@ -74,6 +74,8 @@ _SAFE_GLOBALS = {
     ("torch", "Size"), ("torch", "device"),
     ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"),
     ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"),
+    # omegaconf's pickled metadata names value types (fairseq configs); calling these runs no code.
+    ("builtins", "int"), ("builtins", "float"), ("builtins", "str"), ("builtins", "bool"), ("builtins", "bytes"),
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "dtype"),
 }
 
