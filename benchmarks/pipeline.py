@@ -162,7 +162,9 @@ def load_average() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--utterances", type=int, default=16, help="utterances of the stage table")
-    parser.add_argument("--round-utterances", type=int, default=6, help="new utterances in each head-to-head round")
+    parser.add_argument("--round-utterances", type=int, default=6,
+                        help="new utterances in each head-to-head round (a multiple of --workers keeps every "
+                             "worker busy)")
     parser.add_argument("--synthetic", action="store_true", help="6/8/10 s pulse trains instead of demo speech")
     parser.add_argument("--rounds", type=int, default=4, help="head-to-head rounds (the runs take turns)")
     parser.add_argument("--workers", type=int, default=2, help="processes of the parallel run (one thread each)")

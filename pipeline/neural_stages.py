@@ -130,7 +130,8 @@ class SpeakerStage(Stage):
 
 
 class VocoderStage(Stage):
-    """HiFi-GAN from content, F0 and speaker features; the batch runs as one padded, length-masked pass.
+    """HiFi-GAN from content, F0 and speaker features (:meth:`Vocoder.synthesise`: one utterance after
+    the other on CPU, one padded, length-masked pass on a GPU; the same outputs either way).
 
     ``layout`` overrides fields of the model set's conditioning layout (e.g. ``standardise_content``),
     for vocoders trained with a layout the set's config does not record.
