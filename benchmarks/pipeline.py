@@ -128,12 +128,14 @@ def stage_table(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[
     return timings, outputs
 
 
-def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list) -> ProcessPoolExecutor:
+def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,
+                     extra_environment: dict[str, str]) -> ProcessPoolExecutor:
     """The runner's pool (spawned processes, one torch thread each, its initialiser), models loaded."""
     from voxanon.pipeline.runner import _init_worker, _worker_process
 
-    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in THREAD_VARIABLES})
+    environment = {**{name: "1" for name in THREAD_VARIABLES}, **extra_environment}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
     try:
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
                                    initargs=(config, False))
@@ -171,6 +173,9 @@ def main() -> None:
     parser.add_argument("--parallel-batch-size", type=int, default=1)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--huge-pages", action="store_true",
+                        help="also time the workers with THP_MEM_ALLOC_ENABLE=1 (torch's large CPU buffers in "
+                             "transparent huge pages: fewer page faults; the runner does not set it)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are measured, also through a pipe
 
@@ -229,6 +234,8 @@ def main() -> None:
     print(f"\n2. Head to head: {args.rounds} rounds of {args.round_utterances} new utterances each, the runs taking "
           "turns (wall-clock RTF)")
     runs = ("reference", "ours, 1 worker", f"ours, {args.workers} workers")
+    if args.huge_pages:
+        runs += (f"ours, {args.workers} w. + THP",)
     out_dirs = {run: work / f"out{i}" for i, run in enumerate(runs)}
     for directory in out_dirs.values():
         directory.mkdir()
@@ -243,7 +250,10 @@ def main() -> None:
     reference_pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
     reference_threads = reference_pool.submit(reference_setup).result()
     reference_pool.submit(reference_anonymise, [(warm_up_source, str(work / "warm-up.wav"))]).result()
-    parallel_pool = warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]))
+    pools = {runs[2]: warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]), {})}
+    if args.huge_pages:
+        pools[runs[3]] = warm_worker_pool(config, args.workers, jobs(runs[3], [warm_up_source]),
+                                          {"THP_MEM_ALLOC_ENABLE": "1"})
 
     def run_reference(group: list[str]):
         reference_pool.submit(reference_anonymise, [(j.source, j.out_path) for j in jobs(runs[0], group)]).result()
@@ -252,15 +262,17 @@ def main() -> None:
         for batch in batches(runs[1], group, system.batch_size):
             check(process_jobs(system, batch, False))
 
-    def run_parallel(group: list[str]):
-        for outcomes in parallel_pool.map(_worker_process, batches(runs[2], group, args.parallel_batch_size)):
-            check(outcomes)
+    def parallel(run: str):
+        def run_pool(group: list[str]):
+            for outcomes in pools[run].map(_worker_process, batches(run, group, args.parallel_batch_size)):
+                check(outcomes)
+        return run_pool
 
     totals = dict.fromkeys(runs, 0.0)
     print(f"{'round':<8}{'audio s':>8}" + "".join(f"{run:>20}" for run in runs))
     for round_index, (group, seconds_of_audio) in enumerate(zip(round_sources, round_seconds)):
         seconds = {}
-        for run, action in zip(runs, (run_reference, run_one_worker, run_parallel)):
+        for run, action in zip(runs, (run_reference, run_one_worker, *map(parallel, runs[2:]))):
             began = time.perf_counter()
             action(group)
             seconds[run] = time.perf_counter() - began
@@ -268,7 +280,8 @@ def main() -> None:
         print(f"{round_index + 1:<8}{seconds_of_audio:>8.1f}"
               + "".join(f"{seconds[run] / seconds_of_audio:>20.4f}" for run in runs))
     reference_pool.shutdown()
-    parallel_pool.shutdown()
+    for pool in pools.values():
+        pool.shutdown()
 
     print(f"{'total':<8}{sum(round_seconds):>8.1f}"
           + "".join(f"{totals[run] / sum(round_seconds):>20.4f}" for run in runs))
