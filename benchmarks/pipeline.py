@@ -27,7 +27,16 @@ seconds per second of audio.
    is the reference's total time over ours; outputs are compared as the 16-bit WAVs all
    of them write.
 
-    .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 2] [--workers 2] [--synthetic]
+Measured on the 2-CPU development machine (load average about 1-2 from other users): chain
+RTF about 0.28 in one process, reference 0.29-0.31, ours with 2 workers 0.24 (x1.23-x1.26),
+with 1 worker x1.07; on 6-10 s synthetic utterances x1.12. The reference already runs its
+convolutions and matrix products at about 130 GFLOP/s per core, near the fp32 peak; the
+workers win back only the time its second thread idles (F0, element-wise work), and two
+processes streaming large activations share the memory bandwidth. Under heavy background
+load the two-thread reference stalls and the gap widens (x2.3-x5 measured at load 4-5).
+
+    .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
+                                            [--workers 2] [--synthetic] [--huge-pages]
 """
 from __future__ import annotations
 
