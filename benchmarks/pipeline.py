@@ -33,7 +33,7 @@ with 1 worker x1.07; on 6-10 s synthetic utterances x1.12. The reference already
 convolutions and matrix products at about 130 GFLOP/s per core, near the fp32 peak; the
 workers win back only the time its second thread idles (F0, element-wise work), and two
 processes streaming large activations share the memory bandwidth. Under heavy background
-load the two-thread reference stalls and the gap widens (x2.3-x5 measured at load 4-5).
+load the two-thread reference stalls and the gap widens (x2.3-x5.4 with load averages of 3-5).
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
