@@ -28,30 +28,55 @@ from voxanon.pipeline.stages import Stage, Utterance
 SSL_SAS_MULTIPLE = 320
 MIN_SAMPLES = 640
 
-_loaded: dict[tuple[str, str], Any] = {}
+_loaded: dict[tuple[str, ...], Any] = {}
+COMPONENTS = ("content", "speaker", "vocoder")
+_CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
+
+
+def load_model(name: str, component: str):
+    """One component of an installed model set, loaded once per process.
+
+    ``content`` is the set's content encoder (SSL-SAS soft content, or bshall HuBERT-soft units
+    for a ``hubert-soft`` set), ``speaker`` its ECAPA :class:`EcapaEncoder`, ``vocoder`` its
+    generator with the conditioning layout it was trained on. A set need not have all three
+    (``hubert-soft`` holds a content encoder only), so each stage loads just what it uses.
+    """
+    from voxanon.models.registry import load_model_set, models_dir
+
+    if component not in COMPONENTS:
+        raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
+    home = str(models_dir())
+    if (home, name) not in _loaded:
+        _loaded[(home, name)] = load_model_set(name)
+    model_set = _loaded[(home, name)]
+    key = (home, name, component)
+    if key not in _loaded:
+        if _CONFIG_KEYS[component] not in model_set.config:
+            raise VoxanonError(f"model set {name!r} has no {component} model (it holds "
+                               f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
+                               f"set {component}.models to a set that has one")
+        if component == "content":
+            from voxanon.models.hubert_soft import content_encoder
+
+            _loaded[key] = content_encoder(model_set)
+        elif component == "speaker":
+            from voxanon.models.speaker import EcapaConfig, EcapaEncoder
+
+            speaker = EcapaEncoder(EcapaConfig.from_dict(model_set.config["speaker"]))
+            speaker.embedding_model.load_state_dict(model_set.tensors("speaker"))
+            _loaded[key] = speaker.eval()
+        else:
+            from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+
+            generator = HifiganGenerator(GeneratorConfig.from_dict(model_set.config["generator"]))
+            generator.load_state_dict(model_set.tensors("generator"))
+            _loaded[key] = Vocoder(generator.eval(), ConditioningLayout.from_dict(model_set.config["layout"]))
+    return _loaded[key]
 
 
 def load_ssl_sas_models(name: str = "ssl-sas"):
     """(content encoder, speaker encoder, vocoder) of an installed SSL-SAS-layout set, cached per process."""
-    from voxanon.models.registry import load_model_set, models_dir
-
-    key = (str(models_dir()), name)
-    if key not in _loaded:
-        from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
-        from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder
-        from voxanon.models.speaker import EcapaConfig, EcapaEncoder
-
-        model_set = load_model_set(name)
-        config = model_set.config
-        content = SoftContentEncoder(SoftContentConfig.from_dict(config["content"]))
-        content.load_state_dict(model_set.tensors("content"))
-        speaker = EcapaEncoder(EcapaConfig.from_dict(config["speaker"]))
-        speaker.embedding_model.load_state_dict(model_set.tensors("speaker"))
-        generator = HifiganGenerator(GeneratorConfig.from_dict(config["generator"]))
-        generator.load_state_dict(model_set.tensors("generator"))
-        vocoder = Vocoder(generator.eval(), ConditioningLayout.from_dict(config["layout"]))
-        _loaded[key] = (content.eval(), speaker.eval(), vocoder)
-    return _loaded[key]
+    return tuple(load_model(name, component) for component in COMPONENTS)
 
 
 class SslSasInputStage(Stage):
@@ -96,7 +121,8 @@ class F0Stage(Stage):
 
 
 class ContentStage(Stage):
-    """SSL-SAS soft content (HuBERT + 200 centroids)."""
+    """Soft content at 50 Hz: SSL-SAS (HuBERT + 200 centroids) or, for a ``hubert-soft`` set, bshall's
+    256-d units (then the vocoder must be one trained on them: ``vocoder.models`` of a 449-channel set)."""
 
     name = "content"
 
@@ -107,7 +133,7 @@ class ContentStage(Stage):
         return [f"checkpoint:{self.models}"]
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        content, _, _ = load_ssl_sas_models(self.models)
+        content = load_model(self.models, "content")
         for utt, features in zip(batch, content.encode([u.audio for u in batch])):
             utt.features["content"] = features
 
@@ -124,7 +150,7 @@ class SpeakerStage(Stage):
         return [f"checkpoint:{self.models}"]
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        _, speaker, _ = load_ssl_sas_models(self.models)
+        speaker = load_model(self.models, "speaker")
         for utt, vector in zip(batch, speaker.embed([u.audio for u in batch])):
             utt.features["speaker"] = vector
 
@@ -156,7 +182,7 @@ class VocoderStage(Stage):
     def _vocoder(self):
         from voxanon.models.hifigan import Vocoder
 
-        vocoder = load_ssl_sas_models(self.models)[2]
+        vocoder = load_model(self.models, "vocoder")
         if not self.layout:
             return vocoder
         return Vocoder(vocoder.generator, dataclasses.replace(vocoder.layout, **self.layout))

@@ -110,3 +110,18 @@ def test_wrong_files_are_refused_with_the_reason(tmp_path):
     torch.save(state, tmp_path / "half.pt")
     with pytest.raises(CheckpointError, match="weight-norm pair"):
         import_hubert_soft(tmp_path / "half.pt")
+
+
+def test_content_stage_uses_hubert_soft_units_and_refuses_missing_components(tmp_path, monkeypatch):
+    from voxanon.data_prep.errors import VoxanonError
+    from voxanon.pipeline.neural_stages import ContentStage, load_model
+    from voxanon.pipeline.stages import Utterance
+
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0
+    utt = Utterance.create("u1", "s1", "f", (np.random.default_rng(0).standard_normal(6400) * 0.1).astype(np.float32),
+                           16000, 0, "test")
+    ContentStage("hubert-soft").process_batch([utt])
+    assert utt.features["content"].shape == (6400 // 320, 256)
+    with pytest.raises(VoxanonError, match="model set 'hubert-soft' has no vocoder model"):
+        load_model("hubert-soft", "vocoder")
