@@ -84,7 +84,7 @@ class SoftContentConfig:
             raise CheckpointError(f"not a fairseq HuBERT state dict (missing {error})") from None
 
 
-def _plain_hubert(config: SoftContentConfig):
+def plain_hubert(config: SoftContentConfig):
     """A HubertModel whose positional convolution carries a plain weight (weight norm removed)."""
     from transformers import HubertModel
 
@@ -103,7 +103,7 @@ class SoftContentEncoder(nn.Module):
     def __init__(self, config: SoftContentConfig = SoftContentConfig()):
         super().__init__()
         self.config = config
-        self.hubert = _plain_hubert(config)
+        self.hubert = plain_hubert(config)
         self.W = nn.Parameter(torch.zeros(config.n_centroids, config.hidden_size))
 
     @classmethod

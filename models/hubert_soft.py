@@ -30,7 +30,7 @@ from torch import nn
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import CheckpointError, bshall_hubert_to_hf, safe_load
-from voxanon.models.hubert import SoftContentConfig, _plain_hubert
+from voxanon.models.hubert import SoftContentConfig, plain_hubert
 
 UNITS_PAD_SAMPLES = (400 - 320) // 2
 LOGIT_TEMPERATURE = 0.1
@@ -88,7 +88,7 @@ class HubertSoftEncoder(nn.Module):
     def __init__(self, config: HubertSoftConfig = HubertSoftConfig()):
         super().__init__()
         self.config = config
-        self.hubert = _plain_hubert(config.backbone())
+        self.hubert = plain_hubert(config.backbone())
         self.proj = nn.Linear(config.hidden_size, config.units_dim)
         self.label_embedding = nn.Embedding(config.n_labels, config.units_dim)
 

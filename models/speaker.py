@@ -120,10 +120,11 @@ class EcapaEncoder(torch.nn.Module):
         return encoder
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        """(1, samples) -> (1, lin_neurons)."""
+        """(B, samples) of equal length -> (B, lin_neurons)."""
+        full_length = torch.ones(wave.shape[0], device=wave.device)
         feats = self.fbank(wave)
-        feats = self.mean_norm(feats, torch.ones(1))
-        embedding = self.embedding_model(feats, torch.ones(1))[:, 0]
+        feats = self.mean_norm(feats, full_length)
+        embedding = self.embedding_model(feats, full_length)[:, 0]
         return embedding - self.embedding_mean if self.config.embedding_mean_norm else embedding
 
     @torch.inference_mode()

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, hf_hubert_to_fairseq, split_weight_norm
-from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, _plain_hubert
+from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, plain_hubert
 
 TINY = SoftContentConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96, conv_channels=32,
                          pos_conv_kernel=16, pos_conv_groups=4)
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def random_fairseq_soft_model(config: SoftContentConfig, seed: int = 0):
     """A randomly initialised HuBERT in fairseq's key layout (weight-norm pair and pretraining keys included)."""
     torch.manual_seed(seed)
-    hubert = _plain_hubert(config)
+    hubert = plain_hubert(config)
     for name, parameter in hubert.named_parameters():
         if "layer_norm" in name:
             parameter.data.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
