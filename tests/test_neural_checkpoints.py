@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 import types
+from unittest import mock
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from voxanon.models.checkpoints import (CheckpointError, OpaqueConfig, UnsafeChe
 
 
 class DictConfig:
-    """Pickled under omegaconf's name, as fairseq's ``cfg`` entry is (omegaconf is not installed here)."""
+    """Pickled under omegaconf's name, as fairseq's ``cfg`` entry is (without needing omegaconf installed)."""
 
     def __init__(self, content):
         self._content = content
@@ -24,11 +25,11 @@ def save_with_fake_omegaconf(obj, path):
     package, module = types.ModuleType("omegaconf"), types.ModuleType("omegaconf.dictconfig")
     package.dictconfig, module.DictConfig = module, DictConfig
     DictConfig.__module__ = "omegaconf.dictconfig"
-    sys.modules.update({"omegaconf": package, "omegaconf.dictconfig": module})
     try:
-        torch.save(obj, path)
+        # patch.dict puts back whatever was there, the real omegaconf included.
+        with mock.patch.dict(sys.modules, {"omegaconf": package, "omegaconf.dictconfig": module}):
+            torch.save(obj, path)
     finally:
-        del sys.modules["omegaconf"], sys.modules["omegaconf.dictconfig"]
         DictConfig.__module__ = __name__
 
 
