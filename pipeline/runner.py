@@ -166,9 +166,9 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
     # One thread per worker process (torch reads OMP_NUM_THREADS too): parallelism comes
     # from the pool, not from BLAS inside each worker. THP_MEM_ALLOC_ENABLE puts torch's large
     # CPU buffers on huge pages (2-8% faster neural chains, measured); torch reads it at start-up.
-    env_threads = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+    worker_env = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                                             "THP_MEM_ALLOC_ENABLE")}
-    os.environ.update({name: "1" for name in env_threads})
+    os.environ.update({name: "1" for name in worker_env})
     try:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
                                  initargs=(config, allow_pipes)) as pool:
@@ -186,7 +186,7 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
                     if batch is not None:
                         pending.add(pool.submit(_worker_process, batch))
     finally:
-        for name, value in env_threads.items():
+        for name, value in worker_env.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
