@@ -43,6 +43,9 @@ test-fairseq: install
 
 bench: install
 	$(PY) benchmarks/mcadams.py
+	$(PY) benchmarks/metrics.py
+	$(PY) benchmarks/pipeline.py
+	$(PY) benchmarks/train_vocoder.py
 
 clean:
 	rm -rf $(VENV) voxanon-demo
