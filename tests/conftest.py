@@ -76,6 +76,15 @@ def toy_corpus(tmp_path: Path) -> DataDir:
 
 
 @pytest.fixture
+def voxanon_home(tmp_path, monkeypatch):
+    """An empty $VOXANON_HOME (models, pools, flows, caches) for one test."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return home
+
+
+@pytest.fixture
 def one_torch_thread():
     """Tiny models run fastest on one thread, and the test machine's cores are shared."""
     import torch

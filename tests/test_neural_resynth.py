@@ -13,14 +13,6 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
 
 
-@pytest.fixture
-def voxanon_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    monkeypatch.setenv("VOXANON_HOME", str(home))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return home
-
-
 def test_missing_model_set_names_file_and_install_command(voxanon_home):
     with pytest.raises(ModelNotInstalledError, match=r"manifest.json missing.*voxanon models import ssl-sas"):
         load_model_set("ssl-sas")

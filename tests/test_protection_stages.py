@@ -22,14 +22,6 @@ from voxanon.pipeline.systems import STAGES, build_system, load_system_config
 FORMANTS = [(700.0, 80.0), (1200.0, 120.0), (2500.0, 160.0), (3500.0, 200.0)]
 
 
-@pytest.fixture
-def voxanon_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    monkeypatch.setenv("VOXANON_HOME", str(home))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return home
-
-
 def _utterance(audio=None, **features) -> Utterance:
     audio = np.zeros(3200, dtype=np.float32) if audio is None else audio
     return Utterance("u1", "s1", "f", audio, SAMPLE_RATE, seeds={"utterance": 1, "speaker": 2}, features=features)
