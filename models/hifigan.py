@@ -15,6 +15,7 @@ running the utterances one after the other.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -253,7 +254,8 @@ class Vocoder:
                              f"gives {self.layout.channels}")
 
     @torch.inference_mode()
-    def synthesise(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[np.ndarray]:
+    def synthesise(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                   dtype: torch.dtype = torch.float32) -> list[np.ndarray]:
         """(content, f0, speaker) per utterance -> float32 waveforms of F0 frames × hop samples each.
 
         On CPU each utterance runs alone: the convolutions already keep the cores busy on one
@@ -261,12 +263,24 @@ class Vocoder:
         every activation (measured: padded batches of four 3-5 s utterances took twice the time
         of one-by-one, on 1 and on 2 threads). On a GPU the batch runs as one padded,
         length-masked pass. Either way each output equals the utterance's one-at-a-time output.
+
+        ``dtype`` other than float32 runs the generator under that autocast (the conditioning
+        frames, with their layer norms, are still built in float32). bfloat16 on a CPU with AMX
+        is about 2x faster; on random full-size SSL-SAS weights its waveforms are about 38 dB SNR
+        from float32's (largest sample error about 6e-4, i.e. 20 steps of 16 bits).
         """
         device = next(self.generator.parameters()).device
+        lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
+                           else contextlib.nullcontext())
         if device.type == "cpu":
-            return [self.generator(self.layout.frames(*item)[None])[0, 0].numpy().astype(np.float32)
-                    for item in items]
+            waves = []
+            for item in items:
+                frames = self.layout.frames(*item)[None]
+                with lower_precision:
+                    waves.append(self.generator(frames)[0, 0].float().numpy().astype(np.float32))
+            return waves
         hop = self.generator.config.hop_length
         frames, lengths = self.layout.batch(items)
-        audio = self.generator(frames.to(device), lengths.to(device))[:, 0].cpu()
+        with lower_precision:
+            audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
         return [audio[i, :int(n) * hop].numpy().astype(np.float32) for i, n in enumerate(lengths)]

@@ -15,9 +15,13 @@ The backbone is loaded from fairseq keys through
 :func:`voxanon.models.checkpoints.fairseq_hubert_to_hf`; fairseq is never imported.
 HuBERT-base normalises its first convolution over the whole utterance (GroupNorm), so
 zero padding would change the features: utterances are encoded one at a time.
+
+:func:`encode_lower_precision` runs any such content encoder under bfloat16 autocast
+(about 1.5x faster on CPUs with AMX), keeping its normalisations in float32.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import asdict, dataclass
 
@@ -131,14 +135,55 @@ class SoftContentEncoder(nn.Module):
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         """(1, L) -> (1, L/320, n_centroids) for L a multiple of 320."""
-        x = self.features(wave)
-        x = F.normalize(x, dim=1 if self.config.normalise_over_time else -1)
-        logits = F.linear(x, F.normalize(self.W, dim=1))
-        if self.config.replicate_last_frame:
-            logits = F.pad(logits.transpose(1, 2), (0, 1), mode="replicate").transpose(1, 2)
+        # Under lower-precision autocast the time normalisation and the centroid cosines stay
+        # in float32: they are cheap, and bfloat16 would round the small per-channel norms.
+        x = self.features(wave).float()
+        with torch.autocast(wave.device.type, enabled=False):
+            x = F.normalize(x, dim=1 if self.config.normalise_over_time else -1)
+            logits = F.linear(x, F.normalize(self.W, dim=1))
+            if self.config.replicate_last_frame:
+                logits = F.pad(logits.transpose(1, 2), (0, 1), mode="replicate").transpose(1, 2)
         return logits
 
     @torch.inference_mode()
     def encode(self, waves: list[np.ndarray]) -> list[np.ndarray]:
         """Float32 content per utterance, one utterance at a time (see the module doc)."""
         return [self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))[None])[0].numpy() for w in waves]
+
+
+@contextlib.contextmanager
+def float32_normalisations(model: nn.Module):
+    """Layer and group norms of ``model`` take float32 inputs while the context lasts.
+
+    CPU autocast leaves them in the input's dtype; in float32 they add about 2.5 dB of
+    content SNR against float32 for about 13 % of the bfloat16 encoder's time (measured on
+    HuBERT-base, 5 s). The hooks are removed on exit, so a model cached for float32 use
+    is left as it was.
+    """
+    handles = [module.register_forward_pre_hook(lambda _, inputs: tuple(x.float() for x in inputs))
+               for module in model.modules() if isinstance(module, (nn.LayerNorm, nn.GroupNorm))]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@torch.inference_mode()
+def encode_lower_precision(encoder: nn.Module, waves: list[np.ndarray],
+                           dtype: torch.dtype = torch.bfloat16) -> list[np.ndarray]:
+    """Float32 content per utterance from ``encoder`` ((1, L) -> (1, frames, dim)) run under ``dtype`` autocast.
+
+    For :class:`SoftContentEncoder` and the HuBERT-soft encoder alike: matrix products and
+    convolutions in ``dtype``, normalisations in float32 (:func:`float32_normalisations`), one
+    utterance at a time as in ``encode``. Accuracy, bfloat16 against float32 on random
+    HuBERT-base weights and 5 s of speech-like audio: content SNR about 37 dB, every frame's
+    cosine similarity above 0.9998.
+    """
+    device = next(encoder.parameters()).device
+    outputs = []
+    with torch.autocast(device.type, dtype=dtype), float32_normalisations(encoder):
+        for wave in waves:
+            x = torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))[None].to(device)
+            outputs.append(encoder(x)[0].float().cpu().numpy())
+    return outputs

@@ -14,6 +14,12 @@ Data flow per utterance (``features`` keys in brackets):
 torch and the models load lazily on the first batch, so systems that do not use these
 stages never import torch. Model sets come from the models directory
 (:mod:`voxanon.models.registry`); each process loads a set once.
+
+``precision: bfloat16`` on the content and vocoder stages (opt-in; ``float32``, the default,
+is unchanged) runs their matrix products and convolutions under bfloat16 autocast: about 1.5x
+(content) and 2x (vocoder) faster on CPUs with AMX, at about 37 dB content SNR and 38 dB
+waveform SNR against float32 (random full-size weights). The speaker stage has no such option:
+ECAPA is about 5 % of the chain and gained under 0.005 RTF.
 """
 from __future__ import annotations
 
@@ -31,6 +37,13 @@ MIN_SAMPLES = 640
 _loaded: dict[tuple[str, ...], Any] = {}
 COMPONENTS = ("content", "speaker", "vocoder")
 _CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
+PRECISIONS = ("float32", "bfloat16")
+
+
+def _checked_precision(stage: str, precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"{stage}.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
 
 
 def load_model(name: str, component: str):
@@ -122,19 +135,35 @@ class F0Stage(Stage):
 
 class ContentStage(Stage):
     """Soft content at 50 Hz: SSL-SAS (HuBERT + 200 centroids) or, for a ``hubert-soft`` set, bshall's
-    256-d units (then the vocoder must be one trained on them: ``vocoder.models`` of a 449-channel set)."""
+    256-d units (then the vocoder must be one trained on them: ``vocoder.models`` of a 449-channel set).
+
+    ``precision: bfloat16`` (opt-in) runs the encoder under bfloat16 autocast with its layer/group
+    norms and the SSL-SAS time normalisation in float32 (:func:`voxanon.models.hubert.encode_lower_precision`):
+    about 1.5x faster on an AMX CPU; cost, against float32 on random HuBERT-base weights, about 37 dB
+    content SNR, per-frame cosine similarity above 0.9998. Features are float32 either way.
+    """
 
     name = "content"
 
-    def __init__(self, models: str = "ssl-sas"):
+    def __init__(self, models: str = "ssl-sas", precision: str = "float32"):
         self.models = models
+        self.precision = _checked_precision("content", precision)
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
 
     def process_batch(self, batch: list[Utterance]) -> None:
         content = load_model(self.models, "content")
-        for utt, features in zip(batch, content.encode([u.audio for u in batch])):
+        waves = [u.audio for u in batch]
+        if self.precision == "float32":
+            encoded = content.encode(waves)
+        else:
+            import torch
+
+            from voxanon.models.hubert import encode_lower_precision
+
+            encoded = encode_lower_precision(content, waves, getattr(torch, self.precision))
+        for utt, features in zip(batch, encoded):
             utt.features["content"] = features
 
 
@@ -161,14 +190,21 @@ class VocoderStage(Stage):
 
     ``layout`` overrides fields of the model set's conditioning layout (e.g. ``standardise_content``),
     for vocoders trained with a layout the set's config does not record.
+
+    ``precision: bfloat16`` (opt-in) runs the generator under bfloat16 autocast (conditioning frames
+    and their layer norms stay float32): about 2x faster on an AMX CPU; cost, against float32 on
+    random full-size SSL-SAS weights, about 38 dB waveform SNR (largest error about 6e-4 before the
+    output peak normalisation, some 20 steps of 16 bits). The output is float32 either way.
     """
 
     name = "vocoder"
 
-    def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None):
+    def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
+                 precision: str = "float32"):
         from voxanon.models.hifigan import ConditioningLayout
 
         self.models = models
+        self.precision = _checked_precision("vocoder", precision)
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
         unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
@@ -197,7 +233,7 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
-        for utt, wave in zip(batch, vocoder.synthesise(items)):
+        for utt, wave in zip(batch, vocoder.synthesise(items, getattr(torch, self.precision))):
             peak = float(np.max(np.abs(wave)))
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak

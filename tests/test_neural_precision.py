@@ -1,0 +1,140 @@
+"""The opt-in bfloat16 precision of the content and vocoder stages, on random tiny models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.neural_stages import ContentStage, VocoderStage, load_model
+from voxanon.pipeline.systems import build_system, load_system_config
+
+# Measured on these tiny random models (seed 0) and the two utterances below, bfloat16 against
+# float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (full-size HuBERT:
+# 37 dB); waveform SNR 54 dB (the full-size vocoder: 38 dB). The bounds keep 4-9 dB of margin for
+# other CPUs' kernels; a float16 or int8 path (about 10 dB and 6 dB per lost bit) would miss them.
+MIN_CONTENT_COSINE = 0.999
+MIN_CONTENT_SNR_DB = 32.0
+MIN_WAVE_SNR_DB = 45.0
+
+
+@pytest.fixture
+def voxanon_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    return home
+
+
+def voiced_waves() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    waves = []
+    for seconds in (0.8, 1.1):
+        t = np.arange(int(seconds * 16000) // 320 * 320) / 16000
+        f0 = 120 + 40 * np.sin(2 * np.pi * 1.5 * t)
+        wave = 0.5 * np.sin(2 * np.pi * np.cumsum(f0) / 16000) + 0.05 * rng.standard_normal(len(t))
+        waves.append((wave / np.max(np.abs(wave)) * 0.95).astype(np.float32))
+    return waves
+
+
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2)
+                               / np.sum((reference.astype(np.float64) - other) ** 2)))
+
+
+def resynth(precision: dict[str, str]):
+    overrides = [f"{stage}.precision={value}" for stage, value in precision.items()]
+    system = build_system(load_system_config("resynth", overrides))
+    batch = [system.new_utterance(f"u{i}", "spk", None, wave) for i, wave in enumerate(voiced_waves())]
+    for stage in system.stages:
+        stage.process_batch(batch)
+    return batch
+
+
+def test_float32_is_the_plain_model_output(voxanon_home):
+    import torch
+    import torch.nn.functional as F
+
+    explicit, default = resynth({"content": "float32", "vocoder": "float32"}), resynth({})
+    content_model, vocoder = load_model("ssl-sas", "content"), load_model("ssl-sas", "vocoder")
+    for utt, same in zip(explicit, default):
+        assert np.array_equal(utt.audio, same.audio)
+        with torch.inference_mode():
+            source = voiced_waves()[int(utt.utt_id[1:])]
+            wave = torch.from_numpy(source / np.max(np.abs(source)) * np.float32(0.95))[None]
+            x = F.normalize(content_model.features(wave), dim=1)
+            logits = F.linear(x, F.normalize(content_model.W, dim=1))
+            content = F.pad(logits.transpose(1, 2), (0, 1), mode="replicate").transpose(1, 2)[0].numpy()
+            frames = vocoder.layout.frames(torch.from_numpy(content), torch.from_numpy(utt.features["f0"]),
+                                           torch.from_numpy(utt.features["speaker"]))
+            audio = vocoder.generator(frames[None])[0, 0].numpy()
+        assert utt.features["content"].dtype == np.float32
+        assert np.array_equal(utt.features["content"], content)
+        assert np.array_equal(utt.audio, (audio / np.max(np.abs(audio)) * 0.95).astype(np.float32))
+
+
+def test_bfloat16_content_is_close_to_float32_but_not_equal(voxanon_home):
+    waves = voiced_waves()
+    full = ContentStage(precision="float32")
+    reduced = ContentStage(precision="bfloat16")
+    batches = []
+    for stage in (full, reduced):
+        batch = [build_system({"name": "t", "stages": []}).new_utterance(f"u{i}", "spk", None, w)
+                 for i, w in enumerate(waves)]
+        stage.process_batch(batch)
+        batches.append(batch)
+    for exact, approximate in zip(*batches):
+        a, b = exact.features["content"], approximate.features["content"]
+        assert b.dtype == np.float32 and b.shape == a.shape == (len(exact.audio) // 320, 200)
+        assert not np.array_equal(a, b)
+        cosine = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert cosine.min() > MIN_CONTENT_COSINE
+        assert snr_db(a, b) > MIN_CONTENT_SNR_DB
+
+
+def test_bfloat16_vocoder_is_close_to_float32_but_not_equal(voxanon_home):
+    exact, approximate = resynth({}), resynth({"vocoder": "bfloat16"})
+    for a, b in zip(exact, approximate):
+        assert np.array_equal(a.features["content"], b.features["content"])
+        assert b.audio.dtype == np.float32 and len(b.audio) == len(a.audio)
+        assert not np.array_equal(a.audio, b.audio)
+        assert snr_db(a.audio, b.audio) > MIN_WAVE_SNR_DB
+
+
+def test_lower_precision_leaves_the_cached_model_as_it_was(voxanon_home):
+    import torch
+
+    resynth({"content": "bfloat16", "vocoder": "bfloat16"})
+    content_model = load_model("ssl-sas", "content")
+    assert all(not module._forward_pre_hooks for module in content_model.modules())
+    assert all(p.dtype == torch.float32 for p in content_model.parameters())
+    assert all(p.dtype == torch.float32 for p in load_model("ssl-sas", "vocoder").generator.parameters())
+
+
+def test_normalisations_run_in_float32_under_autocast_and_hooks_go_away():
+    import torch
+    from torch import nn
+
+    from voxanon.models.hubert import float32_normalisations
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 8))
+    x = torch.randn(3, 8)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model[1](model[0](x)).dtype == torch.bfloat16
+        with float32_normalisations(model):
+            assert model[1](model[0](x)).dtype == torch.float32
+        assert model[1](model[0](x)).dtype == torch.bfloat16
+    assert not model[1]._forward_pre_hooks
+
+
+@pytest.mark.parametrize("stage", [ContentStage, VocoderStage])
+@pytest.mark.parametrize("value", ["fp16", "bf16", "float16", None])
+def test_unknown_precision_is_refused(stage, value):
+    with pytest.raises(ValueError, match=r"precision must be one of float32, bfloat16"):
+        stage(precision=value)
+
+
+def test_recipe_override_with_a_bad_precision_names_the_stage():
+    with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, bfloat16, got 'half'"):
+        build_system(load_system_config("resynth", ["vocoder.precision=half"]))
