@@ -17,9 +17,10 @@ stages never import torch. Model sets come from the models directory
 
 ``precision: bfloat16`` on the content and vocoder stages (opt-in; ``float32``, the default,
 is unchanged) runs their matrix products and convolutions under bfloat16 autocast: about 1.5x
-(content) and 2x (vocoder) faster on CPUs with AMX, at about 37 dB content SNR and 38 dB
-waveform SNR against float32 (random full-size weights). The speaker stage has no such option:
-ECAPA is about 5 % of the chain and gained under 0.005 RTF.
+(content) and 3x (vocoder, once its length bucket's kernels are built) faster on CPUs with AMX,
+at about 37 dB content SNR and 38 dB waveform SNR against float32 (random full-size weights;
+36 dB against the float32 reference's 16-bit output in ``benchmarks/pipeline.py``). The speaker
+stage has no such option: ECAPA is about 5 % of the chain and gained under 0.005 RTF.
 """
 from __future__ import annotations
 
@@ -192,7 +193,9 @@ class VocoderStage(Stage):
     for vocoders trained with a layout the set's config does not record.
 
     ``precision: bfloat16`` (opt-in) runs the generator under bfloat16 autocast (conditioning frames
-    and their layer norms stay float32): about 2x faster on an AMX CPU; cost, against float32 on
+    and their layer norms stay float32), each utterance padded to a 0.64 s bucket so that oneDNN's
+    bfloat16 kernels are reused: about 3x faster on an AMX CPU once a bucket has been seen (the
+    first utterance of each bucket in each process pays about 0.9 s to build them); cost, against float32 on
     random full-size SSL-SAS weights, about 38 dB waveform SNR (largest error about 6e-4 before the
     output peak normalisation, some 20 steps of 16 bits). The output is float32 either way.
     """

@@ -10,7 +10,8 @@ from voxanon.pipeline.neural_stages import ContentStage, VocoderStage, load_mode
 from voxanon.pipeline.systems import build_system, load_system_config
 
 # Measured on these tiny random models (seed 0) and the two utterances below, bfloat16 against
-# float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (full-size HuBERT:
+# float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (HuBERT-soft units
+# about 37 dB too; full-size HuBERT:
 # 37 dB); waveform SNR 54 dB (the full-size vocoder: 38 dB). The bounds keep 4-9 dB of margin for
 # other CPUs' kernels; a float16 or int8 path (about 10 dB and 6 dB per lost bit) would miss them.
 MIN_CONTENT_COSINE = 0.999
@@ -138,3 +139,17 @@ def test_unknown_precision_is_refused(stage, value):
 def test_recipe_override_with_a_bad_precision_names_the_stage():
     with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, bfloat16, got 'half'"):
         build_system(load_system_config("resynth", ["vocoder.precision=half"]))
+
+
+def test_bfloat16_hubert_soft_units_are_close_to_float32(voxanon_home):
+    assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0
+    system = build_system({"name": "t", "stages": []})
+    outputs = []
+    for precision in ("float32", "bfloat16"):
+        batch = [system.new_utterance(f"u{i}", "spk", None, w) for i, w in enumerate(voiced_waves())]
+        ContentStage(models="hubert-soft", precision=precision).process_batch(batch)
+        outputs.append([u.features["content"] for u in batch])
+    for exact, approximate in zip(*outputs):
+        assert approximate.dtype == np.float32 and approximate.shape == exact.shape
+        assert not np.array_equal(exact, approximate)
+        assert snr_db(exact, approximate) > MIN_CONTENT_SNR_DB, snr_db(exact, approximate)
