@@ -11,9 +11,9 @@ from voxanon.pipeline.systems import build_system, load_system_config
 
 # Measured on these tiny random models (seed 0) and the two utterances below, bfloat16 against
 # float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (HuBERT-soft units
-# about 37 dB too; full-size HuBERT:
-# 37 dB); waveform SNR 54 dB (the full-size vocoder: 38 dB). The bounds keep 4-9 dB of margin for
-# other CPUs' kernels; a float16 or int8 path (about 10 dB and 6 dB per lost bit) would miss them.
+# also about 37 dB; full-size HuBERT 37 dB); waveform SNR 54 dB (full-size vocoder 38 dB). The bounds
+# keep 4-9 dB of margin for other CPUs' kernels. A float32 output fails the "not equal" checks; a
+# path that keeps two or more fewer mantissa bits than bfloat16 (about 6 dB per bit) falls below them.
 MIN_CONTENT_COSINE = 0.999
 MIN_CONTENT_SNR_DB = 32.0
 MIN_WAVE_SNR_DB = 45.0
