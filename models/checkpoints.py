@@ -22,6 +22,7 @@ from __future__ import annotations
 import _compat_pickle
 import json
 import pickle
+import types
 import re
 from pathlib import Path
 
@@ -98,12 +99,15 @@ class AllowListUnpickler(pickle.Unpickler):
                                     "file; refusing to load it")
 
 
-class _AllowListPickleModule:
-    """The ``pickle_module`` interface ``torch.load`` needs, with the allow-listed unpickler."""
+def restricted_pickle_module(unpickler: type[pickle.Unpickler]) -> types.SimpleNamespace:
+    """The ``pickle_module`` interface ``torch.load`` needs, with every pickle read through ``unpickler``:
+    torch's legacy (non-zip) format reads its header records with ``pickle_module.load``, so that must
+    not be the unrestricted ``pickle.load``."""
+    return types.SimpleNamespace(Unpickler=unpickler, load=lambda file, **kwargs: unpickler(file, **kwargs).load(),
+                                 __name__=f"voxanon_{unpickler.__name__}")
 
-    Unpickler = AllowListUnpickler
-    load = staticmethod(pickle.load)
-    __name__ = "voxanon_allow_list_pickle"
+
+_AllowListPickleModule = restricted_pickle_module(AllowListUnpickler)
 
 
 def safe_load(path: str | Path) -> dict:

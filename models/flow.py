@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import os
-import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -45,7 +44,8 @@ from tqdm import tqdm
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import l2_normalise
-from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, AllowListUnpickler
+from voxanon.models.checkpoints import (AllowListUnpickler, CheckpointError, UnsafeCheckpointError,
+                                        restricted_pickle_module)
 from voxanon.models.lda import LinearDiscriminant
 
 log = logging.getLogger(__name__)
@@ -394,10 +394,7 @@ class _ModuleTreeUnpickler(AllowListUnpickler):
         return super().find_class(module, name)
 
 
-class _ModuleTreePickleModule:
-    Unpickler = _ModuleTreeUnpickler
-    load = staticmethod(pickle.load)
-    __name__ = "voxanon_module_tree_pickle"
+_ModuleTreePickleModule = restricted_pickle_module(_ModuleTreeUnpickler)
 
 
 def read_pickled_module_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -107,3 +107,30 @@ def test_weight_norm_folding_matches_torch():
     conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(8, 8, 16, groups=2), dim=2)
     folded = fold_weight_norm(conv.state_dict())
     torch.testing.assert_close(folded["weight"], conv.weight.detach())
+
+
+class _RunsAShellCommand:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
+    """torch's legacy (non-zip) reader unpickles records with pickle_module.load before any tensor."""
+    import pickle
+
+    from voxanon.models.flow import read_pickled_module_tensors
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "legacy.pt"
+    path.write_bytes(pickle.dumps(_RunsAShellCommand(marker), protocol=2))
+    with pytest.raises(UnsafeCheckpointError, match="system"):
+        safe_load(path)
+    with pytest.raises(UnsafeCheckpointError, match="system"):
+        read_pickled_module_tensors(path)
+    assert not marker.exists()
+    legacy = tmp_path / "plain.pt"
+    torch.save({"w": torch.arange(3.0)}, legacy, _use_new_zipfile_serialization=False)
+    assert safe_load(legacy)["w"].tolist() == [0.0, 1.0, 2.0]
