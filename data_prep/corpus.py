@@ -177,6 +177,8 @@ def _duplicates(items: Iterable[str]) -> list[str]:
 
 
 def _lines(path: Path) -> Iterable[tuple[int, str]]:
+    if not Path(path).is_file():
+        raise DataDirError(str(path), [f"{path}: file not found"])
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             line = line.strip()

@@ -82,7 +82,8 @@ class SpeakerPool:
         if (self.utterances is None) != (self.utt2spk is None):
             raise PoolError("pool: utterance vectors and utt2spk go together")
         if self.utterances is not None:
-            unknown = [u for u in self.utterances.ids if self.utt2spk.get(u) not in set(self.speakers.ids)]
+            pool_speakers = set(self.speakers.ids)
+            unknown = [u for u in self.utterances.ids if self.utt2spk.get(u) not in pool_speakers]
             if unknown:
                 raise PoolError(f"pool: {len(unknown)} utterance vector(s) of no pool speaker: {', '.join(unknown[:10])}")
 

@@ -95,9 +95,9 @@ def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
     tag = f"ecapa-set-{digest[:16]}"
 
     def embed(waves: list[np.ndarray]) -> list[np.ndarray]:
-        from voxanon.pipeline.neural_stages import load_ssl_sas_models
+        from voxanon.pipeline.neural_stages import load_model
 
-        return list(load_ssl_sas_models(models)[1].embed(waves))
+        return list(load_model(models, "speaker").embed(waves))
 
     return tag, model_set.random, CachedComputation(tag, embed, kind="vector")
 

@@ -74,6 +74,8 @@ def run_sex_flow(args: argparse.Namespace) -> int:
     from voxanon.pipeline.commands.zllr import run_train
     from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
+    if not 0.0 <= args.held_out < 1.0:
+        raise VoxanonError(f"--held-out must lie in [0, 1), got {args.held_out}")
     data_dirs, sex = read_labelled_data_dirs(args.data)
     embeddings = embed_data_dirs(data_dirs, args.models, cache_from_option(args.cache),
                                  allow_failures=args.allow_failures)

@@ -55,7 +55,7 @@ from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
-                                            load_ssl_sas_models)
+                                            load_model)
 from voxanon.pipeline.stages import Utterance
 
 log = logging.getLogger(__name__)
@@ -412,7 +412,7 @@ class VocoderTrainer:
         self.speaker_encoder = None
         if options.lambda_xv > 0:
             # A private copy: the per-process cached encoder stays on the CPU for feature extraction.
-            self.speaker_encoder = copy.deepcopy(load_ssl_sas_models(options.models)[1]).to(self.device).eval()
+            self.speaker_encoder = copy.deepcopy(load_model(options.models, "speaker")).to(self.device).eval()
             self.speaker_encoder.requires_grad_(False)
 
         betas = tuple(options.adam_betas)
