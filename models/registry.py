@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # torch loads in seconds; the CLI's commands import this modu
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+MODEL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 CONFIG = "config.json"
 INSTALL_COMMANDS = {
     "ssl-sas": "voxanon models fetch ssl-sas --import (downloads the release), or voxanon models import ssl-sas DIR "
@@ -90,6 +92,9 @@ def write_model_set(name: str, components: dict[str, dict[str, torch.Tensor]], c
     """Write (or replace) a model set; the manifest is written last, so a set without one is incomplete."""
     from safetensors.torch import save_file
 
+    if not MODEL_SET_NAME.fullmatch(name):
+        raise VoxanonError(f"model set name {name!r}: use letters, digits, '.', '_' and '-' only "
+                           "(a name, not a path)")
     target = (root or models_dir()) / name
     target.mkdir(parents=True, exist_ok=True)
     stale = target / MANIFEST

@@ -158,6 +158,9 @@ class FeatureSet:
 
 
 def _component_tag(model_set, component: str) -> str:
+    if f"{component}.safetensors" not in model_set.manifest["files"]:
+        raise VoxanonError(f"model set {model_set.name!r} has no {component} model; vocoder training needs a set "
+                           "with content, speaker and generator (e.g. ssl-sas)")
     digest = hashlib.sha256(model_set.manifest["files"][f"{component}.safetensors"].encode())
     digest.update(json.dumps(model_set.config[component], sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -761,9 +764,6 @@ def install_trained_generator(trainer: VocoderTrainer, name: str) -> Path:
     from voxanon.models.hifigan_training import to_jik876_generator_state
     from voxanon.models.registry import write_model_set
 
-    if name == trainer.options.models:
-        raise VoxanonError(f"--install {name}: that is the base model set the vocoder was trained from; "
-                           "install under another name")
     folded = split_ssl_sas_generator({"generator": to_jik876_generator_state(trainer.generator.state_dict())},
                                      "trained generator")["generator"]
     folded = {key: value.detach().float().cpu() for key, value in folded.items()}

@@ -112,3 +112,27 @@ def test_batched_chain_equals_one_utterance_at_a_time(voxanon_home):
         expected = reference_chain(wave)
         assert len(utt.audio) == len(expected) == len(wave) // 320 * 320
         np.testing.assert_allclose(utt.audio, expected, atol=1e-5, rtol=0)
+
+
+def test_model_set_names_are_names_not_paths(tmp_path):
+    import torch
+
+    from voxanon.data_prep.errors import VoxanonError
+
+    with pytest.raises(VoxanonError, match="a name, not a path"):
+        write_model_set("../escaped", {"part": {"w": torch.zeros(1)}}, {}, source="test", random=False, root=tmp_path)
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_train_vocoder_refuses_bad_install_names_and_sets_without_encoders(voxanon_home, tmp_path, capsys):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=1, seconds=0.6)
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0
+    common = ["train", "vocoder", "--data", str(data.path), "--out", str(tmp_path / "ckpt"), "--steps", "1",
+              "--quiet", "--workers", "1"]
+    assert main([*common, "--install", "../../escaped"]) == 2
+    assert "give a new model set name" in capsys.readouterr().err
+    assert main([*common, "--install", "hubert-soft"]) == 2
+    assert "an imported model set of that name exists" in capsys.readouterr().err
+    assert main([*common, "--models", "hubert-soft"]) == 2
+    assert "has no speaker model" in capsys.readouterr().err

@@ -105,8 +105,16 @@ def run_vocoder(args: argparse.Namespace) -> int:
         feature_cache=args.feature_cache, layout=dict(args.layout), init=args.init, keep_last=args.keep_last,
         discriminator_width_divisor=args.discriminator_divisor, workers=args.workers,
         progress=not args.quiet)
-    if args.install and args.install == args.models:
-        raise VoxanonError(f"--install {args.install}: that is the base model set; install under another name")
+    if args.install:
+        from voxanon.models.registry import MODEL_SET_NAME, installed
+
+        existing = installed().get(args.install)
+        if args.install == args.models or not MODEL_SET_NAME.fullmatch(args.install):
+            raise VoxanonError(f"--install {args.install}: give a new model set name (letters, digits, '.', '_', "
+                               "'-'), not the base set")
+        if existing is not None and "voxanon train vocoder" not in str(existing.get("source")):
+            raise VoxanonError(f"--install {args.install}: an imported model set of that name exists "
+                               f"({existing.get('source')}); choose another name")
     data_dirs = [load_corpus(path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
                              speaker_regex=args.speaker_regex) for path in args.data]
     summary = train_vocoder(options, data_dirs)
