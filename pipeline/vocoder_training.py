@@ -384,17 +384,7 @@ class VocoderTrainer:
         self.features = features
         self.device = resolve_device(options.device)
         self.precision = resolve_precision(options.precision, self.device)
-        self.base = load_model_set(options.models)
-        try:
-            self.layout = replace(ConditioningLayout.from_dict(self.base.config["layout"]), **options.layout)
-        except (TypeError, ValueError) as error:
-            fields = sorted(ConditioningLayout.__dataclass_fields__)
-            raise VoxanonError(f"--layout: {error} (fields: {fields})") from None
-        self.generator_config = GeneratorConfig.from_dict(self.base.config["generator"])
-        if self.generator_config.hop_length * self.layout.content_repeat != SSL_SAS_MULTIPLE:
-            raise VoxanonError(f"model set {options.models!r}: generator hop {self.generator_config.hop_length} × "
-                               f"content repeat {self.layout.content_repeat} is not the {SSL_SAS_MULTIPLE}-sample "
-                               "content hop of the SSL-SAS layout")
+        self.base, self.layout, self.generator_config = resolve_training_models(options)
         self.segment_frames = options.segment // SSL_SAS_MULTIPLE
         self.n_choices = [u.content_frames - self.segment_frames + 1 for u in features.utterances]
 
@@ -686,11 +676,50 @@ def _log_lines_up_to(path: Path, steps: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
+def _produced_width(config: dict, component: str) -> int | None:
+    """The dimension of the vectors a model set's content or speaker model produces, when its config says."""
+    values = config.get(component) or {}
+    return values.get("lin_neurons") if component == "speaker" else values.get("units_dim", values.get("n_centroids"))
+
+
+def resolve_training_models(options: VocoderTrainingOptions, verify: bool = True):
+    """The base model set, the conditioning layout (with ``--layout`` overrides) and the generator config,
+    checked against each other: cheap, so a bad option fails before the feature pass."""
+    from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig
+    from voxanon.models.registry import load_model_set
+
+    base = load_model_set(options.models, verify=verify)
+    if "generator" not in base.config or "layout" not in base.config:
+        raise VoxanonError(f"model set {options.models!r} has no vocoder to take the generator shape and "
+                           "conditioning layout from (e.g. use ssl-sas)")
+    try:
+        layout = replace(ConditioningLayout.from_dict(base.config["layout"]), **options.layout)
+    except (TypeError, ValueError) as error:
+        raise VoxanonError(f"--layout: {error} (fields: {sorted(ConditioningLayout.__dataclass_fields__)})") from None
+    generator_config = GeneratorConfig.from_dict({**base.config["generator"], "in_channels": layout.channels})
+    if options.init == "base" and generator_config.in_channels != GeneratorConfig.from_dict(
+            base.config["generator"]).in_channels:
+        raise VoxanonError(f"--init base: the base generator takes {base.config['generator'].get('in_channels')} "
+                           f"input channels, the layout gives {layout.channels}; use --init random")
+    if generator_config.hop_length * layout.content_repeat != SSL_SAS_MULTIPLE:
+        raise VoxanonError(f"model set {options.models!r}: generator hop {generator_config.hop_length} × "
+                           f"content repeat {layout.content_repeat} is not the {SSL_SAS_MULTIPLE}-sample "
+                           "content hop of the SSL-SAS layout")
+    for component, width in (("content", layout.content_dim), ("speaker", layout.speaker_dim)):
+        produced = _produced_width(base.config, component)
+        if produced is not None and produced != width:
+            raise VoxanonError(f"--layout: {component}_dim {width} differs from the {produced}-d {component} "
+                               f"model of set {options.models!r}")
+    return base, layout, generator_config
+
+
 def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> dict:
     """Prepare features, resume from the latest checkpoint if any, train to ``options.steps``; a summary."""
     import torch
     from tqdm import tqdm
 
+    resolve_training_models(options, verify=False)
+    resolve_precision(options.precision, resolve_device(options.device))
     options.out.mkdir(parents=True, exist_ok=True)
     features = prepare_features(data_dirs, options.models, options.cache_root, options.segment, options.progress,
                                 options.workers)

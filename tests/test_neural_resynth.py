@@ -135,4 +135,7 @@ def test_train_vocoder_refuses_bad_install_names_and_sets_without_encoders(voxan
     assert main([*common, "--install", "hubert-soft"]) == 2
     assert "an imported model set of that name exists" in capsys.readouterr().err
     assert main([*common, "--models", "hubert-soft"]) == 2
-    assert "has no speaker model" in capsys.readouterr().err
+    assert "model set 'hubert-soft' has no vocoder" in capsys.readouterr().err
+    assert main([*common, "--layout", "speaker_dim=100"]) == 2
+    assert "speaker_dim 100 differs from the 192-d speaker model" in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists()  # refused before the feature pass
