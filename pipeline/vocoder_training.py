@@ -469,19 +469,11 @@ class VocoderTrainer:
         """ECAPA vectors of (B, 1, samples) generated segments; gradients flow back through the frozen encoder.
 
         The segments all have the same length, so they are embedded as one unpadded batch, which
-        gives each one's single-utterance vector; the relative lengths live on the audio's device
-        (:meth:`EcapaEncoder.forward` takes one utterance with CPU lengths).
+        gives each one's single-utterance vector.
         """
-        import torch
         import torch.nn.functional as F
 
-        encoder = self.speaker_encoder
-        waves = audio[:, 0].float()
-        lengths = torch.ones(waves.shape[0], device=waves.device)
-        features = encoder.mean_norm(encoder.fbank(waves), lengths)
-        vectors = encoder.embedding_model(features, lengths)[:, 0]
-        if encoder.config.embedding_mean_norm:
-            vectors = vectors - encoder.embedding_mean
+        vectors = self.speaker_encoder(audio[:, 0].float())
         return F.normalize(vectors, dim=1) if self.layout.l2_normalise_speaker else vectors
 
     def _discriminators_trainable(self, trainable: bool) -> None:
