@@ -74,7 +74,7 @@ class PseudoSpeakerStage(Stage):
     def __init__(self, pool: str = DEFAULT_POOL, models: str = "ssl-sas", affinity: str = "cosine",
                  gender: str = "same", proximity: str = "farthest", world: int = 200, region: int = 100,
                  level: str = "speaker", plda_rank: int = 100, cache_dir: str | None = None,
-                 source_vectors: str | None = None):
+                 source_vectors: str | None = None, pool_manifest_sha256: str | None = None):
         from voxanon.models.pseudo_speaker import SelectionSettings
 
         if level not in SEED_LEVELS:
@@ -86,7 +86,9 @@ class PseudoSpeakerStage(Stage):
         self.level = level
         self.cache_dir = cache_dir
         self.source_vectors = source_vectors
+        self.pool_manifest_sha256 = pool_manifest_sha256
         self._worlds: dict[str, tuple[str, ...]] = {}
+        self._loaded_selector = None
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}", f"pool:{self.pool}", "spk2gender"]
@@ -116,16 +118,24 @@ class PseudoSpeakerStage(Stage):
         path = Path(work_dir).resolve() / f"source-speakers-{self.models}-{digest[:16]}.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_vectors(path, means)
-        return {"source_vectors": str(path)}
+        # The pool's digest enters the configuration hash: outputs made with another pool are redone.
+        return {"source_vectors": str(path), "pool_manifest_sha256": _pool_key(self.pool, False)[1]}
 
     def _selector(self):
+        """The pool's selector, looked up once per stage (the pool is read and checked once per process)."""
         from voxanon.models.pseudo_speaker import PseudoSpeakerSelector
 
-        with_utterances = self.settings.affinity == "plda"
-        key = (_pool_key(self.pool, with_utterances), self.settings)
-        if key not in _selectors:
-            _selectors[key] = PseudoSpeakerSelector(_pool(self.pool, with_utterances), self.settings)
-        return _selectors[key]
+        if self._loaded_selector is None:
+            with_utterances = self.settings.affinity == "plda"
+            pool_key = _pool_key(self.pool, with_utterances)
+            if self.pool_manifest_sha256 not in (None, pool_key[1]):
+                raise VoxanonError(f"pool {self.pool!r} changed since the run started (its pool.json differs); "
+                                   "rerun to redo the set with the new pool")
+            key = (pool_key, self.settings)
+            if key not in _selectors:
+                _selectors[key] = PseudoSpeakerSelector(_pool(self.pool, with_utterances), self.settings)
+            self._loaded_selector = _selectors[key]
+        return self._loaded_selector
 
     def process(self, utt: Utterance) -> None:
         if self.source_vectors is None:
@@ -155,15 +165,25 @@ class GlobalSpeakerStage(Stage):
 
     name = "global_speaker"
 
-    def __init__(self, pool: str = DEFAULT_POOL):
+    def __init__(self, pool: str = DEFAULT_POOL, pool_manifest_sha256: str | None = None):
         self.pool = str(pool)
+        self.pool_manifest_sha256 = pool_manifest_sha256
+        self._vector = None
 
     def needs(self) -> list[str]:
         return [f"pool:{self.pool}"]
 
+    def prepare_set(self, data, work_dir) -> dict[str, Any]:
+        # The pool's digest enters the configuration hash: outputs made with another pool are redone.
+        return {"pool_manifest_sha256": _pool_key(self.pool, False)[1]}
+
     def process(self, utt: Utterance) -> None:
-        pool = _pool(self.pool)
-        utt.features["speaker"] = pool.global_vector.astype(np.float32)
+        if self._vector is None:
+            if self.pool_manifest_sha256 not in (None, _pool_key(self.pool, False)[1]):
+                raise VoxanonError(f"pool {self.pool!r} changed since the run started (its pool.json differs); "
+                                   "rerun to redo the set with the new pool")
+            self._vector = _pool(self.pool).global_vector.astype(np.float32)
+        utt.features["speaker"] = self._vector
         utt.record["global_speaker"] = {"pool": self.pool}
 
 

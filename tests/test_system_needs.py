@@ -69,3 +69,25 @@ def test_unknown_need_kind_is_refused(tag_stage, monkeypatch):
     monkeypatch.setattr(SpeakerTagStage, "needs", lambda self: ["licence:gpl"])
     with pytest.raises(VoxanonError, match="unknown need 'licence:gpl'"):
         systems.missing_needs(systems.build_system(tag_stage))
+
+
+def test_a_rebuilt_pool_changes_the_configuration_so_outputs_are_redone(tmp_path, monkeypatch):
+    from voxanon.data_prep.vectors import Vectors
+    from voxanon.models.pseudo_speaker import pool_from_speakers, save_pool
+    from voxanon.pipeline.runner import prepare_set
+    from voxanon.pipeline.systems import config_hash
+
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    data = read_data_dir(make_corpus(tmp_path, n_speakers=2, n_utts=1).path)
+    config = {"name": "g", "stages": ["global_speaker"], "global_speaker": {"pool": "p"}}
+    hashes = []
+    for seed in (0, 1):
+        vectors = Vectors(("a", "b"), np.random.default_rng(seed).standard_normal((2, 4)))
+        save_pool(tmp_path / "home" / "pools" / "p", pool_from_speakers(vectors, {"a": "f", "b": "m"}), {})
+        prepared = prepare_set(systems.build_system(config), data, tmp_path / "work")
+        hashes.append(config_hash(prepared))
+        stage = systems.build_system(prepared).stages[0]
+        utt = systems.build_system(prepared).new_utterance("u", "a", "f", np.zeros(10, dtype=np.float32))
+        stage.process(utt)
+        assert np.allclose(np.linalg.norm(utt.features["speaker"]), 1.0)
+    assert hashes[0] != hashes[1]
