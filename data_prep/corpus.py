@@ -375,6 +375,28 @@ def load_corpus(path: str | os.PathLike, *, allow_pipes: bool = False, speaker_l
     return scan_audio_folder(path, speaker_level=speaker_level, speaker_regex=speaker_regex)
 
 
+def merge_labelled_sets(sets: list[DataDir]) -> tuple[dict[str, str], dict[str, str]]:
+    """utt -> speaker and speaker -> sex over several sets that must all label every speaker's sex:
+    utterance ids unique across the sets, a speaker's sex the same in each (errors name the set)."""
+    utt2spk: dict[str, str] = {}
+    sex: dict[str, str] = {}
+    for data in sets:
+        where = str(data.path or data.name)
+        duplicated = sorted(set(data.utt2spk) & set(utt2spk))
+        if duplicated:
+            raise VoxanonError(f"{where}: utterance id(s) {', '.join(duplicated[:5])} also appear in an earlier "
+                               "data set; each utterance must be given once")
+        problems = data.validate(check_files=False, need_gender=True)
+        if problems:
+            raise DataDirError(where, problems)
+        for speaker in data.speakers:
+            if sex.setdefault(speaker, data.spk2gender[speaker]) != data.spk2gender[speaker]:
+                raise VoxanonError(f"{where}: speaker {speaker!r} is {data.spk2gender[speaker]!r} here but "
+                                   f"{sex[speaker]!r} in an earlier data set")
+        utt2spk.update(data.utt2spk)
+    return utt2spk, sex
+
+
 def write_anonymised_dir(source: DataDir, out_dir: str | os.PathLike, produced: dict[str, float]) -> DataDir:
     """Finish a VoicePrivacy-layout output set ``<out>/<set><suffix>``.
 

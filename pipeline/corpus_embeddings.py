@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
+from voxanon.data_prep.corpus import DataDir, merge_labelled_sets, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors
 from voxanon.models.registry import voxanon_home
@@ -66,19 +66,8 @@ class CorpusEmbeddings:
 def read_labelled_data_dirs(paths: list[Path]) -> tuple[list[DataDir], dict[str, str]]:
     """Kaldi data directories whose every speaker has a sex in ``spk2gender``, and the merged
     speaker -> sex map (a speaker in several sets must have the same sex in each)."""
-    data_dirs = []
-    sex: dict[str, str] = {}
-    for path in paths:
-        data = read_data_dir(path)
-        problems = data.validate(check_files=False, need_gender=True)
-        if problems:
-            raise DataDirError(str(path), problems)
-        for spk in data.speakers:
-            if sex.setdefault(spk, data.spk2gender[spk]) != data.spk2gender[spk]:
-                raise VoxanonError(f"speaker {spk!r} is {sex[spk]!r} in one data set and "
-                                   f"{data.spk2gender[spk]!r} in {path}")
-        data_dirs.append(data)
-    return data_dirs, sex
+    data_dirs = [read_data_dir(path) for path in paths]
+    return data_dirs, merge_labelled_sets(data_dirs)[1]
 
 
 def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:

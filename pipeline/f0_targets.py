@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from voxanon.data_prep.corpus import DataDir, DataDirError
+from voxanon.data_prep.corpus import DataDir, merge_labelled_sets
 from voxanon.data_prep.errors import VoxanonError
 
 SAMPLE_RATE = 16000
@@ -111,37 +111,12 @@ def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[Utteranc
     return sorted(results, key=lambda result: order[result.utt])
 
 
-def _speaker_sexes(sets: list[DataDir]) -> tuple[dict[str, str], dict[str, str]]:
-    """utt -> speaker and speaker -> sex over all sets; ids must be unique and sexes consistent."""
-    utt2spk: dict[str, str] = {}
-    sex: dict[str, str] = {}
-    for data in sets:
-        where = str(data.path or data.name)
-        duplicated = sorted(set(data.utt2spk) & set(utt2spk))
-        if duplicated:
-            raise VoxanonError(f"{where}: utterance id(s) {', '.join(duplicated[:5])} also appear in an earlier "
-                               "--data set; each utterance must be given once")
-        problems = data.validate(check_files=False, need_gender=True)
-        if not data.spk2gender:
-            problems.insert(0, "spk2gender: missing; F0 targets average per sex, so every speaker needs "
-                               "a sex label (f or m)")
-        if problems:
-            raise DataDirError(where, problems)
-        for speaker in data.speakers:
-            label = data.spk2gender[speaker].lower()
-            if sex.setdefault(speaker, label) != label:
-                raise VoxanonError(f"{where}: speaker {speaker!r} is {label!r} here but {sex[speaker]!r} in an "
-                                   "earlier --data set")
-        utt2spk.update(data.utt2spk)
-    return utt2spk, sex
-
-
 def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str | os.PathLike | None = None,
                        allow_pipes: bool = False, progress: bool = True) -> F0Targets:
     """Balanced F0 target moments over the utterances of ``sets`` (see the module doc)."""
     from voxanon.models.balanced_average import balanced_average
 
-    utt2spk, sex_of_speaker = _speaker_sexes(sets)
+    utt2spk, sex_of_speaker = merge_labelled_sets(sets)
     jobs = [F0Job(utt, data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), allow_pipes,
                   None if cache_dir is None else str(cache_dir))
             for data in sets for utt in data.utterances]

@@ -115,14 +115,14 @@ def test_spk2gender_is_required(tmp_path, capsys):
     (data.path / "spk2gender").unlink()
     code, targets, err = run_cli(["--data", str(data.path), "--no-cache"], capsys)
     assert code == 2 and targets is None
-    assert "spk2gender: missing" in err and str(data.path) in err
+    assert "speaker 'spk0' has no sex label" in err and str(data.path) in err
 
 
 def test_sets_must_agree_on_speakers_and_not_repeat_utterances(tmp_path, capsys):
     first = make_corpus(tmp_path, n_speakers=2, n_utts=1, seconds=0.5, name="one")
     second = make_corpus(tmp_path, n_speakers=2, n_utts=1, seconds=0.5, name="two")
     code, _, err = run_cli(["--data", str(first.path), "--data", str(second.path), "--no-cache"], capsys)
-    assert code == 2 and "spk0-000" in err and "earlier --data set" in err
+    assert code == 2 and "spk0-000" in err and "earlier data set" in err
     (second.path / "spk2gender").write_text("spk0 m\nspk1 f\n")
     relabelled = {f"x{utt}": spk for utt, spk in second.utt2spk.items()}
     (second.path / "utt2spk").write_text("".join(f"{u} {s}\n" for u, s in sorted(relabelled.items())))
