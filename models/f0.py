@@ -22,7 +22,6 @@ import numpy as np
 
 from voxanon.data_prep.atomic import atomic_path
 
-HOP_SAMPLES = 160
 MIN_SAMPLES = 640
 """pYAAPT indexes past the end of its arrays below four frames (2 × 20 ms after padding)."""
 

@@ -107,7 +107,7 @@ CATALOGUE: dict[str, CatalogueEntry] = {entry.name: entry for entry in (
 
 
 def downloads_dir() -> Path:
-    from voxanon.models.registry import voxanon_home  # lazily: the registry imports torch
+    from voxanon.models.registry import voxanon_home
 
     return voxanon_home() / "downloads"
 

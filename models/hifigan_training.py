@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -199,9 +199,6 @@ class MelConfig:
             raise ValueError(f"win_length {self.win_length} exceeds n_fft {self.n_fft}")
         if (self.n_fft - self.hop_length) % 2:
             raise ValueError("n_fft - hop_length must be even (it is split into two reflect paddings)")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class LossMelSpectrogram(nn.Module):

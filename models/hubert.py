@@ -32,7 +32,6 @@ from torch import nn
 
 from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, strip_prefix
 
-HOP_SAMPLES = 320
 CONV_KERNELS = (10, 3, 3, 3, 3, 2, 2)
 CONV_STRIDES = (5, 2, 2, 2, 2, 2, 2)
 
