@@ -215,24 +215,29 @@ def _swap_pattern(pattern: str) -> str:
     return regex
 
 
-def fairseq_hubert_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """fairseq HuBERT state dict (weight norm folded here) -> transformers ``HubertModel`` keys."""
-    state = fold_weight_norm(state)
-    converted: dict[str, torch.Tensor] = {}
+def _rename_keys(state: dict[str, torch.Tensor], table: list[tuple[str, str]], what: str,
+                 converted: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Every key renamed by the first ``(pattern, replacement)`` of ``table`` that matches it whole;
+    a key no pattern matches makes the state dict not ``what``."""
+    converted = {} if converted is None else converted
     unknown = []
     for key, value in state.items():
-        if FAIRSEQ_PRETRAINING_ONLY.match(key):
-            continue
-        for pattern, replacement in _FAIRSEQ_TO_HF:
+        for pattern, replacement in table:
             if re.fullmatch(pattern, key):
                 converted[re.sub(f"^{pattern}$", replacement, key)] = value
                 break
         else:
             unknown.append(key)
     if unknown:
-        raise CheckpointError(f"not a fairseq HuBERT state dict: unexpected keys {unknown[:5]}"
+        raise CheckpointError(f"not a {what} state dict: unexpected keys {unknown[:5]}"
                               f"{' ...' if len(unknown) > 5 else ''}")
     return converted
+
+
+def fairseq_hubert_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """fairseq HuBERT state dict (weight norm folded here) -> transformers ``HubertModel`` keys."""
+    state = {key: value for key, value in fold_weight_norm(state).items() if not FAIRSEQ_PRETRAINING_ONLY.match(key)}
+    return _rename_keys(state, _FAIRSEQ_TO_HF, "fairseq HuBERT")
 
 
 def hf_hubert_to_fairseq(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -286,27 +291,20 @@ def bshall_hubert_to_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     missing_head = [key for key in BSHALL_HEAD_KEYS if key not in state]
     if missing_head:
         raise CheckpointError(f"not a bshall HuBERT-soft state dict: no {missing_head}")
-    unknown = []
+    rest = {}
     for key, value in state.items():
         if key in BSHALL_HEAD_KEYS or key in BSHALL_TRAINING_ONLY:
             continue
         fused = _BSHALL_FUSED_QKV.fullmatch(key)
-        if fused:
-            layer, kind = fused.groups()
-            if value.shape[0] % 3:
-                raise CheckpointError(f"{key}: fused projection of {value.shape[0]} rows is not 3 equal parts")
-            for name, part in zip("qkv", value.chunk(3, dim=0)):
-                fairseq[f"encoder.layers.{layer}.self_attn.{name}_proj.{kind}"] = part.clone()
+        if not fused:
+            rest[key] = value
             continue
-        for pattern, replacement in _BSHALL_TO_FAIRSEQ:
-            if re.fullmatch(pattern, key):
-                fairseq[re.sub(f"^{pattern}$", replacement, key)] = value
-                break
-        else:
-            unknown.append(key)
-    if unknown:
-        raise CheckpointError(f"not a bshall HuBERT-soft state dict: unexpected keys {unknown[:5]}"
-                              f"{' ...' if len(unknown) > 5 else ''}")
+        layer, kind = fused.groups()
+        if value.shape[0] % 3:
+            raise CheckpointError(f"{key}: fused projection of {value.shape[0]} rows is not 3 equal parts")
+        for name, part in zip("qkv", value.chunk(3, dim=0)):
+            fairseq[f"encoder.layers.{layer}.self_attn.{name}_proj.{kind}"] = part.clone()
+    _rename_keys(rest, _BSHALL_TO_FAIRSEQ, "bshall HuBERT-soft", fairseq)
     return fairseq_hubert_to_hf(fairseq), head
 
 
