@@ -53,6 +53,18 @@ def _padding(kernel_size: int, dilation: int = 1) -> int:
     return (kernel_size * dilation - dilation) // 2
 
 
+def _scores_and_feature_maps(x: torch.Tensor, convs: nn.ModuleList,
+                             conv_post: nn.Module) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The shared tail of both discriminators: each layer's activations kept for feature matching."""
+    feature_maps = []
+    for conv in convs:
+        x = F.leaky_relu(conv(x), LRELU_SLOPE)
+        feature_maps.append(x)
+    x = conv_post(x)
+    feature_maps.append(x)
+    return torch.flatten(x, 1, -1), feature_maps
+
+
 class DiscriminatorP(nn.Module):
     """One period of the MPD: the waveform folded to (T/period, period) and 2-D convolved along time."""
 
@@ -68,19 +80,13 @@ class DiscriminatorP(nn.Module):
         self.conv_post = _normalised(nn.Conv2d(widths[-1], 1, (3, 1), 1, padding=(1, 0)), spectral)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        feature_maps = []
         batch, channels, samples = x.shape
         if samples % self.period:
             n_pad = self.period - samples % self.period
             x = F.pad(x, (0, n_pad), "reflect")
             samples += n_pad
         x = x.view(batch, channels, samples // self.period, self.period)
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), LRELU_SLOPE)
-            feature_maps.append(x)
-        x = self.conv_post(x)
-        feature_maps.append(x)
-        return torch.flatten(x, 1, -1), feature_maps
+        return _scores_and_feature_maps(x, self.convs, self.conv_post)
 
 
 class DiscriminatorS(nn.Module):
@@ -100,13 +106,7 @@ class DiscriminatorS(nn.Module):
         self.conv_post = _normalised(nn.Conv1d(c1024, 1, 3, 1, padding=1), spectral)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        feature_maps = []
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), LRELU_SLOPE)
-            feature_maps.append(x)
-        x = self.conv_post(x)
-        feature_maps.append(x)
-        return torch.flatten(x, 1, -1), feature_maps
+        return _scores_and_feature_maps(x, self.convs, self.conv_post)
 
 
 DiscriminatorOutputs = tuple[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]], list[list[torch.Tensor]]]
