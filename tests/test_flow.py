@@ -150,16 +150,7 @@ def moons(n, seed):
     return x, y == 0
 
 
-@pytest.fixture
-def one_thread():
-    """A 2-D flow trains several times faster without intra-op threads on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_flow_beats_lda_on_moons(one_thread):
+def test_flow_beats_lda_on_moons(one_torch_thread):
     x, y = moons(10000, 0)
     test_x, test_y = moons(2000, 1)
     model, history = train_zero_llr_flow(x, y, FlowConfig(dim=2, hidden=64),
