@@ -10,9 +10,15 @@ Batching: utterances of different lengths are zero-padded to the longest one, an
 every convolution's input is zeroed beyond each item's own length. A convolution then
 sees exactly the zeros the single-utterance reference pads with, so each item's output
 equals its one-at-a-time output (to float rounding) whatever else is in the batch.
-:meth:`Vocoder.synthesise` uses that padded pass on a GPU; on CPU, in float32, it is slower
-than running the utterances one after the other, so it is used there only for bfloat16, one
-utterance at a time padded to a bucket length (see :meth:`Vocoder.synthesise`).
+:meth:`Vocoder.synthesise` uses that padded pass on a GPU; on CPU it is slower than running
+the utterances one after the other.
+
+Windows: an output sample depends on the input frames within
+:func:`receptive_field_frames` of it, so an utterance can be synthesised in overlapping
+windows of a few fixed lengths (:func:`synthesis_windows`), each window's outputs kept
+only where that whole field lies inside it: the same waveform, to float rounding. On CPU
+this is how it runs, because oneDNN builds new kernels for every input length
+(see :meth:`Vocoder.synthesise`).
 """
 from __future__ import annotations
 
@@ -26,8 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 LRELU_SLOPE = 0.1
-LOWER_PRECISION_BUCKET_FRAMES = 64
-"""Lower-precision CPU synthesis pads each utterance to a multiple of this many frames (0.64 s)."""
+CPU_WINDOW_FRAMES = (64, 96, 128, 192, 256)
+"""Window lengths (frames) of CPU synthesis: oneDNN's kernels for these five are built once per process
+(:meth:`Vocoder.warm_up`); 192-256 frames ran fastest per kept frame, in float32 and in bfloat16."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,64 @@ def _length_mask(lengths: torch.Tensor, total: int, like: torch.Tensor) -> torch
     return (positions[None, :] < lengths[:, None]).to(like.dtype)[:, None, :]
 
 
+def receptive_field_frames(config: GeneratorConfig) -> int:
+    """Input frames on either side of an output sample that can change it, rounded up.
+
+    Summed layer by layer from the output back, each layer's reach divided by its rate
+    (samples per input frame): ``conv_post`` and ``conv_pre`` (kernel 7), per stage the widest
+    residual block (the sum of its convolutions' dilated half-widths) and the transposed
+    convolution (kernel K, stride u, padding p reaches (K - 1 - p)/u input samples back and
+    p/u ahead). 23 frames for the SSL-SAS generator (22.4 back, 21.4 ahead; a perturbed
+    frame measurably reaches 22.0 and 21.2).
+    """
+    rates = np.cumprod((1,) + tuple(config.upsample_rates))
+    back = ahead = 3 / rates[-1] + 3
+    for stage, (rate, kernel) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes)):
+        padding = (kernel - rate) // 2
+        back += (kernel - 1 - padding) / rate / rates[stage]
+        ahead += padding / rate / rates[stage]
+        undilated = 1 if config.resblock == "1" else 0  # ResBlock1 follows each dilated conv with a plain one
+        blocks = max(sum((size - 1) / 2 * (d + undilated) for d in dilations)
+                     for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes))
+        back += blocks / rates[stage + 1]
+        ahead += blocks / rates[stage + 1]
+    return int(np.ceil(max(back, ahead)))
+
+
+@dataclass(frozen=True)
+class SynthesisWindow:
+    """Input frames ``[start, start + size)`` (zero-padded and length-masked past the utterance's
+    end), whose outputs for frames ``[keep_from, keep_to)`` are kept."""
+
+    start: int
+    size: int
+    keep_from: int
+    keep_to: int
+
+
+def synthesis_windows(n_frames: int, sizes: Sequence[int], margin: int) -> list[SynthesisWindow]:
+    """Windows of the given ``sizes`` whose kept parts tile ``[0, n_frames)``, each kept frame at
+    least ``margin`` frames from its window's edges except at the utterance's own ends.
+
+    An utterance that fits the largest size is one window, the smallest that holds it. A longer
+    one gets windows of the largest size stepping by ``largest - 2·margin`` kept frames, and a last
+    window, the smallest size that reaches from ``margin`` frames before the remainder to the end.
+    """
+    sizes = sorted(sizes)
+    largest = sizes[-1]
+    if largest <= 2 * margin:
+        raise ValueError(f"the largest window ({largest} frames) must exceed twice the margin ({margin})")
+    if n_frames <= largest:
+        return [SynthesisWindow(0, next(s for s in sizes if s >= n_frames), 0, n_frames)]
+    windows = [SynthesisWindow(0, largest, 0, largest - margin)]
+    while n_frames - windows[-1].keep_to + margin > largest:
+        start = windows[-1].keep_to - margin
+        windows.append(SynthesisWindow(start, largest, start + margin, start + largest - margin))
+    size = next(s for s in sizes if s >= n_frames - windows[-1].keep_to + margin)
+    windows.append(SynthesisWindow(n_frames - size, size, windows[-1].keep_to, n_frames))
+    return windows
+
+
 @dataclass(frozen=True)
 class ConditioningLayout:
     """How content, F0 and a speaker vector become the generator's input frames.
@@ -261,44 +326,57 @@ class Vocoder:
                    dtype: torch.dtype = torch.float32) -> list[np.ndarray]:
         """(content, f0, speaker) per utterance -> float32 waveforms of F0 frames × hop samples each.
 
-        On CPU each utterance runs alone: the convolutions already keep the cores busy on one
-        utterance, and a padded batch only adds the padding's work and masking passes over
-        every activation (measured: padded batches of four 3-5 s utterances took twice the time
-        of one-by-one, on 1 and on 2 threads). On a GPU the batch runs as one padded,
-        length-masked pass. Either way each output equals the utterance's one-at-a-time output.
+        On CPU each utterance runs alone, in windows of :data:`CPU_WINDOW_FRAMES`
+        (:func:`synthesis_windows`; the same waveform as one whole-utterance pass, to float
+        rounding). oneDNN builds new kernels for every new input length, which costs more than
+        the synthesis itself in bfloat16 (about four times) and a third of it in float32, so whole
+        utterances, nearly all of different lengths, would each pay for their own; the windows'
+        kernels are built once per process (:meth:`warm_up`). Measured on the full-size generator
+        over 1-12 s utterances, one thread: float32 0.27 s per second of audio in windows against
+        0.33 whole (0.15 against 0.21 on two threads), bfloat16 (AMX) 0.10. A padded batch does not
+        help on CPU: the convolutions already keep the cores busy on one utterance, and padding
+        adds work and masking passes (padded batches of four 3-5 s utterances took twice as long as
+        one by one). On a GPU the batch runs as one padded, length-masked pass; each output again
+        equals the utterance's one-at-a-time output.
 
         ``dtype`` other than float32 runs the generator under that autocast (the conditioning
-        frames, with their layer norms, are still built in float32). On CPU each utterance is then
-        zero-padded to a multiple of :data:`LOWER_PRECISION_BUCKET_FRAMES` and run as a length-masked
-        pass: oneDNN builds bfloat16 (AMX) kernels for every new input length, about 0.9 s per length
-        for the full-size vocoder, as long as the synthesis itself; with lengths in buckets they are
-        reused. bfloat16 on a CPU with AMX then takes about 0.3 s where float32 takes 1 s (3 s of
-        audio, one thread, warm bucket); on random full-size SSL-SAS weights its waveforms are about
-        38 dB SNR from float32's (largest sample error about 6e-4, i.e. 20 steps of 16 bits).
+        frames, with their layer norms, are still built in float32). On random full-size SSL-SAS
+        weights bfloat16 waveforms are about 38 dB SNR from float32's (largest sample error about
+        6e-4, i.e. 20 steps of 16 bits).
         """
         device = next(self.generator.parameters()).device
         lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
                            else contextlib.nullcontext())
-        if device.type == "cpu" and dtype != torch.float32:
-            waves = []
-            hop = self.generator.config.hop_length
-            for item in items:
-                frames = self.layout.frames(*item)[None]
-                n_frames = frames.shape[-1]
-                bucketed = -(-n_frames // LOWER_PRECISION_BUCKET_FRAMES) * LOWER_PRECISION_BUCKET_FRAMES
-                with lower_precision:
-                    audio = self.generator(F.pad(frames, (0, bucketed - n_frames)), torch.tensor([n_frames]))
-                waves.append(audio[0, 0, :n_frames * hop].float().numpy().astype(np.float32))
-            return waves
         if device.type == "cpu":
-            waves = []
-            for item in items:
-                frames = self.layout.frames(*item)[None]
-                with lower_precision:
-                    waves.append(self.generator(frames)[0, 0].float().numpy().astype(np.float32))
-            return waves
+            with lower_precision:
+                return [self._synthesise_in_windows(self.layout.frames(*item)) for item in items]
         hop = self.generator.config.hop_length
         frames, lengths = self.layout.batch(items)
         with lower_precision:
             audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
         return [audio[i, :int(n) * hop].numpy().astype(np.float32) for i, n in enumerate(lengths)]
+
+    def _synthesise_in_windows(self, frames: torch.Tensor, sizes: Sequence[int] = CPU_WINDOW_FRAMES) -> np.ndarray:
+        """One utterance's (channels, T) frames -> its waveform, window by window."""
+        hop = self.generator.config.hop_length
+        n_frames = frames.shape[1]
+        wave = np.empty(n_frames * hop, dtype=np.float32)
+        for window in synthesis_windows(n_frames, sizes, receptive_field_frames(self.generator.config)):
+            chunk = frames[None, :, window.start:window.start + window.size]
+            inside = chunk.shape[-1]
+            lengths = None if inside == window.size else torch.tensor([inside])
+            audio = self.generator(F.pad(chunk, (0, window.size - inside)), lengths)[0, 0]
+            kept = slice((window.keep_from - window.start) * hop, (window.keep_to - window.start) * hop)
+            wave[window.keep_from * hop:window.keep_to * hop] = audio[kept].float().numpy()
+        return wave
+
+    @torch.inference_mode()
+    def warm_up(self, dtype: torch.dtype = torch.float32) -> None:
+        """Build the CPU kernels of every window length for ``dtype`` now, once per process, so that
+        no utterance pays for them (full-size generator, one thread: about 2 s in float32, 4 s in
+        bfloat16). Nothing to do on a GPU."""
+        if next(self.generator.parameters()).device.type != "cpu":
+            return
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            for size in CPU_WINDOW_FRAMES:
+                self.generator(torch.zeros(1, self.layout.channels, size))

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from tests.reference_hifigan import Generator as ReferenceGenerator
 from voxanon.models.checkpoints import CheckpointError, fold_weight_norm, safe_load, split_ssl_sas_generator
-from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+from voxanon.models.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,
+                                    Vocoder, receptive_field_frames, synthesis_windows)
 
 SSL_SAS = {"resblock": "1", "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
            "upsample_initial_channel": 512, "resblock_kernel_sizes": [3, 7, 11],
@@ -194,3 +195,64 @@ def test_broken_weight_norm_pairs_are_named():
         fold_weight_norm({"conv_pre.weight_g": torch.ones(4, 1, 1)})
     with pytest.raises(CheckpointError, match="generator"):
         split_ssl_sas_generator({"mpd": {}})
+
+
+@pytest.mark.parametrize("n_frames", [1, 63, 64, 65, 200, 256, 257, 279, 280, 466, 467, 700, 1234])
+def test_synthesis_windows_tile_the_utterance_with_margins(n_frames):
+    margin = 23
+    windows = synthesis_windows(n_frames, CPU_WINDOW_FRAMES, margin)
+    assert windows[0].keep_from == 0 and windows[-1].keep_to == n_frames
+    for window, following in zip(windows, windows[1:]):
+        assert window.keep_to == following.keep_from
+    for window in windows:
+        assert window.size in CPU_WINDOW_FRAMES and window.start >= 0
+        assert window.keep_from < window.keep_to
+        assert window.keep_from == 0 or window.keep_from - window.start >= margin
+        assert window.keep_to == n_frames or window.start + window.size - window.keep_to >= margin
+        assert window.start + window.size <= n_frames or len(windows) == 1
+    if n_frames <= max(CPU_WINDOW_FRAMES):
+        assert windows[0].size == min(s for s in CPU_WINDOW_FRAMES if s >= n_frames)
+    with pytest.raises(ValueError, match="twice the margin"):
+        synthesis_windows(300, (32, 40), 20)
+
+
+def perturbation_reach(h: dict, n_frames: int = 120) -> float:
+    """Furthest an output sample depending on one input frame lies from it, in frames.
+
+    Zero biases and zero input elsewhere make every other activation exactly zero, so each
+    sample the frame reaches, however weakly, is non-zero (no rounding can hide it).
+    """
+    torch.manual_seed(0)
+    generator = HifiganGenerator(GeneratorConfig.from_dict(h)).double().eval()
+    for name, parameter in generator.named_parameters():
+        if name.endswith("bias"):
+            parameter.data.zero_()
+    frames = torch.zeros(1, generator.config.in_channels, n_frames, dtype=torch.float64)
+    frames[0, :, n_frames // 2] = torch.randn(generator.config.in_channels, dtype=torch.float64)
+    outputs = []  # before the tanh
+    generator.conv_post.register_forward_hook(lambda module, args, output: outputs.append(output[0, 0]))
+    with torch.no_grad():
+        generator(frames)
+    reached = torch.nonzero(outputs[0]).flatten()
+    hop = generator.config.hop_length
+    return max(n_frames // 2 - reached.min().item() / hop, (reached.max().item() + 1) / hop - n_frames // 2 - 1)
+
+
+@pytest.mark.parametrize("h", [TINY_SSL_SAS, TINY_V1_MEL, TINY_V3_MEL], ids=["ssl-sas", "v1", "v3"])
+def test_receptive_field_bounds_the_reach_of_a_perturbed_frame(h):
+    bound = receptive_field_frames(GeneratorConfig.from_dict(h))
+    reach = perturbation_reach(h)
+    assert reach <= bound <= reach + 2, (reach, bound)
+
+
+def test_windowed_synthesis_equals_one_whole_utterance_pass():
+    _, generator = reference_and_ours(TINY_SSL_SAS, seed=5)
+    vocoder = Vocoder(generator)
+    assert receptive_field_frames(generator.config) == 23
+    for n in (40, 130, 257, 610):
+        frames = torch.randn(393, n)
+        windows = synthesis_windows(n, CPU_WINDOW_FRAMES, 23)
+        assert len(windows) == (1 if n <= 256 else 2 if n < 467 else 3)
+        with torch.no_grad():
+            whole = generator(frames[None])[0, 0].numpy()
+            np.testing.assert_allclose(vocoder._synthesise_in_windows(frames), whole, atol=1e-6, rtol=0)
