@@ -48,18 +48,36 @@ def _checked_precision(stage: str, precision: str) -> str:
     return precision
 
 
-def load_model(name: str, component: str):
+def load_model(name: str, component: str, precision: str = "float32"):
     """One component of an installed model set, loaded once per process.
 
     ``content`` is the set's content encoder (SSL-SAS soft content, or bshall HuBERT-soft units
     for a ``hubert-soft`` set), ``speaker`` its ECAPA :class:`EcapaEncoder`, ``vocoder`` its
     generator with the conditioning layout it was trained on. A set need not have all three
     (``hubert-soft`` holds a content encoder only), so each stage loads just what it uses.
+
+    A ``precision`` other than float32 (content and vocoder) gives a copy whose matrix-product and
+    convolution weights are already in it (:func:`voxanon.models.precision.lower_precision_copy`),
+    cached beside the float32 model, which stays as it was.
     """
     from voxanon.models.registry import load_model_set, models_dir
 
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
+    if precision != "float32":
+        if component == "speaker":
+            raise ValueError("the speaker encoder runs in float32 only")
+        key = (str(models_dir()), name, component, _checked_precision(component, precision))
+        if key not in _loaded:
+            import torch
+
+            from voxanon.models.hifigan import Vocoder
+            from voxanon.models.precision import lower_precision_copy
+
+            model, dtype = load_model(name, component), getattr(torch, precision)
+            _loaded[key] = (Vocoder(lower_precision_copy(model.generator, dtype), model.layout)
+                            if component == "vocoder" else lower_precision_copy(model, dtype))
+        return _loaded[key]
     home = str(models_dir())
     if (home, name) not in _loaded:
         _loaded[(home, name)] = load_model_set(name)
@@ -155,7 +173,7 @@ class ContentStage(Stage):
         return [f"checkpoint:{self.models}"]
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        content = load_model(self.models, "content")
+        content = load_model(self.models, "content", self.precision)
         waves = [u.audio for u in batch]
         if self.precision == "float32":
             encoded = content.encode(waves)
@@ -222,7 +240,7 @@ class VocoderStage(Stage):
     def _vocoder(self):
         from voxanon.models.hifigan import Vocoder
 
-        vocoder = load_model(self.models, "vocoder")
+        vocoder = load_model(self.models, "vocoder", self.precision)
         if not self.layout:
             return vocoder
         return Vocoder(vocoder.generator, dataclasses.replace(vocoder.layout, **self.layout))

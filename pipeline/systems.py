@@ -86,6 +86,16 @@ def load_system_config(system: str, overrides: list[str] = ()) -> dict:
     return config
 
 
+def precision_overrides(config: dict, precision: str) -> list[str]:
+    """``STAGE.precision=VALUE`` for every stage of the system that has a precision setting."""
+    stages = [name for name in config.get("stages", [])
+              if name in STAGES and "precision" in inspect.signature(STAGES[name].__init__).parameters]
+    if not stages:
+        raise VoxanonError(f"system {config['name']!r} has no stage with a precision setting (only the neural "
+                           "content and vocoder stages have one)")
+    return [f"{name}.precision={precision}" for name in stages]
+
+
 def config_hash(config: dict) -> str:
     """Identity of everything that shapes the output (the description does not)."""
     relevant = {k: v for k, v in config.items() if k != "description"}

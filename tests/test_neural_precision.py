@@ -1,6 +1,8 @@
 """The opt-in bfloat16 precision of the content and vocoder stages, on random tiny models."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,8 @@ from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.neural_stages import ContentStage, VocoderStage, load_model
 from voxanon.pipeline.systems import build_system, load_system_config
+
+from tests.conftest import make_corpus
 
 # Measured on these tiny random models (seed 0) and the two utterances below, bfloat16 against
 # float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (HuBERT-soft units
@@ -117,7 +121,7 @@ def test_normalisations_run_in_float32_under_autocast_and_hooks_go_away():
     import torch
     from torch import nn
 
-    from voxanon.models.hubert import float32_normalisations
+    from voxanon.models.precision import float32_normalisations
 
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 8))
     x = torch.randn(3, 8)
@@ -127,6 +131,28 @@ def test_normalisations_run_in_float32_under_autocast_and_hooks_go_away():
             assert model[1](model[0](x)).dtype == torch.float32
         assert model[1](model[0](x)).dtype == torch.bfloat16
     assert not model[1]._forward_pre_hooks
+
+
+def test_lower_precision_copy_gives_autocast_outputs_bit_for_bit(voxanon_home):
+    import torch
+
+    from voxanon.models.hubert import encode_lower_precision
+    from voxanon.models.precision import lower_precision_copy
+
+    content = load_model("ssl-sas", "content")
+    lowered = load_model("ssl-sas", "content", "bfloat16")
+    assert lowered is load_model("ssl-sas", "content", "bfloat16") and lowered is not content
+    assert lowered.hubert.encoder.layers[0].attention.q_proj.weight.dtype == torch.bfloat16
+    assert lowered.hubert.encoder.layer_norm.weight.dtype == torch.float32 and lowered.W.dtype == torch.float32
+    waves = voiced_waves()
+    for a, b in zip(encode_lower_precision(content, waves), encode_lower_precision(lowered, waves)):
+        assert np.array_equal(a, b)
+    generator = load_model("ssl-sas", "vocoder").generator
+    frames = torch.randn(1, generator.config.in_channels, 40)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(generator(frames), lower_precision_copy(generator, torch.bfloat16)(frames))
+    with pytest.raises(ValueError, match="float32 only"):
+        load_model("ssl-sas", "speaker", "bfloat16")
 
 
 @pytest.mark.parametrize("stage", [ContentStage, VocoderStage])
@@ -153,3 +179,17 @@ def test_bfloat16_hubert_soft_units_are_close_to_float32(voxanon_home):
         assert approximate.dtype == np.float32 and approximate.shape == exact.shape
         assert not np.array_equal(exact, approximate)
         assert snr_db(exact, approximate) > MIN_CONTENT_SNR_DB, snr_db(exact, approximate)
+
+
+def test_anonymise_precision_option_sets_every_stage_that_has_one(voxanon_home, tmp_path, capsys):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2, seconds=0.5)
+    out = tmp_path / "out"
+    assert main(["anonymise", "--system", "resynth", "--data", str(data.path), "--out", str(out), "--workers", "1",
+                 "--quiet", "--precision", "bfloat16", "--set", "vocoder.precision=float32"]) == 0
+    config = json.loads((out / f"{data.name}_resynth" / "run.json").read_text())["config"]
+    assert config["content"]["precision"] == "bfloat16"
+    assert config["vocoder"]["precision"] == "float32"  # an explicit --set wins
+    assert "precision" not in config["speaker"] and "precision" not in config["f0"]
+    assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(out), "--quiet",
+                 "--precision", "bfloat16"]) == 2
+    assert "no stage with a precision setting" in capsys.readouterr().err

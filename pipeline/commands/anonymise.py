@@ -8,7 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.pipeline.runner import FAILURES, anonymise_set
-from voxanon.pipeline.systems import available_systems, load_system_config
+from voxanon.pipeline.systems import available_systems, load_system_config, precision_overrides
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,10 @@ def add_parser(subparsers) -> None:
                         help="worker processes (default: the number of cores)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"),
+                        help="precision of the neural stages that have the setting (content, vocoder; default: "
+                             "the recipe's, float32). bfloat16 is about 1.7x faster on CPUs with AMX, at about "
+                             "36 dB SNR against float32: not the published systems' exact output")
     parser.add_argument("--seed", type=int, help="run seed (default: the recipe's); per-utterance seeds derive from it")
     parser.add_argument("--no-resume", dest="resume", action="store_false",
                         help="redo every utterance instead of skipping verified finished ones")
@@ -52,6 +56,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     config = load_system_config(args.system, overrides)
+    if args.precision is not None:
+        config = load_system_config(args.system, precision_overrides(config, args.precision) + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     any_failed = False
     for data_path in args.data:

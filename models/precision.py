@@ -1,0 +1,47 @@
+"""Lower-precision (bfloat16) inference helpers shared by the content encoders and the vocoder.
+
+Under CPU autocast a float32 weight is cast to bfloat16 on every call, and the cast
+copies are dropped when the context ends: for HuBERT-base that is 95 M values per
+utterance, about a fifth of its bfloat16 encoding time. :func:`lower_precision_copy`
+keeps a copy whose matrix-product and convolution weights are already in the lower
+precision, so autocast has nothing to cast; since autocast rounds to the nearest
+value as ``Tensor.to`` does, its outputs are the same, bit for bit.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+from torch import nn
+
+CAST_MODULES = (nn.Linear, nn.Conv1d, nn.ConvTranspose1d)
+"""Modules whose weights autocast casts (matrix products and convolutions); norms keep float32."""
+
+
+def lower_precision_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` whose :data:`CAST_MODULES` hold ``dtype`` parameters, to run under ``dtype``
+    autocast; every other parameter (norms, centroid matrices) stays float32. ``model`` is unchanged."""
+    lowered = copy.deepcopy(model)
+    for module in lowered.modules():
+        if isinstance(module, CAST_MODULES):
+            module.to(dtype)
+    return lowered.eval()
+
+
+@contextlib.contextmanager
+def float32_normalisations(model: nn.Module):
+    """Layer and group norms of ``model`` take float32 inputs while the context lasts.
+
+    CPU autocast leaves them in the input's dtype; in float32 they add about 2.5 dB of
+    content SNR against float32 for about 13 % of the bfloat16 encoder's time (measured on
+    HuBERT-base, 5 s). The hooks are removed on exit, so a model cached for float32 use
+    is left as it was.
+    """
+    handles = [module.register_forward_pre_hook(lambda _, inputs: tuple(x.float() for x in inputs))
+               for module in model.modules() if isinstance(module, (nn.LayerNorm, nn.GroupNorm))]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
