@@ -92,6 +92,20 @@ def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return x if mask is None else x * mask
 
 
+def _conv(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
+    """``conv`` on (B, C, 1, T) channels-last activations, as a 2-D convolution of height 1.
+
+    oneDNN runs CPU convolutions on channels-last data: fed the (B, C, T) layout, it converts
+    every input and output, which took 40 % of a bfloat16 generator pass and 15 % of a float32
+    one. Kept channels-last from end to end, the activations are never converted (the same
+    values as with ``Conv1d``, to float rounding).
+    """
+    weight = conv.weight.unsqueeze(2)
+    if isinstance(conv, nn.ConvTranspose1d):
+        return F.conv_transpose2d(x, weight, conv.bias, (1, conv.stride[0]), (0, conv.padding[0]))
+    return F.conv2d(x, weight, conv.bias, (1, conv.stride[0]), (0, conv.padding[0]), (1, conv.dilation[0]))
+
+
 class ResBlock1(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilation: Sequence[int]):
         super().__init__()
@@ -102,8 +116,8 @@ class ResBlock1(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for conv1, conv2 in zip(self.convs1, self.convs2):
-            xt = conv1(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
-            xt = conv2(_masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
+            xt = _conv(conv1, _masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            xt = _conv(conv2, _masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
             x = xt + x
         return x
 
@@ -116,7 +130,7 @@ class ResBlock2(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for conv in self.convs:
-            x = conv(_masked(F.leaky_relu(x, LRELU_SLOPE), mask)) + x
+            x = _conv(conv, _masked(F.leaky_relu(x, LRELU_SLOPE), mask)) + x
         return x
 
 
@@ -141,18 +155,19 @@ class HifiganGenerator(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``lengths`` (B,) in frames marks each item's valid part of a zero-padded batch."""
+        x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # see _conv
         mask = None if lengths is None else _length_mask(lengths, x.shape[-1], x)
-        x = self.conv_pre(_masked(x, mask))
+        x = _conv(self.conv_pre, _masked(x, mask))
         for i, up in enumerate(self.ups):
-            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            x = _conv(up, _masked(F.leaky_relu(x, LRELU_SLOPE), mask))
             if lengths is not None:
                 lengths = lengths * self.config.upsample_rates[i]
                 mask = _length_mask(lengths, x.shape[-1], x)
             blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
             x = sum(block(x, mask) for block in blocks) / self.num_kernels
         # jik876 uses leaky_relu's default slope (0.01) here, not LRELU_SLOPE.
-        x = self.conv_post(_masked(F.leaky_relu(x), mask))
-        return torch.tanh(x)
+        x = _conv(self.conv_post, _masked(F.leaky_relu(x), mask))
+        return torch.tanh(x).squeeze(2).contiguous()
 
     def apply_weight_norm(self) -> None:
         """The training parametrisation (weight = g · v / ‖v‖) on every convolution."""
@@ -168,7 +183,7 @@ class HifiganGenerator(nn.Module):
 
 def _length_mask(lengths: torch.Tensor, total: int, like: torch.Tensor) -> torch.Tensor:
     positions = torch.arange(total, device=like.device)
-    return (positions[None, :] < lengths[:, None]).to(like.dtype)[:, None, :]
+    return (positions[None, :] < lengths[:, None]).to(like.dtype)[:, None, None, :]
 
 
 def receptive_field_frames(config: GeneratorConfig) -> int:

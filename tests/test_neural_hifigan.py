@@ -229,11 +229,8 @@ def perturbation_reach(h: dict, n_frames: int = 120) -> float:
             parameter.data.zero_()
     frames = torch.zeros(1, generator.config.in_channels, n_frames, dtype=torch.float64)
     frames[0, :, n_frames // 2] = torch.randn(generator.config.in_channels, dtype=torch.float64)
-    outputs = []  # before the tanh
-    generator.conv_post.register_forward_hook(lambda module, args, output: outputs.append(output[0, 0]))
     with torch.no_grad():
-        generator(frames)
-    reached = torch.nonzero(outputs[0]).flatten()
+        reached = torch.nonzero(generator(frames)[0, 0]).flatten()
     hop = generator.config.hop_length
     return max(n_frames // 2 - reached.min().item() / hop, (reached.max().item() + 1) / hop - n_frames // 2 - 1)
 
@@ -255,4 +252,4 @@ def test_windowed_synthesis_equals_one_whole_utterance_pass():
         assert len(windows) == (1 if n <= 256 else 2 if n < 467 else 3)
         with torch.no_grad():
             whole = generator(frames[None])[0, 0].numpy()
-            np.testing.assert_allclose(vocoder._synthesise_in_windows(frames), whole, atol=1e-6, rtol=0)
+            np.testing.assert_allclose(vocoder._synthesise_in_windows(frames), whole, atol=1e-5, rtol=0)
