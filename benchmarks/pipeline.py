@@ -14,38 +14,40 @@ seconds per second of audio.
    * reference: the SSL-SAS ``inference.py`` way. One process with torch's default
      threads; each utterance is read, peak-normalised and trimmed, then F0, content,
      speaker vector and generator are called on it alone under ``torch.no_grad``, and
-     the result is written. It runs in a process of its own (spawned), so nothing set up
-     for our chain reaches it.
+     the result is written. The generator is jik876's (``tests/reference_hifigan.py``:
+     plain ``Conv1d`` layers, weight norm removed) holding the model set's weights. It runs
+     in a process of its own (spawned), so nothing set up for our chain reaches it.
    * ours, 1 worker: the runner's ``process_jobs`` on the recipe's batches in this
      process (``voxanon anonymise --system resynth``).
    * ours, N workers: what ``voxanon anonymise --system resynth --workers N`` does: N
      spawned processes with one torch thread each, running the runner's own worker
      functions on batches of ``--parallel-batch-size`` utterances (1 by default, so the
      last batch of a small set does not run alone and idle the other cores).
-   * ours, N workers, bf16: the same workers with ``content.precision`` and
-     ``vocoder.precision`` set to ``bfloat16`` (opt-in, not the recipe's default). A LOWER
-     PRECISION configuration: its outputs differ from the reference's by more than float
-     rounding, so its row of signal-to-noise ratios against the reference says by how much.
+   * ours, N workers, bf16: the same workers with ``--precision bfloat16`` (content and
+     vocoder; opt-in, not the recipe's default). A LOWER PRECISION configuration: its
+     outputs differ from the reference's by more than float rounding, so its row of
+     signal-to-noise ratios against the reference says by how much.
 
-   Models are loaded (and every process warmed up) before the clock starts. The speed-up
+   Models are loaded (and every process warmed up: one utterance, and the vocoder's window
+   kernels) before the clock starts; the start-up line says how long that took. The speed-up
    is the reference's total time over ours; outputs are compared as the 16-bit WAVs all
    of them write (largest difference, and the SNR of each utterance against the reference's,
    the worst one shown). The target line says whether float32 meets the target, or bfloat16 only.
 
-Measured on the 2-CPU development machine (load average about 1-2 from other users): chain
-RTF about 0.28 in one process, reference 0.29-0.31, ours with 2 workers 0.24 (x1.23-x1.26),
-with 1 worker x1.07; on 6-10 s synthetic utterances x1.12. The reference already runs its
-convolutions and matrix products at about 130 GFLOP/s per core, near the fp32 peak; the
-workers win back only the time its second thread idles (F0, element-wise work), and two
-processes streaming large activations share the memory bandwidth. Under heavy background
-load the two-thread reference stalls and the gap widens (x2.3-x5.4 with load averages of 3-5).
+Where our float32 time goes: the vocoder runs in windows of five fixed lengths (oneDNN builds
+kernels for every new input length; the reference, meeting a new length with nearly every
+utterance, pays that each time) on channels-last activations (no layout conversions), and the
+workers win back the time the reference's second thread idles (F0, element-wise work). The
+reference's convolutions and matrix products already run near the fp32 peak of this CPU (about
+130 GFLOP/s per core), so float32 cannot reach x2: the chain's ~40 GFLOP per second of audio at
+that peak on both cores would be x1.6-1.9. bfloat16 on AMX has a higher peak.
 
-The lower-precision row (bfloat16 content and vocoder, AMX; not the default): x1.60 over the
-four rounds (RTF 0.19 against the reference's 0.30), x1.9-x2.0 in rounds 3-4 once each worker has
-built the vocoder's kernels for its length buckets (the first utterance of each 0.64 s bucket
-pays about 0.9 s), at 35.9 dB SNR against the reference (worst utterance; largest difference 792
-16-bit steps). So the x2 target is not met in float32 (x1.25 in the same run), and bfloat16 reaches
-it only in steady state, at that accuracy cost.
+Measured on the 2-CPU development machine (load average about 1-2 from other users): reference
+RTF 0.27-0.30; ours x1.18 with 1 worker, x1.32 with 2 workers (float32, output within 1 step of
+16 bits), x2.46 with 2 workers in bfloat16 (RTF 0.115; worst utterance 35.9 dB SNR against the
+reference, largest difference 792 16-bit steps); start-up 10 s (reference) and 14 s (ours, two
+processes). In one process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11,
+chain 0.23.
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
@@ -103,12 +105,32 @@ def load_wav(path: str | Path) -> np.ndarray:
 
 # ---- the reference: one utterance at a time, in its own process -------------------------------
 
+_reference_generator = []
+
+
+def reference_generator():
+    """The SSL-SAS vocoder as its ``inference.py`` runs it: jik876's ``Generator`` (plain ``Conv1d``
+    layers on (B, C, T) activations) with weight norm removed, holding the model set's weights."""
+    if not _reference_generator:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.reference_hifigan import Generator
+        from voxanon.pipeline.neural_stages import load_model
+
+        ours = load_model("ssl-sas", "vocoder").generator
+        generator = Generator(ours.config.to_dict(), ours.config.in_channels)
+        generator.remove_weight_norm()
+        generator.load_state_dict(ours.state_dict())
+        _reference_generator.append(generator.eval())
+    return _reference_generator[0]
+
+
 def reference_setup() -> int:
     import torch
 
     from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
     load_ssl_sas_models("ssl-sas")
+    reference_generator()
     return torch.get_num_threads()
 
 
@@ -121,6 +143,7 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
     from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
     content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
+    generator = reference_generator()
     for source, target in jobs:
         audio = load_audio(source, 16000).samples
         audio = audio[:len(audio) // 320 * 320]
@@ -129,7 +152,7 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
         with torch.no_grad():
             wave = torch.from_numpy(audio)[None]
             frames = vocoder.layout.frames(content(wave)[0], torch.from_numpy(f0), speaker(wave)[0])
-            output = vocoder.generator(frames[None])[0, 0].numpy()
+            output = generator(frames[None])[0, 0].numpy()
         write_wav(target, output / np.max(np.abs(output)) * 0.95, 16000)
 
 
@@ -214,7 +237,7 @@ def main() -> None:
     from voxanon.models.checkpoints import random_ssl_sas
     from voxanon.models.registry import write_model_set
     from voxanon.pipeline.runner import Job, _worker_process, process_jobs
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems import build_system, load_system_config, precision_overrides
 
     components, model_config = random_ssl_sas(args.size)
     write_model_set("ssl-sas", components, model_config, source="benchmark", random=True)
@@ -275,15 +298,26 @@ def main() -> None:
         every = jobs(run, group)
         return [every[i:i + size] for i in range(0, len(every), size)]
 
+    start_up = {}
+    began = time.perf_counter()
     reference_pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
     reference_threads = reference_pool.submit(reference_setup).result()
     reference_pool.submit(reference_anonymise, [(warm_up_source, str(work / "warm-up.wav"))]).result()
+    start_up[runs[0]] = time.perf_counter() - began
+    began = time.perf_counter()
     pools = {runs[2]: warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]), {})}
+    start_up[runs[2]] = time.perf_counter() - began
     if args.huge_pages:
+        began = time.perf_counter()
         pools[runs[3]] = warm_worker_pool(config, args.workers, jobs(runs[3], [warm_up_source]),
                                           {"THP_MEM_ALLOC_ENABLE": "1"})
-    bf16_config = load_system_config("resynth", ["content.precision=bfloat16", "vocoder.precision=bfloat16"])
+        start_up[runs[3]] = time.perf_counter() - began
+    bf16_config = load_system_config("resynth", precision_overrides(config, "bfloat16"))  # --precision bfloat16
+    began = time.perf_counter()
     pools[bf16_run] = warm_worker_pool(bf16_config, args.workers, jobs(bf16_run, [warm_up_source]), {})
+    start_up[bf16_run] = time.perf_counter() - began
+    print("start-up before the clock (spawn, imports, model load, warm-up utterance with the vocoder's window "
+          "kernels): " + ", ".join(f"{run} {seconds:.1f} s" for run, seconds in start_up.items()))
 
     def run_reference(group: list[str]):
         reference_pool.submit(reference_anonymise, [(j.source, j.out_path) for j in jobs(runs[0], group)]).result()

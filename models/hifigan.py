@@ -347,8 +347,8 @@ class Vocoder:
         the synthesis itself in bfloat16 (about four times) and a third of it in float32, so whole
         utterances, nearly all of different lengths, would each pay for their own; the windows'
         kernels are built once per process (:meth:`warm_up`). Measured on the full-size generator
-        over 1-12 s utterances, one thread: float32 0.27 s per second of audio in windows against
-        0.33 whole (0.15 against 0.21 on two threads), bfloat16 (AMX) 0.10. A padded batch does not
+        over 1-12 s utterances of new lengths, one thread: float32 0.22-0.24 s per second of audio in
+        windows against 0.27-0.34 whole, bfloat16 (AMX) 0.066. A padded batch does not
         help on CPU: the convolutions already keep the cores busy on one utterance, and padding
         adds work and masking passes (padded batches of four 3-5 s utterances took twice as long as
         one by one). On a GPU the batch runs as one padded, length-masked pass; each output again
@@ -388,8 +388,7 @@ class Vocoder:
     @torch.inference_mode()
     def warm_up(self, dtype: torch.dtype = torch.float32) -> None:
         """Build the CPU kernels of every window length for ``dtype`` now, once per process, so that
-        no utterance pays for them (full-size generator, one thread: about 2 s in float32, 4 s in
-        bfloat16). Nothing to do on a GPU."""
+        no utterance pays for them (full-size generator, one thread: about 2.5 s). Nothing to do on a GPU."""
         if next(self.generator.parameters()).device.type != "cpu":
             return
         with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):

@@ -17,7 +17,8 @@ HuBERT-base normalises its first convolution over the whole utterance (GroupNorm
 zero padding would change the features: utterances are encoded one at a time.
 
 :func:`encode_lower_precision` runs any such content encoder under bfloat16 autocast
-(about 1.5x faster on CPUs with AMX), keeping its normalisations in float32.
+(about 1.5x faster on CPUs with AMX, on a copy whose weights are already bfloat16:
+:func:`voxanon.models.precision.lower_precision_copy`), keeping its normalisations in float32.
 """
 from __future__ import annotations
 

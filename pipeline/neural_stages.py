@@ -15,12 +15,13 @@ torch and the models load lazily on the first batch, so systems that do not use 
 stages never import torch. Model sets come from the models directory
 (:mod:`voxanon.models.registry`); each process loads a set once.
 
-``precision: bfloat16`` on the content and vocoder stages (opt-in; ``float32``, the default,
-is unchanged) runs their matrix products and convolutions under bfloat16 autocast: about 1.5x
-(content) and 3x (vocoder, once its length bucket's kernels are built) faster on CPUs with AMX,
-at about 37 dB content SNR and 38 dB waveform SNR against float32 (random full-size weights;
-36 dB against the float32 reference's 16-bit output in ``benchmarks/pipeline.py``). The speaker
-stage has no such option: ECAPA is about 5 % of the chain and gained under 0.005 RTF.
+``precision: bfloat16`` on the content and vocoder stages (opt-in, ``voxanon anonymise --precision
+bfloat16``; ``float32``, the default, is unchanged) runs their matrix products and convolutions in
+bfloat16, on model copies whose weights are already bfloat16: about 1.6x (content) and 3.4x
+(vocoder) faster on CPUs with AMX, at about 37 dB content SNR and 38 dB waveform SNR against
+float32 (random full-size weights; 36 dB against the float32 reference's 16-bit output in
+``benchmarks/pipeline.py``). The speaker stage has no such option: ECAPA is about 5 % of the
+chain and gained under 0.005 RTF.
 """
 from __future__ import annotations
 
@@ -214,7 +215,7 @@ class VocoderStage(Stage):
     for vocoders trained with a layout the set's config does not record.
 
     ``precision: bfloat16`` (opt-in) runs the generator under bfloat16 autocast (conditioning frames
-    and their layer norms stay float32): about 2.5x faster than float32 on an AMX CPU; cost, against float32 on random full-size SSL-SAS weights,
+    and their layer norms stay float32): about 3.4x faster than float32 on an AMX CPU; cost, against float32 on random full-size SSL-SAS weights,
     about 38 dB waveform SNR (largest error about 6e-4 before the output peak normalisation, some 20
     steps of 16 bits). The output is float32 either way.
     """
