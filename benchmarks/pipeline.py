@@ -47,7 +47,8 @@ RTF 0.27-0.30; ours x1.18 with 1 worker, x1.32 with 2 workers (float32, output w
 16 bits), x2.46 with 2 workers in bfloat16 (RTF 0.115; worst utterance 35.9 dB SNR against the
 reference, largest difference 792 16-bit steps); start-up 10 s (reference) and 14 s (ours, two
 processes). In one process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11,
-chain 0.23.
+chain 0.23. On 6-10 s synthetic utterances (``--synthetic --rounds 3``): x1.10, x1.17 and x2.35
+(35.6 dB SNR).
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
