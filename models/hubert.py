@@ -38,8 +38,8 @@ CONV_STRIDES = (5, 2, 2, 2, 2, 2, 2)
 
 
 @dataclass(frozen=True)
-class SoftContentConfig:
-    """Backbone sizes (HuBERT-base by default) and the SSL-SAS quirk flags."""
+class HubertBackboneConfig:
+    """HuBERT backbone sizes (HuBERT-base by default), shared by both content encoders' configs."""
 
     hidden_size: int = 768
     num_layers: int = 12
@@ -48,9 +48,6 @@ class SoftContentConfig:
     conv_channels: int = 512
     pos_conv_kernel: int = 128
     pos_conv_groups: int = 16
-    n_centroids: int = 200
-    normalise_over_time: bool = True
-    replicate_last_frame: bool = True
 
     def hf_config(self):
         from transformers import HubertConfig
@@ -66,11 +63,20 @@ class SoftContentConfig:
                             feat_proj_dropout=0.0, layerdrop=0.0)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "SoftContentConfig":
+    def from_dict(cls, values: dict):
         return cls(**values)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class SoftContentConfig(HubertBackboneConfig):
+    """The backbone and the SSL-SAS centroids and quirk flags."""
+
+    n_centroids: int = 200
+    normalise_over_time: bool = True
+    replicate_last_frame: bool = True
 
     @classmethod
     def from_fairseq_state(cls, centroids: torch.Tensor, hubert: dict[str, torch.Tensor], **quirks) -> "SoftContentConfig":
@@ -88,7 +94,7 @@ class SoftContentConfig:
             raise CheckpointError(f"not a fairseq HuBERT state dict (missing {error})") from None
 
 
-def plain_hubert(config: SoftContentConfig):
+def plain_hubert(config: HubertBackboneConfig):
     """A HubertModel whose positional convolution carries a plain weight (weight norm removed)."""
     from transformers import HubertModel
 

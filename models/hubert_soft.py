@@ -20,7 +20,7 @@ Not the SSL-SAS content (200 centroids, anchors §0.1): a vocoder for these unit
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ from torch import nn
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import CheckpointError, bshall_hubert_to_hf, safe_load
-from voxanon.models.hubert import SoftContentConfig, plain_hubert
+from voxanon.models.hubert import HubertBackboneConfig, SoftContentConfig, plain_hubert
 
 UNITS_PAD_SAMPLES = (400 - 320) // 2
 LOGIT_TEMPERATURE = 0.1
@@ -39,30 +39,11 @@ CONTENT_KIND = "hubert-soft"
 
 
 @dataclass(frozen=True)
-class HubertSoftConfig:
-    """Backbone sizes (HuBERT-base by default) and the unit head."""
+class HubertSoftConfig(HubertBackboneConfig):
+    """The backbone and the unit head."""
 
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    conv_channels: int = 512
-    pos_conv_kernel: int = 128
-    pos_conv_groups: int = 16
     units_dim: int = 256
     n_labels: int = 100
-
-    def backbone(self) -> SoftContentConfig:
-        return SoftContentConfig(hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
-                                 intermediate_size=self.intermediate_size, conv_channels=self.conv_channels,
-                                 pos_conv_kernel=self.pos_conv_kernel, pos_conv_groups=self.pos_conv_groups)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "HubertSoftConfig":
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_hf_state(cls, backbone: dict[str, torch.Tensor], head: dict[str, torch.Tensor]) -> "HubertSoftConfig":
@@ -88,7 +69,7 @@ class HubertSoftEncoder(nn.Module):
     def __init__(self, config: HubertSoftConfig = HubertSoftConfig()):
         super().__init__()
         self.config = config
-        self.hubert = plain_hubert(config.backbone())
+        self.hubert = plain_hubert(config)
         self.proj = nn.Linear(config.hidden_size, config.units_dim)
         self.label_embedding = nn.Embedding(config.n_labels, config.units_dim)
 
