@@ -250,3 +250,57 @@ def empirical_calibration(tar_llr, non_llr, *, n_bins: int = 20) -> EmpiricalCal
     with np.errstate(invalid="ignore", divide="ignore"):
         fraction = np.where(counts > 0, targets / counts, np.nan)
     return EmpiricalCalibration((np.arange(n_bins) + 0.5) / n_bins, fraction, counts)
+
+
+def speaker_disjoint_splits(groups, n_folds: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Cross-validation splits in which no trial is scored by a map fitted on trials of its own speakers.
+
+    ``groups`` gives each trial's speakers: shape ``(n,)`` (one id per trial) or ``(n, k)``
+    (e.g. enrolment and test speaker). Speakers are dealt into ``n_folds`` folds (fewer when
+    there are fewer speakers), in sha256 order of their ids so that the split does not depend
+    on the trial order. A trial's fold set is the set of folds of its speakers; each distinct
+    fold set F gives one split: ``(scored, fitted)`` index arrays, ``scored`` the trials whose
+    fold set is F, ``fitted`` the trials with no speaker in any fold of F.
+    """
+    import hashlib
+
+    groups = np.asarray(groups, dtype=object)
+    if groups.ndim == 1:
+        groups = groups[:, None]
+    if groups.ndim != 2 or groups.shape[0] == 0 or groups.shape[1] == 0:
+        raise ScoreError(f"speaker groups: expected shape (n,) or (n, k) with n > 0, got {groups.shape}")
+    if n_folds < 2:
+        raise ScoreError(f"cross-validation needs at least 2 folds, got {n_folds}")
+    speakers = sorted({str(g) for g in groups.ravel()}, key=lambda s: (hashlib.sha256(s.encode()).hexdigest(), s))
+    folds = min(n_folds, len(speakers))
+    fold_of = {speaker: index % folds for index, speaker in enumerate(speakers)}
+    # One bit per fold: a trial's fold set as an integer mask.
+    masks = np.zeros(groups.shape[0], dtype=np.int64)
+    for column in groups.T:
+        masks |= np.array([1 << fold_of[str(g)] for g in column], dtype=np.int64)
+    return [(np.flatnonzero(masks == mask), np.flatnonzero((masks & mask) == 0)) for mask in np.unique(masks)]
+
+
+def cross_validated_linear_llr(scores, is_target, groups, *, n_folds: int = 5, prior: float = 0.5) -> np.ndarray:
+    """LLRs (natural log) of every trial from linear calibration fitted on other speakers' trials.
+
+    Each split of :func:`speaker_disjoint_splits` fits :func:`fit_linear_calibration` on its
+    ``fitted`` trials and applies it to its ``scored`` trials, so no trial is calibrated by a
+    map that saw it or any trial of its speakers. Raises :class:`ScoreError` when a split has
+    no target or no non-target trial to fit on (too few speakers).
+    """
+    scores = as_score_array(scores, "scores to calibrate")
+    is_target = np.asarray(is_target, dtype=bool)
+    if is_target.shape != scores.shape:
+        raise ScoreError(f"labels: expected one per score ({scores.size}), got shape {is_target.shape}")
+    if len(groups) != scores.size:
+        raise ScoreError(f"speaker groups: expected one row per score ({scores.size}), got {len(groups)}")
+    llrs = np.empty_like(scores)
+    for scored, fitted in speaker_disjoint_splits(groups, n_folds):
+        tar, non = scores[fitted][is_target[fitted]], scores[fitted][~is_target[fitted]]
+        if tar.size == 0 or non.size == 0:
+            raise ScoreError(f"speaker-disjoint calibration: {scored.size} trial(s) have no other speakers' "
+                             f"{'target' if tar.size == 0 else 'non-target'} trials to fit a map on "
+                             "(too few speakers)")
+        llrs[scored] = fit_linear_calibration(tar, non, prior=prior)(scores[scored])
+    return llrs

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from voxanon.eval.calibration import MONOTONICITY_EPSILON, sort_scores, sorted_optimal_llr
+from voxanon.eval.calibration import (MONOTONICITY_EPSILON, cross_validated_linear_llr, sort_scores,
+                                      sorted_optimal_llr)
 from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
@@ -113,3 +114,18 @@ def ece_from_lr(tar_lr, non_lr, prior_log_odds=PRIOR_LOG_ODDS_GRID) -> np.ndarra
         tar_cost = np.array([np.log2(1.0 + 1.0 / (tar_lr * o)).mean() for o in odds])
     non_cost = np.array([np.log2(1.0 + non_lr * o).mean() for o in odds])
     return prior * tar_cost + (1.0 - prior) * non_cost
+
+
+def calibrated_cllr(scores, is_target, groups, *, n_folds: int = 5) -> float:
+    """Cllr in bits of scores after linear calibration cross-validated over speakers.
+
+    For scores that are not LLRs (cosine similarities), :func:`cllr` of the raw scores says
+    little (near 1 bit whatever the discrimination); this is the Cllr an attacker reaches
+    with an affine map learnt on *other* speakers' trials (see
+    :func:`~voxanon.eval.calibration.cross_validated_linear_llr`; ``groups`` gives each
+    trial's speakers, e.g. its enrolment and test speaker). Never below :func:`min_cllr`
+    in expectation; ``calibrated_cllr - min_cllr`` is the calibration loss left.
+    """
+    is_target = np.asarray(is_target, dtype=bool)
+    llrs = cross_validated_linear_llr(scores, is_target, groups, n_folds=n_folds)
+    return cllr(llrs[is_target], llrs[~is_target])

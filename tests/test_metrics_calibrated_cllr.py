@@ -1,0 +1,64 @@
+"""Cllr after linear calibration cross-validated over speakers (issue 15 item 7)."""
+import numpy as np
+import pytest
+
+from voxanon.eval.calibration import cross_validated_linear_llr, speaker_disjoint_splits
+from voxanon.eval.cllr import calibrated_cllr, cllr, min_cllr
+from voxanon.eval.scores import ScoreError
+
+
+def gaussian_llr_trials(seed, n_speakers=40, tests_per_speaker=8, mu=3.0):
+    """Calibrated LLRs: targets N(mu, 2 mu), non-targets N(-mu, 2 mu); every enrolled speaker
+    against every test utterance, groups (enrolment speaker, test speaker)."""
+    rng = np.random.default_rng(seed)
+    test_speakers = np.repeat(np.arange(n_speakers), tests_per_speaker)
+    enrol, test = np.meshgrid(np.arange(n_speakers), test_speakers, indexing="ij")
+    enrol, test = enrol.ravel(), test.ravel()
+    is_target = enrol == test
+    llr = np.where(is_target, rng.normal(mu, np.sqrt(2 * mu), enrol.size), rng.normal(-mu, np.sqrt(2 * mu), enrol.size))
+    groups = np.stack([[f"spk{s}" for s in enrol], [f"spk{s}" for s in test]], axis=1)
+    return llr, is_target, groups
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cross_validated_calibration_recovers_the_true_cllr_of_a_scaled_scorer(seed):
+    llr, is_target, groups = gaussian_llr_trials(seed)
+    true_cllr = cllr(llr[is_target], llr[~is_target])
+    scores = 0.05 * llr + 0.6    # a cosine-like scorer: a known affine map of calibrated LLRs
+    raw = cllr(scores[is_target], scores[~is_target])
+    calibrated = calibrated_cllr(scores, is_target, groups)
+    assert abs(raw - true_cllr) > 0.3
+    assert calibrated == pytest.approx(true_cllr, abs=0.03)
+    # The affine map changes no ranking: min Cllr is that of the LLRs, and nothing beats it.
+    assert min_cllr(scores[is_target], scores[~is_target]) <= calibrated
+
+
+def test_no_trial_is_scored_by_a_map_fitted_on_its_own_speakers():
+    _, _, groups = gaussian_llr_trials(0, n_speakers=11)
+    splits = speaker_disjoint_splits(groups, n_folds=4)
+    scored_all = np.concatenate([scored for scored, _ in splits])
+    assert np.array_equal(np.sort(scored_all), np.arange(len(groups)))    # every trial scored once
+    for scored, fitted in splits:
+        assert fitted.size > 0
+        assert not set(groups[scored].ravel()) & set(groups[fitted].ravel())
+
+
+def test_calibration_does_not_use_the_scored_trials():
+    """A trial whose score alone is moved far away changes no other fold's LLRs."""
+    llr, is_target, groups = gaussian_llr_trials(1, n_speakers=12)
+    moved = llr.copy()
+    moved[0] += 1000.0
+    first = cross_validated_linear_llr(llr, is_target, groups)
+    second = cross_validated_linear_llr(moved, is_target, groups)
+    own_split = next(scored for scored, _ in speaker_disjoint_splits(groups) if 0 in scored)
+    unchanged = np.setdiff1d(np.arange(llr.size), own_split)
+    assert np.array_equal(first[own_split[own_split != 0]], second[own_split[own_split != 0]])
+    assert not np.allclose(first[unchanged], second[unchanged])   # the moved trial does fit other folds' maps
+
+
+def test_too_few_speakers_is_a_clear_error():
+    scores = np.array([0.9, 0.1, 0.2, 0.8])
+    with pytest.raises(ScoreError, match="too few speakers"):
+        calibrated_cllr(scores, [True, False, False, True], [("a", "a"), ("a", "b"), ("b", "a"), ("b", "b")])
+    with pytest.raises(ScoreError, match="one row per score"):
+        calibrated_cllr(scores, [True, False, False, True], ["a", "b"])
