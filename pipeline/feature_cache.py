@@ -6,7 +6,8 @@ recomputed, never served stale.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +53,9 @@ class CachedComputation:
 
     ``kind`` is ``"vector"`` (embeddings) or ``"text"`` (transcripts). Files whose audio
     cannot be used are collected in ``failures`` (key -> message), never dropped silently.
+    With a ``backend`` (:class:`voxanon.pipeline.ray_backend.RayBackend`) the batches run on its
+    workers, each holding its own copy of the computation (so a model loads once per worker);
+    this process alone reads and writes the cache.
     """
 
     tag: str
@@ -62,6 +66,7 @@ class CachedComputation:
     loudness_lufs: float | None = None
     failures: dict[str, str] = field(default_factory=dict)
     computed: int = 0
+    backend: object | None = None
 
     def take_failures(self, prefix: str) -> dict[str, str]:
         """The failures so far, keys prefixed (e.g. with the set and side), and forget them."""
@@ -72,6 +77,31 @@ class CachedComputation:
     @property
     def cache_tag(self) -> str:
         return self.tag if self.loudness_lufs is None else f"{self.tag}-lufs{self.loudness_lufs:g}"
+
+    def compute_batch(self, items: list[tuple[str, Path]]) -> list[tuple[str, object, str | None]]:
+        """``(key, output, None)`` for each usable file of ``items``, ``(key, None, message)`` for the others."""
+        waves, loaded, done = [], [], []
+        for key, path in items:
+            try:
+                samples = load_audio(path, self.sample_rate).samples
+            except AudioError as error:
+                done.append((key, None, str(error)))
+                continue
+            if self.loudness_lufs is not None:
+                samples = normalise_loudness(samples, self.sample_rate, self.loudness_lufs)
+            waves.append(samples)
+            loaded.append(key)
+        outputs = self.compute(waves) if waves else []
+        return done + [(key, value, None) for key, value in zip(loaded, outputs)]
+
+    def _computed_batches(self, batches: list[list[tuple[str, Path]]]):
+        if self.backend is None:
+            yield from ((batch, self.compute_batch(batch)) for batch in batches)
+            return
+        worker_copy = replace(self, backend=None, failures={}, computed=0)
+        make = functools.partial(_computation_worker, worker_copy)
+        for batch, done, error in self.backend.map_batches(make, batches):
+            yield batch, done if error is None else [(key, None, error) for key, _ in batch]
 
     def run(self, files: dict[str, Path], cache: ContentCache, desc: str) -> dict[str, object]:
         results: dict[str, object] = {}
@@ -87,23 +117,24 @@ class CachedComputation:
                 todo.append((key, digest))
             else:
                 results[key] = cached
+        digests = dict(todo)
+        batches = [[(key, files[key]) for key, _ in todo[start:start + self.batch_size]]
+                   for start in range(0, len(todo), self.batch_size)]
+        failed: dict[str, str] = {}
         with tqdm(total=len(todo), desc=desc, unit="utt", disable=None if todo else True, leave=False) as bar:
-            for start in range(0, len(todo), self.batch_size):
-                waves, loaded = [], []
-                for key, digest in todo[start:start + self.batch_size]:
-                    try:
-                        samples = load_audio(files[key], self.sample_rate).samples
-                    except AudioError as error:
-                        self.failures[key] = str(error)
+            for batch, done in self._computed_batches(batches):
+                for key, value, error in done:
+                    if error is not None:
+                        failed[key] = error
                         continue
-                    if self.loudness_lufs is not None:
-                        samples = normalise_loudness(samples, self.sample_rate, self.loudness_lufs)
-                    waves.append(samples)
-                    loaded.append((key, digest))
-                outputs = self.compute(waves) if waves else []
-                for (key, digest), value in zip(loaded, outputs):
-                    cache.put(self.cache_tag, digest, self.kind, value)
+                    cache.put(self.cache_tag, digests[key], self.kind, value)
                     results[key] = value
-                self.computed += len(loaded)
-                bar.update(len(todo[start:start + self.batch_size]))
-        return results
+                    self.computed += 1
+                bar.update(len(batch))
+        # In the files' order, whatever order the batches finished in.
+        self.failures.update({key: failed[key] for key in files if key in failed})
+        return {key: results[key] for key in files if key in results}
+
+
+def _computation_worker(computation: CachedComputation):
+    return computation.compute_batch

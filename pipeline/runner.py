@@ -193,6 +193,25 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
                 os.environ[name] = value
 
 
+class LocalBackend:
+    """Batches in this process (one worker) or in a pool of ``workers`` local processes."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, workers)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "workers": self.workers, "cpus": os.cpu_count()}
+
+    def outcomes(self, config: dict, batches: list[list[Job]], allow_pipes: bool, output_dir: Path
+                 ) -> Iterator[Outcome]:
+        if self.workers > 1 and len(batches) > 1:
+            return _run_parallel(config, batches, self.workers, allow_pipes)
+        system = build_system(config)
+        return (o for batch in batches for o in process_jobs(system, batch, allow_pipes))
+
+
 def read_journal(path: Path, current_hash: str) -> dict[str, dict]:
     """Journal entries of the current configuration; a torn last line (a kill) is ignored."""
     entries: dict[str, dict] = {}
@@ -235,13 +254,20 @@ def prepare_set(system: System, data: DataDir, work_dir: Path) -> dict:
 
 
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
-                  allow_pipes: bool = False, progress: bool = True) -> SetResult:
-    """Anonymise one data set into ``out_dir`` (see the module doc for what lands there)."""
+                  allow_pipes: bool = False, progress: bool = True, backend=None) -> SetResult:
+    """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
+
+    ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
+    :class:`voxanon.pipeline.ray_backend.RayBackend` for a cluster); whichever it is, this
+    process alone writes the journal, ``failures.tsv``, ``run.json`` and the metadata.
+    """
+    backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
     check_needs(system)
     problems = [p for p in data.validate(check_files=False, need_gender=system.needs_gender)]
     if problems:
         raise DataDirError(str(data.path or data.name), problems)
+    backend_info = backend.describe()    # joins a cluster before anything is written
     out_dir = Path(out_dir)
     config = prepare_set(system, data, out_dir / ".prepared")
     system = build_system(config)
@@ -262,7 +288,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     manifest = {
         "system": system.name, "config": config, "config_hash": current_hash,
         "data": str(data.path.resolve()) if data.path else data.name, "out": str(out_dir.resolve()),
-        "workers": workers, "versions": package_versions(),
+        "workers": backend_info["workers"], "backend": backend_info, "versions": package_versions(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
     }
     atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
@@ -271,12 +297,16 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
 
     failures: list[Outcome] = []
     audio_seconds = 0.0
-    outcomes = (_run_parallel(config, batches, workers, allow_pipes) if workers > 1 and len(batches) > 1
-                else (o for batch in batches for o in process_jobs(system, batch, allow_pipes)))
+    outcomes = backend.outcomes(config, batches, allow_pipes, wav_dir)
+    reported: set[str] = set()
     bar = tqdm(total=len(data.wav), initial=len(finished), unit="utt", desc=f"{system.name} {data.name}",
                disable=not progress, dynamic_ncols=True)
     with open(journal_path, "a", encoding="utf-8") as journal_file:
         for outcome in outcomes:
+            # A batch a lost worker had partly done may come back twice: the first report counts.
+            if outcome.utt in reported:
+                continue
+            reported.add(outcome.utt)
             if outcome.error is not None:
                 failures.append(outcome)
                 bar.write(f"FAILED {outcome.utt} [{outcome.failed_stage}]: {outcome.error}")

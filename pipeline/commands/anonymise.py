@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
+from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.runner import FAILURES, anonymise_set
 from voxanon.pipeline.systems import available_systems, load_system_config, precision_overrides
 
@@ -37,8 +38,6 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="where output sets go (default: beside each input set, as VoicePrivacy does)")
     parser.add_argument("--suffix", help="appended to each set's name (default: _<system>)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="worker processes (default: the number of cores)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
     parser.add_argument("--precision", choices=("float32", "bfloat16"),
@@ -50,11 +49,15 @@ def add_parser(subparsers) -> None:
                         help="redo every utterance instead of skipping verified finished ones")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_corpus_arguments(parser)
+    add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors "
+                                  "(default: as many as the cluster's CPUs/GPUs hold)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+                 + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
+    backend = backend_from_args(args)
     config = load_system_config(args.system, overrides)
     if args.precision is not None:
         config = load_system_config(args.system, precision_overrides(config, args.precision) + overrides)
@@ -64,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
         data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
                            speaker_regex=args.speaker_regex)
         out_root = args.out if args.out is not None else data_path.resolve().parent
-        result = anonymise_set(data, config, out_root / f"{data.name}{suffix}", workers=max(1, args.workers),
-                               resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet)
+        result = anonymise_set(data, config, out_root / f"{data.name}{suffix}",
+                               workers=args.workers or os.cpu_count() or 1,
+                               resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
+                               backend=backend)
         status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
         print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} resumed), "
               f"{status} -> {result.out_dir}", file=sys.stderr)

@@ -8,8 +8,10 @@ from pathlib import Path
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.evaluate import (add_evaluation_arguments, cache_from, load_protocol,
-                                                make_embedder, make_transcriber, print_table, write_outputs)
+                                                make_embedder, make_transcriber, print_table,
+                                                run_computations_on, write_outputs)
 from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, discover_sets, evaluate_sets
+from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import build_system, load_system_config
 
@@ -24,46 +26,55 @@ def add_parser(subparsers) -> None:
                         help="original set (data dir with enrolls and trials) or folder of VoicePrivacy sets")
     parser.add_argument("--out", type=Path, default=Path("benchmark"), metavar="DIR",
                         help="output folder: anonymised sets go to DIR/anon, the report to DIR (default ./benchmark)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
     add_evaluation_arguments(parser)
+    add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors (default: "
+                                  "as many as the cluster's CPUs/GPUs hold), for anonymisation and evaluation")
     parser.set_defaults(run=run)
 
 
 def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int,
-                             second_run: bool = False) -> list[EvaluationSet]:
+                             second_run: bool = False, *, backend=None,
+                             batch_size: int | None = None) -> list[EvaluationSet]:
     """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work).
 
     With ``second_run`` a stochastic system also anonymises the trials again with the next
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
     """
-    config = load_system_config(system)
+    config = load_system_config(system, [f"batch_size={batch_size}"] if batch_size is not None else [])
     done: dict[tuple[str, str], DataDir] = {}
 
     def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
         key = (str(data.path), suffix)
         if key not in done:
-            result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers)
+            result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers,
+                                   backend=backend)
             if not result.ok:
                 raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
                                    f"see {result.out_dir / 'failures.tsv'}")
             done[key] = read_data_dir(result.out_dir)
         return done[key]
 
-    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"])
+    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"]
+                                 + ([f"batch_size={batch_size}"] if batch_size is not None else []))
               if second_run and build_system(config).stochastic else None)
     return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll, config, ""), anonymised(s.trials, config, ""),
                           anonymised(s.trials, second, "_run2") if second else None) for s in sets]
 
 
 def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
-            allow_missing: bool) -> Evaluation:
-    """One evaluation per system, merged: the o-o (original) rows once, every system's own rows."""
+            allow_missing: bool, *, backend=None, batch_size: int | None = None) -> Evaluation:
+    """One evaluation per system, merged: the o-o (original) rows once, every system's own rows.
+
+    ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches.
+    """
     embedder = make_embedder(protocol.get("asv", {}))
     transcriber = make_transcriber(protocol.get("asr"))
+    run_computations_on(backend, batch_size, embedder, transcriber)
     merged = Evaluation([], [], {}, 0)
     for system in systems:
         anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers,
-                                              second_run=bool(protocol.get("adversary_calibration")))
+                                              second_run=bool(protocol.get("adversary_calibration")),
+                                              backend=backend, batch_size=batch_size)
         found = evaluate_sets(anonymised, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
                               allow_missing=allow_missing)
         known = {(r.set, r.system, r.condition, r.metric, r.variant) for r in merged.results}
@@ -81,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise VoxanonError("--systems: name at least one system")
     protocol = load_protocol(args.protocol, args.overrides)
     sets = discover_sets(args.data, allow_pipes=args.allow_pipes)
-    evaluation = compare(sets, systems, protocol, args.out, max(1, args.workers), cache_from(args), args.allow_missing)
+    evaluation = compare(sets, systems, protocol, args.out, args.workers or os.cpu_count() or 1, cache_from(args),
+                         args.allow_missing, backend=backend_from_args(args), batch_size=args.batch_size)
     report = write_outputs(args.out, evaluation, f"voxanon benchmark: {', '.join(systems)} ({protocol['name']})",
                            {"protocol": protocol["name"], "data": str(args.data), "systems": ", ".join(systems)})
     print_table(evaluation.results)

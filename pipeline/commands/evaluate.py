@@ -12,6 +12,7 @@ from voxanon.eval.results import Result
 from voxanon.models.registry import voxanon_home
 from voxanon.pipeline.evaluation import Evaluation, discover_sets, evaluate_sets
 from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
+from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes, read_recipe
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,19 @@ def make_transcriber(spec: str | None) -> CachedComputation | None:
     return CachedComputation(tag, transcribe, kind="text", batch_size=8)
 
 
+def run_computations_on(backend, batch_size: int | None, *computations: CachedComputation | None) -> None:
+    """Send the embedder's and transcriber's batches to ``backend`` (None: this process), ``batch_size`` each."""
+    for computation in computations:
+        if computation is not None:
+            computation.backend = backend
+            if batch_size is not None:
+                computation.batch_size = batch_size
+
+
+COMPUTATION_WORKERS_HELP = ("Ray actors computing embeddings and transcripts (default: as many as the cluster's "
+                            "CPUs/GPUs hold); the local backend computes in this process")
+
+
 def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict[str, str]) -> Path:
     """results.json/.csv/.md, plots/ and report.html; returns the report's path."""
     from voxanon.eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure, zoo_figure
@@ -146,6 +160,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, default=Path("evaluation"), metavar="DIR",
                         help="output folder (default ./evaluation)")
     add_evaluation_arguments(parser)
+    add_backend_arguments(parser, COMPUTATION_WORKERS_HELP)
     parser.set_defaults(run=run)
 
 
@@ -158,8 +173,9 @@ def run(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
-    evaluation = evaluate_sets(sets, protocol, system, embedder=make_embedder(protocol.get("asv", {})),
-                               cache=cache_from(args), asr=make_transcriber(protocol.get("asr")),
+    embedder, transcriber = make_embedder(protocol.get("asv", {})), make_transcriber(protocol.get("asr"))
+    run_computations_on(backend_from_args(args), args.batch_size, embedder, transcriber)
+    evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache_from(args), asr=transcriber,
                                allow_missing=args.allow_missing)
     report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})",
                            {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)})

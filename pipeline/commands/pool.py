@@ -32,6 +32,7 @@ SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
 
 def add_parser(subparsers) -> None:
     from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
+    from voxanon.pipeline.ray_backend import add_backend_arguments
 
     parser = subparsers.add_parser(
         "pool", help="build, import or inspect a speaker-vector pool (B1 pseudo-speakers)",
@@ -50,6 +51,8 @@ def add_parser(subparsers) -> None:
                             "build without utterances whose audio cannot be used (listed) instead of failing")
     build.add_argument("--speaker-level-only", action="store_true",
                        help="do not keep the utterance vectors (smaller pool; no PLDA affinity)")
+    add_backend_arguments(build, "Ray actors embedding utterances (default: as many as the cluster's CPUs/GPUs "
+                                 "hold); the local backend embeds in this process")
     build.set_defaults(run=run_build)
 
     imported = actions.add_parser(
@@ -79,10 +82,13 @@ def add_parser(subparsers) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
+    from voxanon.pipeline.ray_backend import backend_from_args
 
+    backend = backend_from_args(args)
     data_dirs, sex = read_labelled_data_dirs(args.data)
     cache = cache_from_option(args.cache)
-    embeddings = embed_data_dirs(data_dirs, args.models, cache, allow_failures=args.allow_failures)
+    embeddings = embed_data_dirs(data_dirs, args.models, cache, allow_failures=args.allow_failures,
+                                 backend=backend, batch_size=args.batch_size)
     pool = pool_from_utterances(embeddings.vectors, embeddings.utt2spk, sex,
                                 keep_utterances=not args.speaker_level_only)
     directory = asset_dir("pools", args.out)
