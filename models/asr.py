@@ -195,31 +195,40 @@ class WhisperASR:
 
 
 class SpeechBrainASR:
-    """A SpeechBrain ``EncoderASR`` (CTC) loaded from a local directory with ``hyperparams.yaml``.
+    """A SpeechBrain ``EncoderASR`` (CTC) built by speechbrain from a local ``hyperparams.yaml``.
 
-    Utterances are sorted by length, zero-padded and decoded ``batch_size`` at a time with
-    relative lengths, as the VoicePrivacy 2024 ASR evaluation does. The hyperparameters
-    must not refer to anything online (HF_HUB_OFFLINE): a wav2vec2 ``source`` on the Hub
-    has to be in the local Hugging Face cache already.
+    For layouts voxanon does not know. The YAML is read inertly first and refused if it
+    names code outside the allow-list of :mod:`voxanon.models.speechbrain_dirs`, unless
+    ``trust_model_code``. Utterances are sorted by length, zero-padded and decoded
+    ``batch_size`` at a time with relative lengths, as the VoicePrivacy 2024 ASR evaluation
+    does. The hyperparameters must not refer to anything online (HF_HUB_OFFLINE).
     """
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", batch_size: int = 8):
+    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", batch_size: int = 8,
+                 trust_model_code: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model_dir = Path(model_dir)
         self.name = f"speechbrain:{self.model_dir.name}"
         self.batch_size = batch_size
         self.device = device
+        self.trust_model_code = trust_model_code
         self._model = self._load()
 
-    def _load(self):
+    def _checked_dir(self) -> dict:
+        from voxanon.models.speechbrain_dirs import check_model_code
+
         if not self.model_dir.is_dir():
             raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
         if not (self.model_dir / SPEECHBRAIN_HPARAMS).is_file():
             raise ASRError(f"{self.model_dir}: no {SPEECHBRAIN_HPARAMS}; expected a SpeechBrain "
                            "EncoderASR directory (hyperparams.yaml plus the checkpoints it names)")
+        return check_model_code(self.model_dir, self.trust_model_code)
+
+    def _load(self):
+        self._checked_dir()
         from speechbrain.inference.ASR import EncoderASR
 
         try:
@@ -229,6 +238,10 @@ class SpeechBrainASR:
         except Exception as error:  # hyperparams can build arbitrary objects, each with its own errors
             raise ASRError(f"{self.model_dir}: cannot load the SpeechBrain EncoderASR "
                            f"({type(error).__name__}: {error})") from None
+
+    def _transcribe_batch(self, wavs, lengths) -> list[str]:
+        words, _ = self._model.transcribe_batch(wavs, lengths)
+        return [str(text) for text in words]
 
     def transcribe(self, audio: np.ndarray) -> str:
         """Transcript of one 16 kHz mono utterance."""
@@ -249,20 +262,178 @@ class SpeechBrainASR:
                 for row, i in enumerate(block):
                     wavs[row, :len(checked[i])] = torch.from_numpy(checked[i])
                 lengths = torch.tensor([len(checked[i]) / longest for i in block])
-                words, _ = self._model.transcribe_batch(wavs, lengths)
-                for i, text in zip(block, words):
-                    transcripts[i] = str(text).strip()
+                for i, text in zip(block, self._transcribe_batch(wavs, lengths)):
+                    transcripts[i] = text.strip()
                 bar.update(len(block))
         return transcripts
 
 
+WAV2VEC2_CTC_FILES = (SPEECHBRAIN_HPARAMS, "wav2vec2.ckpt", "asr.ckpt", "tokenizer.ckpt")
+
+
+def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
+    """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN,
+    a ``ctc_lin`` output layer and a sentencepiece tokenizer."""
+    from voxanon.models.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
+
+    def target(name: str) -> str:
+        node = hparams.get(name)
+        return node.target if isinstance(node, Tagged) else ""
+    return (target("wav2vec2") in WAV2VEC2_WRAPPERS and target("enc").endswith(".Sequential")
+            and target("ctc_lin") == "speechbrain.nnet.linear.Linear"
+            and target("tokenizer") == "sentencepiece.SentencePieceProcessor")
+
+
+class Wav2Vec2CTCASR(SpeechBrainASR):
+    """``speechbrain/asr-wav2vec2-librispeech`` in voxanon's own modules; its YAML is never evaluated.
+
+    The YAML, read as data, gives the ``enc`` layer order and settings, the wav2vec2 source
+    (for its configuration, looked up offline, else read off the weights) and the CTC blank.
+    Weights: ``wav2vec2.ckpt`` (the wrapper's ``model.*`` keys), ``asr.ckpt`` (the
+    ``ModuleList [enc, ctc_lin]``: ``0.<layer>.w.*`` linear, ``0.<layer>.norm.*`` batch norm,
+    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece). Decoding is speechbrain's greedy
+    CTC: argmax over the frames within each utterance's relative length, repeats merged,
+    blanks dropped, pieces joined by sentencepiece.
+    """
+
+    def _load(self):
+        from voxanon.models.speechbrain_dirs import ModelDirError, read_hparams, require_files
+
+        if not self.model_dir.is_dir():
+            raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
+        require_files(self.model_dir, WAV2VEC2_CTC_FILES, "speechbrain wav2vec2 CTC ASR")
+        hparams = read_hparams(self.model_dir / SPEECHBRAIN_HPARAMS)
+        try:
+            return _wav2vec2_ctc_model(self.model_dir, hparams).to(self.device)
+        except ModelDirError as error:
+            raise ASRError(str(error)) from None
+
+    def _transcribe_batch(self, wavs, lengths) -> list[str]:
+        import torch
+
+        with torch.inference_mode():
+            log_probs = self._model(wavs.to(self.device), lengths.to(self.device))
+        return self._model.greedy_decode(log_probs, lengths)
+
+
+def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
+    """The ``enc`` Sequential's layers, in YAML order, with the ``asr.ckpt`` entries each one takes."""
+    import torch
+
+    from voxanon.models.speechbrain_dirs import ModelDirError, Tagged, arguments, resolve
+
+    layers, renamed = [], {}
+    children = {k: resolve(hparams, v) for k, v in enc.value.items() if k != "input_shape"} \
+        if isinstance(enc.value, dict) else {}
+    for name, node in children.items():
+        kind = node.target.rsplit(".", 1)[-1] if isinstance(node, Tagged) else ""
+        options = arguments(hparams, node) if isinstance(node, Tagged) else {}
+        index = len(layers)
+        if kind == "Linear":
+            weight = state.get(f"0.{name}.w.weight")
+            if weight is None:
+                raise ModelDirError(f"{where}: no 0.{name}.w.weight for enc layer {name!r}")
+            layers.append(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=f"0.{name}.w.bias" in state))
+            renamed.update({f"0.{name}.w.{p}": f"enc.{index}.{p}" for p in ("weight", "bias")})
+        elif kind == "BatchNorm1d":
+            weight = state.get(f"0.{name}.norm.weight")
+            if weight is None:
+                raise ModelDirError(f"{where}: no 0.{name}.norm.weight for enc layer {name!r}")
+            layers.append(_frame_batch_norm(weight.shape[0], eps=float(options.get("eps", 1e-5))))
+            renamed.update({f"0.{name}.norm.{p}": f"enc.{index}.{p}"
+                            for p in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")})
+        elif kind == "LeakyReLU":
+            layers.append(torch.nn.LeakyReLU(float(options.get("negative_slope", 0.01))))
+        elif kind == "Dropout":
+            layers.append(torch.nn.Identity())  # inference only
+        else:
+            raise ModelDirError(f"{where}: enc layer {name!r} ({getattr(node, 'tag', node)}) is not a layer "
+                                "voxanon's wav2vec2 CTC model knows (Linear, BatchNorm1d, LeakyReLU, Dropout)")
+    return layers, renamed
+
+
+def _frame_batch_norm(channels: int, eps: float):
+    import torch
+
+    class FrameBatchNorm(torch.nn.BatchNorm1d):
+        """Batch norm over the channels of (B, frames, channels), as speechbrain's BatchNorm1d."""
+
+        def forward(self, x):
+            return super().forward(x.transpose(1, 2)).transpose(1, 2)
+    return FrameBatchNorm(channels, eps=eps)
+
+
+def _wav2vec2_ctc_model(directory: Path, hparams: dict):
+    """The torch module of :class:`Wav2Vec2CTCASR` with the directory's weights."""
+    import torch
+
+    from voxanon.models.checkpoints import CheckpointError, safe_load
+    from voxanon.models.speechbrain_dirs import (ModelDirError, Tagged, arguments, entry, load_wav2vec2,
+                                                 resolve)
+
+    where = directory / SPEECHBRAIN_HPARAMS
+    wav2vec2 = load_wav2vec2(directory, hparams, entry(hparams, "wav2vec2", where))
+    asr_path = directory / "asr.ckpt"
+    state = safe_load(asr_path)
+    layers, renamed = _dnn_layers(hparams, entry(hparams, "enc", where), state, asr_path)
+    if "1.w.weight" not in state:
+        raise ModelDirError(f"{asr_path}: no 1.w.weight (ctc_lin of the ModuleList [enc, ctc_lin])")
+    renamed.update({"1.w.weight": "ctc_lin.weight", "1.w.bias": "ctc_lin.bias"})
+    unexpected = sorted(set(state) - set(renamed))
+    if unexpected:
+        raise ModelDirError(f"{asr_path}: entries the hyperparams' enc/ctc_lin do not have: {unexpected[:5]}")
+    decoding = resolve(hparams, hparams.get("decoding_function"))
+    blank = int(arguments(hparams, decoding).get("blank_id", 0)) if isinstance(decoding, Tagged) else 0
+
+    import sentencepiece
+
+    tokenizer = sentencepiece.SentencePieceProcessor()
+    try:
+        tokenizer.load(str(directory / "tokenizer.ckpt"))
+    except (OSError, RuntimeError) as error:
+        raise ModelDirError(f"{directory / 'tokenizer.ckpt'}: not a sentencepiece model ({error})") from None
+
+    class Wav2Vec2CTCModel(torch.nn.Module):
+        """wav2vec2 -> enc DNN -> ctc_lin -> log-softmax; (B, samples), relative lengths -> (B, T, V)."""
+
+        def __init__(self):
+            super().__init__()
+            self.wav2vec2 = wav2vec2
+            self.enc = torch.nn.Sequential(*layers)
+            weight = state["1.w.weight"]
+            self.ctc_lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="1.w.bias" in state)
+            self.blank = blank
+            self.tokenizer = tokenizer
+
+        def forward(self, wavs, lengths):
+            return torch.log_softmax(self.ctc_lin(self.enc(self.wav2vec2(wavs, lengths))), dim=-1)
+
+        def greedy_decode(self, log_probs, lengths) -> list[str]:
+            texts = []
+            for frames, length in zip(log_probs, lengths):
+                tokens = frames[:int(torch.round(length * log_probs.shape[1]))].argmax(dim=-1).tolist()
+                merged = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
+                texts.append(self.tokenizer.decode_ids([t for t in merged if t != self.blank]))
+            return texts
+
+    model = Wav2Vec2CTCModel()
+    try:
+        model.load_state_dict({**{f"wav2vec2.{k}": v for k, v in wav2vec2.state_dict().items()},
+                               **{renamed[k]: v for k, v in state.items()}})
+    except RuntimeError as error:
+        raise CheckpointError(f"{asr_path}: shapes do not fit: {str(error).splitlines()[0]}") from None
+    return model.eval()
+
+
 def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
-             threads: int = 0) -> SpeechRecognizer:
+             threads: int = 0, trust_model_code: bool = False) -> SpeechRecognizer:
     """The ASR model a recipe names.
 
     ``None`` or ``"whisper-tiny.en"``: the bundled Whisper tiny.en. A directory holding
     ``model.bin``: a CTranslate2 Whisper model. A directory holding ``hyperparams.yaml``:
-    a SpeechBrain EncoderASR. ``threads`` applies to Whisper on the CPU.
+    a SpeechBrain EncoderASR: the wav2vec2 CTC layout in voxanon's own modules, any other built by
+    speechbrain once its YAML passes the code allow-list (or ``trust_model_code``). ``threads``
+    applies to Whisper on the CPU.
     """
     if spec is None or str(spec) == DEFAULT_ASR:
         return WhisperASR(threads=threads, device=device)
@@ -274,5 +445,9 @@ def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
     if (path / "model.bin").is_file():
         return WhisperASR(path, threads=threads, device=device)
     if (path / SPEECHBRAIN_HPARAMS).is_file():
-        return SpeechBrainASR(path, device=device)
+        from voxanon.models.speechbrain_dirs import read_hparams
+
+        if is_wav2vec2_ctc_layout(read_hparams(path / SPEECHBRAIN_HPARAMS)):
+            return Wav2Vec2CTCASR(path, device=device)
+        return SpeechBrainASR(path, device=device, trust_model_code=trust_model_code)
     raise ASRError(f"{path}: neither model.bin nor {SPEECHBRAIN_HPARAMS} found; {expected}")

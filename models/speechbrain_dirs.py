@@ -1,0 +1,341 @@
+"""speechbrain model directories read without running their ``hyperparams.yaml``.
+
+A speechbrain ``hyperparams.yaml`` is a program: hyperpyyaml's ``!new:``, ``!name:``,
+``!apply:`` and ``!module:`` tags import and call any Python object, so evaluating an
+untrusted one can run anything (``!apply:os.system ["..."]``). voxanon therefore:
+
+* reads every YAML with :func:`read_hparams`, a YAML safe loader that keeps each tag as
+  inert data (:class:`Tagged`): nothing is imported or called;
+* for the layouts whose architecture it knows (ECAPA in :mod:`voxanon.models.speaker`,
+  the wav2vec2 CTC ASR in :mod:`voxanon.models.asr`, the wav2vec2 emotion classifier in
+  :mod:`voxanon.models.ser`) takes sizes and labels from that data and loads the
+  checkpoints into its own modules through :func:`voxanon.models.checkpoints.safe_load`;
+* for any other directory, which speechbrain itself must build, refuses every object tag
+  outside :data:`ALLOWED_CALLABLES` unless the user passes ``--trust-model-code``
+  (:func:`check_model_code`).
+
+The speechbrain wav2vec2 wrapper (``speechbrain.integrations.huggingface.wav2vec2.Wav2Vec2``,
+formerly ``lobes.models.huggingface_transformers`` / ``huggingface_wav2vec``) is
+reproduced here (:func:`load_wav2vec2`) because both known wav2vec2 layouts use it:
+its checkpoint ``wav2vec2.ckpt`` holds a transformers ``Wav2Vec2Model`` under the prefix
+``model.``, which loads into our wrapper key for key.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from voxanon.data_prep.errors import VoxanonError
+
+HPARAMS_FILE = "hyperparams.yaml"
+TRUST_FLAG = "--trust-model-code"
+
+WAV2VEC2_WRAPPERS = ("speechbrain.integrations.huggingface.wav2vec2.Wav2Vec2",
+                     "speechbrain.lobes.models.huggingface_transformers.wav2vec2.Wav2Vec2",
+                     "speechbrain.lobes.models.huggingface_wav2vec.HuggingFaceWav2Vec2")
+"""The names under which speechbrain releases have published the wav2vec2 wrapper."""
+
+ALLOWED_CALLABLE_PREFIXES = (
+    "torch.nn.",
+    "speechbrain.nnet.",
+    "speechbrain.lobes.features.",
+    "speechbrain.lobes.models.",
+    "speechbrain.processing.features.",
+    "speechbrain.decoders.",
+    "speechbrain.dataio.encoder.",
+    "speechbrain.integrations.huggingface.",
+)
+"""Modules of network building blocks, features, decoders and label encoders: their
+constructors build tensors and modules, they do not run commands or reach the network
+beyond what a model source names."""
+
+ALLOWED_CALLABLES = frozenset({
+    "speechbrain.utils.parameter_transfer.Pretrainer",
+    "speechbrain.utils.checkpoints.Checkpointer",
+    "speechbrain.utils.epoch_loop.EpochCounter",
+    "sentencepiece.SentencePieceProcessor",
+    "torch.manual_seed",
+})
+"""Single callables outside those modules that published inference YAMLs use."""
+
+INERT_TAGS = frozenset({"!ref", "!copy", "!tuple", "!PLACEHOLDER"})
+"""hyperpyyaml tags that only refer to or copy other entries."""
+
+CODE_TAG = re.compile(r"^!(new|name|apply|applyref|module):(.+)$")
+
+
+class ModelDirError(VoxanonError):
+    """A model directory that is missing a file or is not in the expected layout; names the file."""
+
+
+class UnsafeModelCodeError(ModelDirError):
+    """A hyperparams.yaml would import or call code outside the allow-list."""
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A YAML node carrying a tag (``!new:torch.nn.LeakyReLU``, ``!ref``, ...), kept as data."""
+
+    tag: str
+    value: object
+
+    @property
+    def target(self) -> str:
+        """The dotted name after ``!new:`` / ``!name:`` / ..., or ``""``."""
+        match = CODE_TAG.match(self.tag)
+        return match.group(2) if match else ""
+
+
+class _InertLoader(yaml.SafeLoader):
+    """yaml's safe loader, with every tag turned into a :class:`Tagged` instead of an object."""
+
+
+def _construct_tagged(loader: _InertLoader, suffix: str, node: yaml.Node) -> Tagged:
+    if isinstance(node, yaml.MappingNode):
+        value = loader.construct_mapping(node, deep=True)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_scalar(node)
+    return Tagged(f"!{suffix}", value)
+
+
+_InertLoader.add_multi_constructor("!", _construct_tagged)
+
+
+def read_hparams(path: str | Path) -> dict:
+    """The top-level mapping of a hyperparams.yaml, tags kept as :class:`Tagged` data; runs nothing."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelDirError(f"{path}: missing")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_InertLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ModelDirError(f"{path}: not readable YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise ModelDirError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _walk(value):
+    yield value
+    inner = value.value if isinstance(value, Tagged) else value
+    if isinstance(inner, dict):
+        for item in list(inner.keys()) + list(inner.values()):
+            yield from _walk(item)
+    elif isinstance(inner, list):
+        for item in inner:
+            yield from _walk(item)
+
+
+def disallowed_tags(hparams: dict) -> list[str]:
+    """Every tag of ``hparams`` that could import or call code outside the allow-list, sorted."""
+    refused = set()
+    for node in _walk(hparams):
+        if not isinstance(node, Tagged) or node.tag in INERT_TAGS:
+            continue
+        target = node.target
+        if node.tag.startswith(("!new:", "!name:")) and (
+                target in ALLOWED_CALLABLES or target.startswith(ALLOWED_CALLABLE_PREFIXES)):
+            continue
+        if node.tag.startswith("!apply:") and target in ALLOWED_CALLABLES:
+            continue
+        refused.add(node.tag)
+    return sorted(refused)
+
+
+def check_model_code(directory: str | Path, trust_model_code: bool) -> dict:
+    """The directory's hyperparams, read inertly; raises unless every code tag is allow-listed or trusted."""
+    path = Path(directory) / HPARAMS_FILE
+    hparams = read_hparams(path)
+    refused = disallowed_tags(hparams)
+    if refused and not trust_model_code:
+        shown = ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
+        raise UnsafeModelCodeError(
+            f"{path}: refers to code outside voxanon's allow-list of speechbrain/torch classes ({shown}); "
+            f"building it would run that code. Pass {TRUST_FLAG} only if you trust this model directory")
+    return hparams
+
+
+_REFERENCE = re.compile(r"<([^<>]+)>")
+
+
+def resolve(hparams: dict, value, depth: int = 0):
+    """``value`` with ``!ref``/``!copy`` references to top-level entries followed (other tags kept)."""
+    if depth > 20:
+        raise ModelDirError("hyperparams: references nested too deeply (a cycle?)")
+    if not (isinstance(value, Tagged) and value.tag in ("!ref", "!copy") and isinstance(value.value, str)):
+        return value
+    text = value.value.strip()
+    whole = _REFERENCE.fullmatch(text)
+    if whole:
+        return resolve(hparams, _lookup(hparams, whole.group(1)), depth + 1)
+
+    def substitute(match: re.Match) -> str:
+        return str(resolve(hparams, _lookup(hparams, match.group(1)), depth + 1))
+    return _REFERENCE.sub(substitute, text)
+
+
+def _lookup(hparams: dict, name: str):
+    node = hparams
+    for part in name.replace("]", "").replace("[", ".").split("."):
+        inner = node.value if isinstance(node, Tagged) else node
+        if not isinstance(inner, dict) or part not in inner:
+            raise ModelDirError(f"hyperparams: reference <{name}> names no entry")
+        node = inner[part]
+    return node
+
+
+def entry(hparams: dict, name: str, where: Path):
+    """A top-level entry with references followed; raises naming the file if absent."""
+    if name not in hparams:
+        raise ModelDirError(f"{where}: no {name!r} entry")
+    return resolve(hparams, hparams[name])
+
+
+def arguments(hparams: dict, node: Tagged) -> dict:
+    """The keyword arguments of an object tag, references followed."""
+    if not isinstance(node.value, dict):
+        return {}
+    return {key: resolve(hparams, value) for key, value in node.value.items()}
+
+
+def require_files(directory: Path, names: tuple[str, ...] | list[str], what: str) -> None:
+    if not directory.is_dir():
+        raise ModelDirError(f"{directory}: {what} directory not found")
+    for name in names:
+        if not (directory / name).is_file():
+            raise ModelDirError(f"{directory / name}: missing (a {what} directory holds {', '.join(names)})")
+
+
+# The speechbrain wav2vec2 wrapper --------------------------------------------------------------
+
+def _hf_cached(source: str, filename: str, directory: Path, save_path: str | None) -> Path | None:
+    """``filename`` of a wav2vec2 ``source``: a local folder, the model directory's speechbrain
+    ``save_path`` cache, or the Hugging Face cache; never downloaded."""
+    local = Path(source)
+    if not local.is_absolute():
+        local = directory / source if (directory / source).is_dir() else local
+    if local.is_dir():
+        return local / filename if (local / filename).is_file() else None
+    repo_folder = "models--" + source.replace("/", "--")
+    for cache in ([directory / save_path] if save_path else []):
+        snapshots = cache / repo_folder / "snapshots"
+        if snapshots.is_dir():
+            for snapshot in sorted(snapshots.iterdir()):
+                if (snapshot / filename).is_file():
+                    return snapshot / filename
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(source, filename)
+    except ValueError:  # not a valid repository id
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+STANDARD_CONV_STRIDES = (5, 2, 2, 2, 2, 2, 2)
+
+
+def wav2vec2_config_from_state(state: dict):
+    """A ``Wav2Vec2Config`` read off a ``Wav2Vec2Model`` state dict.
+
+    Shapes give every size but the number of attention heads and the layer-norm order. The
+    published wav2vec2 models follow one rule for both (base: group norm, post-norm;
+    large-lv60/960h-lv60-self/XLSR: layer norm in the feature extractor, pre-norm) and all
+    use 64-dimensional heads, which is what is assumed here.
+    """
+    from transformers import Wav2Vec2Config
+
+    try:
+        n_conv = len({k.split(".")[2] for k in state if k.startswith("feature_extractor.conv_layers.")})
+        conv_weights = [state[f"feature_extractor.conv_layers.{i}.conv.weight"] for i in range(n_conv)]
+        layer_norm_extractor = "feature_extractor.conv_layers.1.layer_norm.weight" in state
+        hidden = int(state["feature_projection.projection.weight"].shape[0])
+        n_layers = len({k.split(".")[2] for k in state if k.startswith("encoder.layers.")})
+        pos = state.get("encoder.pos_conv_embed.conv.weight",
+                        state.get("encoder.pos_conv_embed.conv.parametrizations.weight.original1",
+                                  state.get("encoder.pos_conv_embed.conv.weight_v")))
+        if pos is None:
+            raise KeyError("encoder.pos_conv_embed.conv.weight")
+        strides = STANDARD_CONV_STRIDES if n_conv == len(STANDARD_CONV_STRIDES) else (2,) * n_conv
+        return Wav2Vec2Config(
+            hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=max(1, hidden // 64),
+            intermediate_size=int(state["encoder.layers.0.feed_forward.intermediate_dense.weight"].shape[0]),
+            conv_dim=[int(w.shape[0]) for w in conv_weights], conv_kernel=[int(w.shape[2]) for w in conv_weights],
+            conv_stride=list(strides), conv_bias="feature_extractor.conv_layers.0.conv.bias" in state,
+            feat_extract_norm="layer" if layer_norm_extractor else "group",
+            do_stable_layer_norm=layer_norm_extractor,
+            num_conv_pos_embeddings=int(pos.shape[2]), num_conv_pos_embedding_groups=hidden // int(pos.shape[1]),
+            mask_time_prob=0.05 if "masked_spec_embed" in state else 0.0, mask_feature_prob=0.0)
+    except (KeyError, IndexError) as error:
+        raise ModelDirError(f"not a wav2vec2 state dict (missing {error})") from None
+
+
+def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str = "wav2vec2.ckpt"):
+    """Our copy of speechbrain's wav2vec2 wrapper, with ``directory/checkpoint`` loaded key for key."""
+    from voxanon.models.checkpoints import CheckpointError, safe_load
+
+    options = arguments(hparams, node)
+    source = str(options.get("source", ""))
+    save_path = options.get("save_path")
+    save_path = str(save_path) if isinstance(save_path, (str, Path)) else None
+    path = directory / checkpoint
+    state = safe_load(path)
+    if not isinstance(state, dict) or not any(k.startswith("model.") for k in state):
+        raise ModelDirError(f"{path}: not a speechbrain wav2vec2 checkpoint (no 'model.' keys)")
+    model_state = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    config_file = _hf_cached(source, "config.json", directory, save_path) if source else None
+    if config_file is not None:
+        from transformers import Wav2Vec2Config
+
+        config = Wav2Vec2Config.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
+    else:
+        config = wav2vec2_config_from_state(model_state)
+    preprocessor = _hf_cached(source, "preprocessor_config.json", directory, save_path) if source else None
+    normalize_wav = bool(json.loads(preprocessor.read_text(encoding="utf-8")).get("do_normalize", True)) \
+        if preprocessor is not None else True
+    module = _wav2vec2_module(config, bool(options.get("output_norm", False)), normalize_wav)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: does not fit the wav2vec2 configuration of {source or 'its shapes'}: "
+                              f"{str(error).splitlines()[0]} ...") from None
+    return module.eval()
+
+
+def _wav2vec2_module(config, output_norm: bool, normalize_wav: bool):
+    import torch
+    import torch.nn.functional as F
+    from transformers import Wav2Vec2Model
+
+    class Wav2Vec2Encoder(torch.nn.Module):
+        """(B, samples) -> (B, frames, hidden) as speechbrain's wrapper computes it in eval mode:
+        the whole padded batch layer-normed when the feature extractor normalises, a padding mask
+        from relative lengths, and the last hidden state layer-normed (no affine parameters) over
+        frames and channels when ``output_norm``."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = Wav2Vec2Model(config)
+            self.output_norm = output_norm
+            self.normalize_wav = normalize_wav
+
+        def forward(self, wav: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+            mask = None
+            if lengths is not None:
+                samples = torch.round(lengths * wav.shape[1])
+                mask = torch.arange(wav.shape[1], device=wav.device)[None] < samples[:, None]
+            if self.normalize_wav:
+                wav = F.layer_norm(wav, wav.shape[1:])
+            out = self.model(wav, attention_mask=mask).last_hidden_state
+            # Over frames and channels together, padding included, as speechbrain does.
+            return F.layer_norm(out, out.shape[1:]) if self.output_norm else out
+
+    return Wav2Vec2Encoder()

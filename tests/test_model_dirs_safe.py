@@ -1,0 +1,118 @@
+"""Model directories: YAML read as data, known layouts in our modules (parity with speechbrain), code refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from speechbrain_layouts import ASR_HPARAMS, write_asr_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
+from voxanon.models.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
+                                             read_hparams, wav2vec2_config_from_state)
+
+SIGNALS = [0.3 * np.sin(2 * np.pi * f * np.arange(n) / 16000).astype(np.float32) + 0.05 * np.cos(
+    2 * np.pi * 2.7 * f * np.arange(n) / 16000).astype(np.float32) for f, n in ((220, 16000), (530, 11000),
+                                                                             (1200, 7000))]
+
+TOUCHED = "never-run-{}"
+
+
+def os_system_yaml(marker) -> str:
+    return f'hacked: !apply:os.system ["touch {marker}"]\n'
+
+
+def test_reader_keeps_tags_as_data_and_runs_nothing(tmp_path):
+    marker = tmp_path / TOUCHED.format("reader")
+    path = tmp_path / "hyperparams.yaml"
+    path.write_text(os_system_yaml(marker) + "size: 3\nlayer: !new:torch.nn.Linear\n    in_features: !ref <size>\n")
+    hparams = read_hparams(path)
+    assert hparams["hacked"] == Tagged("!apply:os.system", [f"touch {marker}"])
+    assert hparams["layer"].target == "torch.nn.Linear"
+    assert disallowed_tags(hparams) == ["!apply:os.system"]
+    with pytest.raises(UnsafeModelCodeError, match=r"hyperparams.yaml: refers to code .*!apply:os.system"
+                                                   r".*--trust-model-code"):
+        check_model_code(tmp_path, trust_model_code=False)
+    assert check_model_code(tmp_path, trust_model_code=True)["size"] == 3
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("tag", ["!name:speechbrain.utils.superpowers.run_shell", "!module:os",
+                                 "!apply:speechbrain.nnet.linear.Linear", "!new:builtins.eval",
+                                 "!include:other.yaml"])
+def test_allow_list_refuses_code_outside_it(tmp_path, tag):
+    (tmp_path / "hyperparams.yaml").write_text(f"x: {tag} []\nok: !new:speechbrain.nnet.linear.Linear\n")
+    with pytest.raises(UnsafeModelCodeError, match=tag.split(":")[0]):
+        check_model_code(tmp_path, trust_model_code=False)
+
+
+def test_generic_encoder_asr_with_os_system_is_refused_and_never_runs(tmp_path):
+    model = tmp_path / "evil"
+    model.mkdir()
+    marker = tmp_path / TOUCHED.format("asr")
+    (model / "hyperparams.yaml").write_text(os_system_yaml(marker) + "modules: {}\n")
+    with pytest.raises(VoxanonError, match="--trust-model-code"):
+        load_asr(model)
+    with pytest.raises(VoxanonError, match="--trust-model-code"):
+        SpeechBrainASR(model)
+    assert not marker.exists()
+
+
+def test_known_asr_layout_never_evaluates_its_yaml(tmp_path):
+    marker = tmp_path / TOUCHED.format("known")
+    # The known layout plus a hostile entry: loading it into our modules must not run the entry.
+    model = write_asr_dir(tmp_path / "asr", hparams=ASR_HPARAMS + os_system_yaml(marker))
+    asr = load_asr(model)
+    assert isinstance(asr, Wav2Vec2CTCASR)
+    asr.transcribe_many(SIGNALS[:1])
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def asr_dir(tmp_path_factory):
+    return write_asr_dir(tmp_path_factory.mktemp("sb") / "asr-wav2vec2-librispeech")
+
+
+def test_wav2vec2_ctc_matches_speechbrain_encoder_asr(asr_dir):
+    from speechbrain.inference.ASR import EncoderASR
+
+    ours = load_asr(asr_dir)
+    assert isinstance(ours, Wav2Vec2CTCASR)
+    # The reference: speechbrain evaluates the YAML the test wrote itself.
+    reference = EncoderASR.from_hparams(source=str(asr_dir), savedir=None)
+    published = torch.load(asr_dir / "wav2vec2.ckpt")
+    assert set(reference.mods.encoder.wav2vec2.state_dict()) == set(published)
+    assert set(torch.nn.ModuleList([reference.mods.encoder.enc, reference.mods.encoder.ctc_lin]).state_dict()) \
+        == set(torch.load(asr_dir / "asr.ckpt"))
+    longest = max(len(s) for s in SIGNALS)
+    wavs = torch.zeros(len(SIGNALS), longest)
+    for row, signal in enumerate(SIGNALS):
+        wavs[row, :len(signal)] = torch.from_numpy(signal)
+    lengths = torch.tensor([len(s) / longest for s in SIGNALS])
+    with torch.inference_mode():
+        expected = reference.encode_batch(wavs, lengths)
+        got = ours._model(wavs, lengths)
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=1e-5), float((got - expected).abs().max())
+    expected_words, _ = reference.transcribe_batch(wavs, lengths)
+    assert ours.transcribe_many(SIGNALS) == [w.strip() for w in expected_words]
+    assert any(ours.transcribe_many(SIGNALS))
+
+
+def test_wav2vec2_config_read_off_the_weights_when_no_source_is_at_hand(asr_dir):
+    from speechbrain_layouts import tiny_wav2vec2_config
+
+    state = {k[len("model."):]: v for k, v in torch.load(asr_dir / "wav2vec2.ckpt").items()}
+    inferred = wav2vec2_config_from_state(state)
+    reference = tiny_wav2vec2_config(large_style=True)
+    for name in ("hidden_size", "num_hidden_layers", "intermediate_size", "conv_dim", "conv_kernel", "conv_bias",
+                 "feat_extract_norm", "do_stable_layer_norm", "num_conv_pos_embeddings",
+                 "num_conv_pos_embedding_groups"):
+        assert list(np.atleast_1d(getattr(inferred, name))) == list(np.atleast_1d(getattr(reference, name))), name
+
+
+def test_asr_dir_missing_a_file_names_it(tmp_path):
+    model = write_asr_dir(tmp_path / "asr")
+    (model / "asr.ckpt").unlink()
+    with pytest.raises(VoxanonError, match=r"asr\.ckpt: missing"):
+        load_asr(model)
