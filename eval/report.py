@@ -17,7 +17,7 @@ from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result, to_csv, to_json
 from voxanon.eval.tables import (Table, condition_groups, condition_heading, long_table, markdown,
-                                 markdown_tables_by_condition, validate_results, wide_table)
+                                 markdown_tables_by_condition, table_notes, validate_results, wide_table)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # A figure: (caption, path of a PNG file).
@@ -30,7 +30,10 @@ h1 { margin: 0 0 4px 0; font-size: 1.6em; }
 h2 { margin-top: 28px; border-bottom: 1px solid #ccc; padding-bottom: 4px; font-size: 1.25em; }
 h3 { margin: 18px 0 6px 0; font-size: 1.05em; }
 .date { color: #555; margin-bottom: 12px; }
-table { border-collapse: collapse; font-size: 0.9em; margin-bottom: 8px; }
+/* Wide tables scroll inside their own box instead of widening the page past the window. */
+.table-scroll { max-width: 100%; overflow-x: auto; margin-bottom: 8px; }
+table { border-collapse: collapse; font-size: 0.9em; }
+ul.table-notes { font-size: 0.9em; color: #333; padding-left: 20px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; white-space: nowrap; }
 th { background: #eef1f5; text-align: left; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -38,7 +41,9 @@ td.missing { color: #999; text-align: center; }
 tbody tr:nth-child(even) { background: #f8f9fb; }
 table.notes tr:nth-child(n) { background: none; }
 table.notes th { background: none; border: none; padding-right: 16px; vertical-align: top; }
-table.notes td { border: none; white-space: pre-wrap; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+table.notes td { border: none; white-space: pre-wrap; overflow-wrap: anywhere;
+                 font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+h1, h2, h3, summary { overflow-wrap: anywhere; }
 .figures { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 figure { margin: 0; max-width: 600px; flex: 1 1 480px; }
 figure img { width: 100%; height: auto; border: 1px solid #ddd; }
@@ -67,13 +72,14 @@ def _html_table(table: Table) -> str:
     head = "".join(cell("th", text, numeric) for text, numeric in zip(table.header, table.numeric))
     body = "\n".join("<tr>" + "".join(cell("td", text, numeric) for text, numeric in zip(row, table.numeric))
                      + "</tr>" for row in table.rows)
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+    return (f'<div class="table-scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n'
+            "</table></div>")
 
 
 def _html_notes(notes: Mapping[str, object]) -> str:
     rows = "\n".join(f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(str(value))}</td></tr>"
                      for key, value in notes.items())
-    return f'<table class="notes">\n{rows}\n</table>'
+    return f'<div class="table-scroll"><table class="notes">\n{rows}\n</table></div>'
 
 
 def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]], title: str, date: str,
@@ -99,6 +105,10 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
     for condition, group in condition_groups(results):
         parts.append(f"<h3>{html.escape(condition_heading(condition))}</h3>")
         parts.append(_html_table(wide_table(group, show_condition=False)))
+    table_explanations = table_notes(results)
+    if table_explanations:
+        items = "".join(f"<li>{html.escape(note)}</li>" for note in table_explanations)
+        parts.append(f'<ul class="table-notes">{items}</ul>')
     if figures:
         parts += ["<h2>Figures</h2>", '<div class="figures">']
         for caption, png in figures:

@@ -38,6 +38,7 @@ METRICS = {
     "eer": MetricStyle("EER", "asv"),
     "min_cllr": MetricStyle("Cllr min", "asv"),
     "cllr": MetricStyle("Cllr", "asv"),
+    "cllr_calibrated": MetricStyle("Cllr speaker-CV calibrated", "asv"),
     "linkability": MetricStyle("D_sys", "asv"),
     "zebra_dece": MetricStyle("D_ECE", "zebra"),
     "zebra_worst_case": MetricStyle("ZEBRA worst", "zebra"),
@@ -56,12 +57,14 @@ METRICS = {
     "wer_substitutions": MetricStyle("S", "utility", implied_condition="asr"),
     "wer_deletions": MetricStyle("D", "utility", implied_condition="asr"),
     "wer_insertions": MetricStyle("I", "utility", implied_condition="asr"),
+    "wer_reference_words": MetricStyle("words", "utility", implied_condition="asr"),
+    "uar": MetricStyle("UAR", "utility", implied_condition="ser"),
     "n_trials": MetricStyle("trials", "other"),
     "top1_speaker": MetricStyle("top-1 speaker", "asv"),
     "top1_segment": MetricStyle("top-1 segment", "asv"),
 }
 # Counts print as integers.
-COUNT_METRICS = frozenset({"n_trials", "wer_substitutions", "wer_deletions", "wer_insertions"})
+COUNT_METRICS = frozenset({"n_trials", "wer_substitutions", "wer_deletions", "wer_insertions", "wer_reference_words"})
 # The reference tools print ZEBRA numbers as %.3f, or %.e below 5e-4 (spec §6.3).
 ZEBRA_FORMATTED = frozenset({"zebra_dece", "zebra_worst_case"})
 VARIANT_ORDER = ("", "kaldi", "rocch", "speechbrain", "sweep")
@@ -224,6 +227,36 @@ def markdown(table: Table) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows)]) + "\n"
 
 
+PUBLISHED_PREFIX = "published ("
+
+
+def table_notes(results: Iterable[Result]) -> list[str]:
+    """What the Cllr columns and any published rows in these results mean, one sentence each."""
+    results = list(results)
+    metrics = {(r.metric, r.variant) for r in results}
+    notes = []
+    uncalibrated = sorted(variant for metric, variant in metrics
+                          if metric == "cllr" and variant.startswith("uncalibrated"))
+    if uncalibrated:
+        notes.append(f"Cllr {uncalibrated[0]}: Cllr of the raw scores, which are not LLRs (uncalibrated); near 1 bit "
+                     "whatever the discrimination, so it says little on its own.")
+    if any(metric == "cllr" and not variant for metric, variant in metrics):
+        notes.append("Cllr: Cllr of the scores taken as LLRs as they are (no calibration).")
+    if any(metric == "cllr_calibrated" for metric, _ in metrics):
+        notes.append("Cllr speaker-CV calibrated: Cllr after linear (logistic-regression) calibration cross-validated "
+                     "over speakers: speakers are dealt into 5 folds, and each trial (enrolment speaker, test "
+                     "speaker) is scored by a map fitted only on trials involving neither speaker's fold.")
+    if any(metric == "min_cllr" for metric, _ in metrics):
+        notes.append("Cllr min: Cllr after oracle PAV calibration on the very trials scored (the discrimination "
+                     "part; calibrated Cllr minus Cllr min is the calibration loss left).")
+    published = sorted({r.system.split(")")[0] + ")" for r in results if r.system.startswith(PUBLISHED_PREFIX)})
+    for label in published:
+        notes.append(f"Rows '{label} ...' are figures published by the challenge for its baselines (data shipped "
+                     "with voxanon, source in recipes/published/), not computed here; their a-a EER is the "
+                     "semi-informed attacker's.")
+    return notes
+
+
 def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> str:
     """The terminal table: rows (set, system), columns such as ``EER kaldi o-a (%)``."""
     return markdown(wide_table(results, digits=digits))
@@ -231,7 +264,11 @@ def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> s
 
 def markdown_tables_by_condition(results: Iterable[Result], *, digits: int | None = None) -> str:
     """One narrower table per condition, its columns titled without the condition."""
+    results = validate_results(results)
     sections = [f"### {_escape_markdown(condition_heading(condition))}\n\n"
                 + markdown(wide_table(group, show_condition=False, digits=digits))
                 for condition, group in condition_groups(results)]
+    notes = table_notes(results)
+    if notes:
+        sections.append("".join(f"- {_escape_markdown(note)}\n" for note in notes))
     return "\n".join(sections)

@@ -196,12 +196,24 @@ def pair_score_table(first: dict[str, np.ndarray], second: dict[str, np.ndarray]
                       scores.reshape(-1).astype(np.float64))
 
 
+# Scorers whose scores are LLRs; Cllr of any other scorer's raw scores is labelled uncalibrated.
+LLR_SCORERS = frozenset({"plda"})
+
+
 def results_from_metrics(set_name: str, system: str, condition: str, metrics: dict[str, object],
-                         eer_variants: Iterable[str]) -> list[Result]:
-    """Labelled records from ``compute_metrics`` output (EERs in %, Cllr/D_ECE in bits, worst case in log10)."""
+                         eer_variants: Iterable[str], *, scorer: str = "cosine",
+                         calibrated_cllr: float | None = None) -> list[Result]:
+    """Labelled records from ``compute_metrics`` output (EERs in %, Cllr/D_ECE in bits, worst case in log10).
+
+    The raw-score Cllr has variant ``uncalibrated <scorer>`` unless ``scorer`` gives LLRs;
+    ``calibrated_cllr`` (speaker-cross-validated linear calibration) is its own metric.
+    """
     rows = [Result(set_name, system, condition, "eer", v, float(metrics[f"eer_{v}"]), "%") for v in eer_variants]
+    raw_variant = "" if scorer in LLR_SCORERS else f"uncalibrated {scorer}"
+    if calibrated_cllr is not None:
+        rows.append(Result(set_name, system, condition, "cllr_calibrated", "", float(calibrated_cllr), "bits"))
     rows += [
-        Result(set_name, system, condition, "cllr", "", float(metrics["cllr"]), "bits"),
+        Result(set_name, system, condition, "cllr", raw_variant, float(metrics["cllr"]), "bits"),
         Result(set_name, system, condition, "min_cllr", "", float(metrics["min_cllr"]), "bits"),
         Result(set_name, system, condition, "linkability", "", float(metrics["linkability"]), ""),
         Result(set_name, system, condition, "zebra_dece", "", float(metrics["zebra_dece"]), "bits"),
@@ -249,7 +261,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
 
     asv = protocol.get("asv", {})
     conditions = asv.get("conditions", list(ASV_CONDITIONS))
-    plda = _fit_plda(asv, embedder, cache) if asv.get("scoring", "cosine") == "plda" else None
+    scoring = str(asv.get("scoring", "cosine"))
+    plda = _fit_plda(asv, embedder, cache) if scoring == "plda" else None
     eer_variants = asv.get("eer_variants", ["rocch"])
     results: list[Result] = []
     kept: list[SetScores] = []
@@ -285,7 +298,10 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
                             condition, left_out)
             scored_system = "original" if condition == "o-o" else system
             metrics = compute_metrics(tar, non)
-            results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants)
+            calibrated = _calibrated_cllr(evaluation, condition, tar, non, vectors[enrol_side]["enroll"],
+                                          vectors[test_side]["test"], utt2spk)
+            results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants,
+                                            scorer=scoring, calibrated_cllr=calibrated)
             kept.append(SetScores(evaluation.name, scored_system, condition, tar, non))
         by_condition = {s.condition: s for s in kept if s.set_name == evaluation.name}
         if protocol.get("relative"):
@@ -314,10 +330,47 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
                            "fix them, or pass --allow-missing to evaluate without them")
     for key, message in failures.items():
         log.warning("left out %s: %s", key, message)
+    if asr is not None:
+        from voxanon.eval.averages import pooled_asr_results
+        results += pooled_asr_results(results)
     if protocol.get("weighted_averages"):
         from voxanon.eval.averages import weighted_averages
         results += weighted_averages(results)
+    if protocol.get("name") == "vpc2024":
+        from voxanon.eval.published import load_published, published_beside
+        results += published_beside(results, load_published("vpc2024"))
     return Evaluation(results, kept, matrices, embedder.computed + (asr.computed if asr else 0))
+
+
+def scored_trial_speakers(trials, enrolled: set[str], tests: set[str], utt2spk: dict[str, str]
+                          ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(enrolment speaker, test speaker) of the target and non-target trials that
+    :func:`cosine_trial_scores` / :func:`plda_trial_scores` score, in the same order."""
+    tar, non = [], []
+    for trial in trials:
+        if trial.enrol_speaker in enrolled and trial.test_utt in tests:
+            (tar if trial.target else non).append((trial.enrol_speaker, utt2spk[trial.test_utt]))
+    return tar, non
+
+
+def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray, non: np.ndarray,
+                     enrol_vectors: dict, test_vectors: dict, utt2spk: dict[str, str]) -> float:
+    """Cllr after linear calibration cross-validated over speakers: the folds deal out speakers, and a
+    trial (enrolment speaker, test speaker) is scored by a map fitted on trials that involve neither
+    speaker's fold. NaN, with a warning, when there are too few speakers for such folds."""
+    from voxanon.eval.cllr import calibrated_cllr
+    from voxanon.eval.scores import ScoreError
+
+    enrolled = set(enrolment_vectors(enrol_vectors, evaluation.enroll_utts, utt2spk))
+    tar_groups, non_groups = scored_trial_speakers(evaluation.trials.trials, enrolled, set(test_vectors), utt2spk)
+    if (len(tar_groups), len(non_groups)) != (len(tar), len(non)):
+        raise VoxanonError(f"{evaluation.name} {condition}: trial speakers do not match the scored trials")
+    try:
+        return calibrated_cllr(np.concatenate((tar, non)), np.arange(len(tar) + len(non)) < len(tar),
+                               tar_groups + non_groups)
+    except ScoreError as error:
+        log.warning("%s %s: no calibrated Cllr (%s)", evaluation.name, condition, error)
+        return float("nan")
 
 
 def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr, cache, system: str,
@@ -340,7 +393,9 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
         rows += [Result(evaluation.name, label, "asr", "wer", asr.tag, wer.wer, "%"),
                  Result(evaluation.name, label, "asr", "wer_substitutions", asr.tag, float(wer.substitutions), ""),
                  Result(evaluation.name, label, "asr", "wer_deletions", asr.tag, float(wer.deletions), ""),
-                 Result(evaluation.name, label, "asr", "wer_insertions", asr.tag, float(wer.insertions), "")]
+                 Result(evaluation.name, label, "asr", "wer_insertions", asr.tag, float(wer.insertions), ""),
+                 Result(evaluation.name, label, "asr", "wer_reference_words", asr.tag, float(wer.n_reference_words),
+                        "")]
     if "o" in rates and "a" in rates:
         rows.append(Result(evaluation.name, system, "asr", "wer_increase", asr.tag, rates["a"] - rates["o"], "%"))
     return rows

@@ -62,3 +62,36 @@ def test_too_few_speakers_is_a_clear_error():
         calibrated_cllr(scores, [True, False, False, True], [("a", "a"), ("a", "b"), ("b", "a"), ("b", "b")])
     with pytest.raises(ScoreError, match="one row per score"):
         calibrated_cllr(scores, [True, False, False, True], ["a", "b"])
+
+
+def test_evaluation_labels_raw_cllr_uncalibrated_unless_the_scorer_gives_llrs():
+    from voxanon.eval.tables import markdown_tables_by_condition
+    from voxanon.pipeline.evaluation import results_from_metrics
+
+    metrics = {"eer_rocch": 10.0, "cllr": 0.99, "min_cllr": 0.4, "linkability": 0.3, "zebra_dece": 0.2,
+               "zebra_worst_case": 1.0, "zebra_tag": "B", "n_target": 10, "n_nontarget": 90}
+    cosine = {(r.metric, r.variant): r.value for r in
+              results_from_metrics("s", "b2", "o-a", metrics, ["rocch"], scorer="cosine", calibrated_cllr=0.55)}
+    assert cosine[("cllr", "uncalibrated cosine")] == 0.99 and cosine[("cllr_calibrated", "")] == 0.55
+    plda = {(r.metric, r.variant) for r in results_from_metrics("s", "b2", "o-a", metrics, ["rocch"], scorer="plda")}
+    assert ("cllr", "") in plda and not any(metric == "cllr_calibrated" for metric, _ in plda)
+    table = markdown_tables_by_condition(
+        results_from_metrics("s", "b2", "o-a", metrics, ["rocch"], scorer="cosine", calibrated_cllr=0.55))
+    assert "Cllr uncalibrated cosine (bits)" in table and "Cllr speaker-CV calibrated (bits)" in table
+    assert "not LLRs (uncalibrated)" in table and "cross-validated over speakers" in table
+
+
+def test_scored_trial_speakers_follow_the_scored_trials():
+    from voxanon.data_prep.corpus import Trial
+    from voxanon.pipeline.evaluation import cosine_trial_scores, scored_trial_speakers
+
+    trials = [Trial("a", "a1", True), Trial("a", "b1", False), Trial("c", "a1", False), Trial("b", "b1", True),
+              Trial("b", "gone", False)]
+    utt2spk = {"a1": "a", "b1": "b", "gone": "b"}
+    rng = np.random.default_rng(0)
+    enrolment = {s: rng.normal(size=4) for s in "ab"}
+    tests = {u: rng.normal(size=4) for u in ("a1", "b1")}
+    tar, non, left_out = cosine_trial_scores(enrolment, tests, trials)
+    tar_groups, non_groups = scored_trial_speakers(trials, set(enrolment), set(tests), utt2spk)
+    assert (len(tar), len(non), left_out) == (2, 1, 2)
+    assert tar_groups == [("a", "a"), ("b", "b")] and non_groups == [("a", "b")]

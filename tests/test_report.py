@@ -242,3 +242,33 @@ def test_report_renders_in_chromium_with_its_figures(tmp_path, report):
         bottom, right = found.max(axis=0)
         region = pixels[max(top - 40, 0):bottom + 40, max(left - 60, 0):right + 20]
         assert len(np.unique(region.reshape(-1, 3), axis=0)) > 10, "figure region is uniform"
+
+
+WIDTH_PROBE = ("<script>const root = document.documentElement, box = document.querySelector('.table-scroll');"
+               "document.body.setAttribute('data-page-width', root.scrollWidth);"
+               "document.body.setAttribute('data-window-width', window.innerWidth);"
+               "document.body.setAttribute('data-widest-table', Math.max(...Array.from("
+               "document.querySelectorAll('table'), t => t.scrollWidth)));</script>")
+
+
+def wide_results():
+    """Forty numeric columns for one condition: far wider than a 1280 px window."""
+    return [Result(f"libri_test_trials_{sex}", system, "o-a", f"metric_{k:02d}_with_a_long_name", "variant", 0.123 * k,
+                   "bits") for sex in "fm" for system in ("original", "b2") for k in range(40)]
+
+
+def test_wide_tables_stay_inside_a_1280_px_window(tmp_path):
+    assert CHROMIUM.is_file(), f"{CHROMIUM} is missing; install it with `apt-get update && apt-get install chromium`"
+    page = write_report(tmp_path / "out", wide_results(), [], "wide", notes={"data": "/a/" + "long_path_" * 40})
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+    finished = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                               "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
+                               f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,800", "--dump-dom",
+                               probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    found = {name: int(value) for name, value in
+             __import__("re").findall(r'data-(page-width|window-width|widest-table)="(\d+)"', finished.stdout)}
+    assert found["window-width"] == 1280, found
+    assert found["widest-table"] > 1280, found       # the table really is wider than the window ...
+    assert found["page-width"] <= 1280, found        # ... yet the page is not: the table scrolls in its box
