@@ -4,6 +4,7 @@ Each action is one ``add_<action>_parser(actions)`` function listed in :data:`AC
 adding an action is writing such a function and listing it.
 
 * ``train vocoder``: HiFi-GAN for an SSL-SAS-layout model set (:mod:`voxanon.pipeline.vocoder_training`).
+* ``train asv``: the VoicePrivacy 2024 ECAPA-TDNN attacker on (anonymised) data (:mod:`voxanon.pipeline.asv_training`).
 """
 from __future__ import annotations
 
@@ -84,11 +85,39 @@ def add_vocoder_parser(actions) -> None:
     parser.set_defaults(run=run_vocoder)
 
 
-ACTIONS = (add_vocoder_parser, add_sex_flow_parser)
+def add_asv_parser(actions) -> None:
+    parser = actions.add_parser(
+        "asv", help="train an ECAPA-TDNN speaker model (the VoicePrivacy 2024 semi-informed attacker)",
+        description="Train speechbrain's ECAPA-TDNN speaker classifier (AAM softmax) on Kaldi data directories, "
+                    "typically anonymised LibriSpeech train-clean-360, with the VoicePrivacy 2024 ASV_eval^anon "
+                    "settings as defaults (recipes/training/asv_ecapa.yaml: 80 Fbank + sentence mean norm, "
+                    "random 3 s chunks, channels 512x4/1536, 192-d, margin 0.2 scale 30, Adam lr 0.01 wd 2e-6, "
+                    "cyclic LR base 1e-8 step 65000, batch 256, 10 epochs, seed 1986); change any with --set. "
+                    "MODEL_DIR gets speechbrain's EncoderClassifier layout (hyperparams.yaml, "
+                    "embedding_model.ckpt, classifier.ckpt, label_encoder.txt) and training.json with the "
+                    "training data's identity. A rerun resumes from the latest checkpoint.")
+    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
+                        help="training set: a Kaldi data directory or a folder of audio files (repeatable; a "
+                             "speaker id shared by two sets is one speaker)")
+    parser.add_argument("--out", required=True, type=Path, metavar="MODEL_DIR", help="model folder")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a training setting, value read as YAML (e.g. num_utt=20, "
+                             "channels=[256,256,256,256,768], number_of_epochs=20); repeatable")
+    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda[:N]")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="auto: bf16 autocast on a GPU that has it, else fp16 with gradient scaling; fp32 on CPU")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="data-loading processes (default: 0 on the CPU, 8 on a GPU)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_corpus_arguments(parser)
+    parser.set_defaults(run=run_asv)
+
+
+ACTIONS = (add_vocoder_parser, add_sex_flow_parser, add_asv_parser)
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="train models (vocoder, sex-flow)",
+    parser = subparsers.add_parser("train", help="train models (vocoder, sex-flow, asv)",
                                    description="Train the models that the neural anonymisation systems use.")
     actions = parser.add_subparsers(dest="train_command", metavar="ACTION", required=True)
     for add_action in ACTIONS:
@@ -126,4 +155,31 @@ def run_vocoder(args: argparse.Namespace) -> int:
     if args.install:
         target = install_trained_generator(trainer, args.install)
         print(f"installed model set {args.install!r} in {target}")
+    return 0
+
+
+KALDI_FILES = ("wav.scp", "utt2spk", "spk2utt", "text", "utt2dur", "spk2gender")
+
+
+def run_asv(args: argparse.Namespace) -> int:
+    from voxanon.data_prep.corpus import read_data_dir
+    from voxanon.pipeline.asv_training import TRAINING_FILE, train_asv
+
+    # A folder with any Kaldi file is read as a data directory, so that a missing one is named.
+    sets = [read_data_dir(path, allow_pipes=args.allow_pipes) if any((path / name).is_file() for name in KALDI_FILES)
+            else load_corpus(path, speaker_level=args.speaker_level, speaker_regex=args.speaker_regex)
+            for path in args.data]
+    if args.workers is not None and args.workers < 0:
+        raise VoxanonError(f"--workers must be at least 0, got {args.workers}")
+    model_dir = train_asv(sets, args.out, device=args.device, progress=not args.quiet, set_options=args.overrides,
+                          precision=args.precision, workers=args.workers, allow_pipes=args.allow_pipes)
+    summary = json.loads((model_dir / TRAINING_FILE).read_text(encoding="utf-8"))
+    last = summary["epochs"][-1] if summary["epochs"] else None
+    metrics = "" if last is None or last["valid_accuracy"] is None else \
+        f"; last epoch valid loss {last['valid_loss']:.3f}, accuracy {last['valid_accuracy']:.3f}"
+    selection = summary["selection"]
+    print(f"asv: {summary['epochs_done']} epochs ({summary['steps']} steps) on {selection['speakers']} speakers, "
+          f"{selection['train_utterances']} training / {selection['valid_utterances']} validation utterances, "
+          f"{selection['skipped_short_utterances']} too short{metrics}; model in {model_dir} "
+          f"(--set asv.encoder=ecapa:{model_dir})")
     return 0

@@ -1,0 +1,720 @@
+"""``voxanon train asv``: an ECAPA-TDNN speaker model trained on (anonymised) Kaldi data directories.
+
+This is the VoicePrivacy 2024 semi-informed attacker ``ASV_eval^anon``: speechbrain's ECAPA-TDNN
+speaker classifier (:class:`voxanon.models.asv_model.SpeakerClassifier`) trained with the
+challenge's settings, which are the defaults in ``recipes/training/asv_ecapa.yaml`` (every one
+overridable). How the data are used, following the challenge's ``libri_prepare.py`` and
+``asv_dataset.py``:
+
+* selection: ``num_spk`` speakers (ALL or N drawn at random) and ``num_utt`` utterances per
+  speaker (ALL, or N: ``spk-random`` at random, ``spk-sess`` N per session, ``spk-diverse-sess``
+  N spread evenly over the speaker's sessions). The session of a LibriSpeech-style id
+  ``spk-chapter-utt`` is ``spk-chapter``; ids with fewer than three ``-`` fields make one
+  session per speaker. Every draw is seeded by (seed, speaker), so adding a set does not
+  change what was drawn for the others;
+* validation: ``round(valid_ratio * n)`` (at most n - 1) of each speaker's selected utterances
+  are held out; each epoch reports their classification loss and accuracy (the challenge
+  splits its shuffled list 90/10 overall; a per-speaker split makes every held-out utterance
+  one of a trained speaker);
+* chunks: each epoch visits every training utterance once, in a seeded order, as one random
+  ``sentence_len`` chunk (the order and chunk starts depend only on the seed and the epoch);
+  validation chunks are drawn once per utterance. Utterances shorter than a chunk are not
+  used (the challenge's code fails on them); they are listed in ``skipped.txt``. A speaker
+  left with no usable utterance, or fewer than two speakers, is an error;
+* optimisation: Adam with speechbrain's triangular ``CyclicLRScheduler`` stepped before each
+  optimiser step (batch k is taken with ``lr(k)``), batches of ``batch_size`` (the last one of
+  an epoch may be smaller, as speechbrain's loader keeps it).
+
+Output folder (speechbrain's ``EncoderClassifier`` layout; voxanon loads it as ``ecapa:DIR``):
+``hyperparams.yaml``, ``embedding_model.ckpt``, ``classifier.ckpt``, ``label_encoder.txt``
+(and ``label_encoder.ckpt``, the same file under the name speechbrain's ``Pretrainer`` looks
+for), ``training.json`` (settings, the training data's identity including each set's
+anonymisation system and ``config_hash`` from its ``run.json``, selection counts, per-epoch
+metrics; ``"status": "complete"`` once the model files are final), ``train_log.txt``,
+``skipped.txt`` and ``checkpoints/``.
+
+Checkpoints (one file, written atomically, the previous one removed afterwards) hold the
+network, optimiser, gradient scaler, step and epoch counters, the position in the epoch, the
+running epoch statistics, the metric history and the RNG state; they are written at the end
+of every epoch and every ``checkpoint_interval_minutes`` within one. A rerun resumes from the
+latest, exactly (bit for bit on the CPU), and refuses if the settings or data differ;
+``number_of_epochs`` may be raised to train further.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
+from voxanon.data_prep.errors import VoxanonError
+
+log = logging.getLogger(__name__)
+
+RECIPE = "asv_ecapa"
+CHECKPOINT_FORMAT = "voxanon-asv-training-1"
+TRAINING_FILE = "training.json"
+TRAIN_LOG = "train_log.txt"
+SKIPPED_FILE = "skipped.txt"
+CHECKPOINT_DIR = "checkpoints"
+HYPERPARAMS_FILE = "hyperparams.yaml"
+CLASSIFIER_FILE = "classifier.ckpt"
+LABEL_ENCODER_FILE = "label_encoder.txt"
+PRETRAINER_LABEL_ENCODER_FILE = "label_encoder.ckpt"
+UTT_SELECTIONS = ("spk-diverse-sess", "spk-random", "spk-sess")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# Settings that do not change the trained weights: a resumed run may differ in them.
+FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval_minutes")
+STANDARD_KERNELS, STANDARD_DILATIONS = [5, 3, 3, 3, 1], [1, 2, 3, 4, 1]
+
+
+# Settings ------------------------------------------------------------------------------------------
+
+
+def default_hparams() -> dict:
+    from voxanon.pipeline.systems import read_recipe
+
+    return read_recipe("training", RECIPE)
+
+
+def resolve_hparams(overrides: dict | None = None, set_options: list[str] = ()) -> dict:
+    """The recipe's settings, then ``overrides`` (key -> value), then ``--set key=value`` texts; checked."""
+    from voxanon.pipeline.systems import apply_overrides
+
+    defaults = default_hparams()
+    hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options))
+    unknown = sorted(set(hparams) - set(defaults))
+    if unknown:
+        raise VoxanonError(f"train asv: unknown setting(s) {', '.join(unknown)}; settings are "
+                           f"{', '.join(sorted(defaults))}")
+    check_hparams(hparams)
+    return hparams
+
+
+def _is_count(value, allow_zero: bool = False) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= (0 if allow_zero else 1)
+
+
+def check_hparams(h: dict) -> None:
+    problems = []
+    for key in ("batch_size", "n_mels", "lin_neurons", "attention_channels", "res2net_scale", "se_channels"):
+        if not _is_count(h[key]):
+            problems.append(f"{key} must be a positive integer, got {h[key]!r}")
+    if not _is_count(h["number_of_epochs"], allow_zero=True):
+        problems.append(f"number_of_epochs must be an integer >= 0, got {h['number_of_epochs']!r}")
+    for key in ("channels", "kernel_sizes", "dilations"):
+        if not (isinstance(h[key], list) and len(h[key]) == 5 and all(_is_count(v) for v in h[key])):
+            problems.append(f"{key} must be a list of 5 positive integers, got {h[key]!r}")
+    if not problems and any(c % h["res2net_scale"] for c in h["channels"][1:4]):
+        problems.append(f"channels[1:4] {h['channels'][1:4]} must be multiples of res2net_scale {h['res2net_scale']}")
+    for key in ("num_spk", "num_utt"):
+        if h[key] != "ALL" and not _is_count(h[key]):
+            problems.append(f"{key} must be ALL or a positive integer, got {h[key]!r}")
+    if h["utt_selection"] not in UTT_SELECTIONS:
+        problems.append(f"utt_selection must be one of {', '.join(UTT_SELECTIONS)}, got {h['utt_selection']!r}")
+    if not isinstance(h["valid_ratio"], (int, float)) or not 0 <= h["valid_ratio"] < 1:
+        problems.append(f"valid_ratio must lie in [0, 1), got {h['valid_ratio']!r}")
+    if h["sample_rate"] != 16000:
+        problems.append(f"sample_rate must be 16000 (speechbrain's Fbank and ECAPA front end), got {h['sample_rate']!r}")
+    for key, low in (("sentence_len", 0.1), ("step_size", 1), ("scale", 1e-9)):
+        if not isinstance(h[key], (int, float)) or isinstance(h[key], bool) or h[key] < low:
+            problems.append(f"{key} must be a number >= {low}, got {h[key]!r}")
+    for key in ("lr", "base_lr", "weight_decay", "margin", "checkpoint_interval_minutes"):
+        if not isinstance(h[key], (int, float)) or isinstance(h[key], bool) or h[key] < 0:
+            problems.append(f"{key} must be a number >= 0, got {h[key]!r}")
+    if not isinstance(h["seed"], int):
+        problems.append(f"seed must be an integer, got {h['seed']!r}")
+    if problems:
+        raise VoxanonError("train asv: " + "; ".join(problems))
+
+
+def ecapa_config(h: dict):
+    from voxanon.models.speaker import EcapaConfig
+
+    return EcapaConfig(channels=tuple(h["channels"]), lin_neurons=h["lin_neurons"], n_mels=h["n_mels"],
+                       kernel_sizes=tuple(h["kernel_sizes"]), dilations=tuple(h["dilations"]),
+                       attention_channels=h["attention_channels"], res2net_scale=h["res2net_scale"],
+                       se_channels=h["se_channels"])
+
+
+def _seeded_rng(*parts) -> np.random.Generator:
+    digest = hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+# Data ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingUtterance:
+    utt: str
+    speaker: str
+    set_name: str
+    source: str        # a file path or a ``command |`` entry
+    is_pipe: bool
+    samples: int       # length at 16 kHz
+
+
+def read_training_sets(data_dirs: list[Path | DataDir], allow_pipes: bool = False) -> list[DataDir]:
+    """Kaldi data directories (a path, or a set already read), checked: files present, ids unique across sets."""
+    sets, seen = [], {}
+    for entry in data_dirs:
+        data = entry if isinstance(entry, DataDir) else read_data_dir(Path(entry), allow_pipes=allow_pipes)
+        where = str(data.path or data.name)
+        problems = data.validate(check_files=True)
+        if problems:
+            raise DataDirError(where, problems)
+        repeated = sorted(set(data.wav) & set(seen))
+        if repeated:
+            raise VoxanonError(f"{where}: utterance id(s) {', '.join(repeated[:5])} also in {seen[repeated[0]]}; "
+                               "each utterance must be given once")
+        seen.update({utt: where for utt in data.wav})
+        sets.append(data)
+    if not sets:
+        raise VoxanonError("train asv: no data directories given")
+    return sets
+
+
+def _audio_samples(data: DataDir, utt: str, sample_rate: int, allow_pipes: bool) -> int:
+    import soundfile
+
+    from voxanon.data_prep.audio import AudioError, load_audio
+
+    if data.is_pipe(utt):
+        return len(load_audio(data.wav[utt], sample_rate, allow_pipe=allow_pipes).samples)
+    path = data.audio_path(utt)
+    try:
+        info = soundfile.info(str(path))
+    except Exception as error:  # soundfile raises several types for corrupt input
+        raise AudioError(str(path), f"unreadable audio ({type(error).__name__}: {error})") from None
+    return info.frames if info.samplerate == sample_rate else int(info.frames * sample_rate / info.samplerate)
+
+
+def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, progress: bool) -> list[TrainingUtterance]:
+    """Every utterance with its length (read from the audio headers, not ``utt2dur``); unreadable audio is an error."""
+    from tqdm import tqdm
+
+    from voxanon.data_prep.audio import AudioError
+
+    items, problems = [], []
+    total = sum(len(d.wav) for d in sets)
+    with tqdm(total=total, desc="reading audio headers", unit="utt", disable=not progress, dynamic_ncols=True) as bar:
+        for data in sets:
+            for utt in data.utterances:
+                try:
+                    samples = _audio_samples(data, utt, sample_rate, allow_pipes)
+                except AudioError as error:
+                    problems.append(f"{data.name}: {utt}: {error}")
+                else:
+                    source = data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt))
+                    items.append(TrainingUtterance(utt, data.utt2spk[utt], data.name, source, data.is_pipe(utt),
+                                                   samples))
+                bar.update(1)
+    if problems:
+        raise DataDirError("train asv: audio", problems)
+    return items
+
+
+def session_of(utt: str) -> str:
+    """``spk-chapter`` of a LibriSpeech-style ``spk-chapter-utt`` id; the whole id's speaker part otherwise."""
+    fields = utt.split("-")
+    return "-".join(fields[:-1]) if len(fields) >= 3 else ""
+
+
+def select_utterances(utt2spk: dict[str, str], h: dict) -> list[str]:
+    """The utterances the settings choose (see the module doc), sorted."""
+    by_speaker: dict[str, list[str]] = {}
+    for utt in sorted(utt2spk):
+        by_speaker.setdefault(utt2spk[utt], []).append(utt)
+    speakers = sorted(by_speaker)
+    if h["num_spk"] != "ALL":
+        if h["num_spk"] > len(speakers):
+            raise VoxanonError(f"train asv: num_spk={h['num_spk']} but the data have only {len(speakers)} speakers")
+        speakers = sorted(_seeded_rng(h["seed"], "speakers").permutation(speakers)[:h["num_spk"]].tolist())
+    chosen = []
+    for speaker in speakers:
+        utts = by_speaker[speaker]
+        if h["num_utt"] == "ALL":
+            chosen += utts
+            continue
+        n, rng = h["num_utt"], _seeded_rng(h["seed"], "utterances", speaker)
+        sessions: dict[str, list[str]] = {}
+        for utt in utts:
+            sessions.setdefault(session_of(utt), []).append(utt)
+        shuffled = {s: rng.permutation(members).tolist() for s, members in sorted(sessions.items())}
+        if h["utt_selection"] == "spk-random":
+            chosen += rng.permutation(utts)[:n].tolist()
+        elif h["utt_selection"] == "spk-sess":
+            chosen += [utt for members in shuffled.values() for utt in members[:n]]
+        else:  # spk-diverse-sess: one from each session in turn until n are chosen
+            order = rng.permutation(sorted(shuffled)).tolist()
+            picked, depth = [], 0
+            while len(picked) < min(n, len(utts)):
+                picked += [shuffled[s][depth] for s in order if depth < len(shuffled[s])][:n - len(picked)]
+                depth += 1
+            chosen += picked
+    return sorted(chosen)
+
+
+@dataclass
+class TrainingData:
+    speakers: list[str]
+    train: list[TrainingUtterance]
+    valid: list[TrainingUtterance]
+    skipped: dict[str, str]           # "set/utt" -> reason
+    sets: list[dict]                  # identity of each data set
+    digest: str
+
+    def label(self, item: TrainingUtterance) -> int:
+        return self._index[item.speaker]
+
+    def __post_init__(self):
+        self._index = {s: i for i, s in enumerate(self.speakers)}
+
+
+def data_identity(data: DataDir) -> dict:
+    """Name, place and size of a set, and the anonymisation that made it (from the runner's ``run.json``)."""
+    from voxanon.pipeline.runner import RUN_MANIFEST
+
+    entry = {"name": data.name, "path": str(data.path.resolve()) if data.path else None,
+             "utterances": len(data.wav), "speakers": len(data.speakers), "anonymisation": None}
+    manifest = data.path / RUN_MANIFEST if data.path else None
+    if manifest is not None and manifest.is_file():
+        try:
+            run = json.loads(manifest.read_text(encoding="utf-8"))
+            entry["anonymisation"] = {"system": run["system"], "config_hash": run["config_hash"],
+                                      "status": run.get("status")}
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise VoxanonError(f"{manifest}: not a voxanon run manifest ({type(error).__name__}: {error})") from None
+        if run.get("status") != "complete":
+            log.warning("%s: the anonymisation run's status is %r, not 'complete'", manifest, run.get("status"))
+    return entry
+
+
+def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False,
+                          progress: bool = True) -> TrainingData:
+    """Select, measure and split the utterances; every check on the data happens here, before anything is written."""
+    utt2spk = {utt: spk for data in sets for utt, spk in data.utt2spk.items()}
+    all_speakers = sorted(set(utt2spk.values()))
+    if len(all_speakers) < 2:
+        raise VoxanonError(f"train asv: {', '.join(str(d.path or d.name) for d in sets)}: "
+                           f"{len(all_speakers)} speaker(s) ({', '.join(all_speakers) or 'none'}); "
+                           "a speaker classifier needs at least 2")
+    chosen = set(select_utterances(utt2spk, h))
+    subsets = [data.subset([u for u in data.wav if u in chosen]) for data in sets]
+    items = scan_utterances([d for d in subsets if d.wav], h["sample_rate"], allow_pipes, progress)
+    chunk = chunk_samples(h)
+    usable = [item for item in items if item.samples >= chunk]
+    skipped = {f"{i.set_name}/{i.utt}": f"{i.samples / h['sample_rate']:.2f} s, shorter than one "
+               f"{h['sentence_len']:g} s chunk" for i in items if i.samples < chunk}
+    speakers = sorted({i.speaker for i in items})
+    left = {i.speaker for i in usable}
+    short_speakers = [s for s in speakers if s not in left]
+    if short_speakers:
+        where = {s: sorted({i.set_name for i in items if i.speaker == s}) for s in short_speakers}
+        raise VoxanonError(
+            f"train asv: {len(short_speakers)} speaker(s) have no utterance of at least one {h['sentence_len']:g} s "
+            f"chunk: " + ", ".join(f"{s} (in {', '.join(where[s])})" for s in short_speakers[:20])
+            + "; remove them, or lower sentence_len (--set sentence_len=...)")
+    if len(speakers) < 2:
+        raise VoxanonError(f"train asv: the selection keeps {len(speakers)} speaker(s); at least 2 are needed")
+    if skipped:
+        log.warning("%d utterance(s) shorter than one %g s chunk are not used (listed in %s)", len(skipped),
+                    h["sentence_len"], SKIPPED_FILE)
+    train, valid = [], []
+    by_speaker: dict[str, list[TrainingUtterance]] = {}
+    for item in usable:
+        by_speaker.setdefault(item.speaker, []).append(item)
+    for speaker, members in sorted(by_speaker.items()):
+        n_valid = min(len(members) - 1, int(round(h["valid_ratio"] * len(members))))
+        held = set(_seeded_rng(h["seed"], "valid", speaker).permutation(len(members))[:n_valid].tolist())
+        for index, item in enumerate(members):
+            (valid if index in held else train).append(item)
+    digest = hashlib.sha256(json.dumps([[i.set_name, i.utt, i.speaker, i.samples] for i in usable])
+                            .encode()).hexdigest()[:16]
+    return TrainingData(speakers=speakers, train=train, valid=valid, skipped=skipped,
+                        sets=[data_identity(d) for d in sets], digest=digest)
+
+
+def chunk_samples(h: dict) -> int:
+    return int(round(h["sentence_len"] * h["sample_rate"]))
+
+
+def read_chunk(item: TrainingUtterance, start: int, length: int, sample_rate: int, allow_pipes: bool) -> np.ndarray:
+    """``length`` samples of the utterance from ``start`` (16 kHz mono float32); only that span is decoded
+    when the file is already at the rate."""
+    import soundfile
+
+    from voxanon.data_prep.audio import load_audio
+
+    if not item.is_pipe and soundfile.info(item.source).samplerate == sample_rate:
+        data, _ = soundfile.read(item.source, start=start, frames=length, dtype="float32", always_2d=True)
+        wave = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    else:
+        wave = load_audio(item.source, sample_rate, allow_pipe=allow_pipes).samples[start:start + length]
+    if len(wave) < length:  # a resampled length can fall a sample short of the header's estimate
+        wave = np.pad(wave, (0, length - len(wave)))
+    return np.ascontiguousarray(wave, dtype=np.float32)
+
+
+def epoch_batches(n_items: int, choices: np.ndarray, batch_size: int, seed: int, epoch: int
+                  ) -> list[list[tuple[int, int]]]:
+    """(item, chunk start) batches of one epoch: a permutation and starts drawn from (seed, epoch) alone."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n_items)
+    starts = (rng.random(n_items) * choices).astype(np.int64)
+    pairs = [(int(i), int(starts[i])) for i in order]
+    return [pairs[k:k + batch_size] for k in range(0, n_items, batch_size)]
+
+
+class ChunkBatches:
+    """A map-style dataset whose items are whole batches: ``(waves (B, chunk), labels (B,))``."""
+
+    def __init__(self, items: list[TrainingUtterance], labels: list[int], batches: list[list[tuple[int, int]]],
+                 chunk: int, sample_rate: int, allow_pipes: bool):
+        self.items, self.labels, self.batches = items, labels, batches
+        self.chunk, self.sample_rate, self.allow_pipes = chunk, sample_rate, allow_pipes
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int):
+        import torch
+
+        picks = self.batches[index]
+        waves = np.stack([read_chunk(self.items[i], start, self.chunk, self.sample_rate, self.allow_pipes)
+                          for i, start in picks])
+        return torch.from_numpy(waves), torch.tensor([self.labels[i] for i, _ in picks])
+
+
+# Training ------------------------------------------------------------------------------------------
+
+
+class AsvTrainer:
+    def __init__(self, h: dict, data: TrainingData, out_dir: Path, device: str = "auto", precision: str = "auto",
+                 workers: int | None = None, allow_pipes: bool = False, progress: bool = True):
+        import torch
+
+        from voxanon.models.asv_model import SpeakerClassifier, aam_softmax_loss
+        from voxanon.pipeline.vocoder_training import resolve_device, resolve_precision
+
+        if precision not in PRECISIONS:
+            raise VoxanonError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if device not in ("auto", "cpu") and not device.startswith("cuda"):
+            raise VoxanonError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
+        self.h, self.data, self.out_dir = h, data, Path(out_dir)
+        self.device = resolve_device(device)
+        self.precision = resolve_precision(precision, self.device)
+        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        self.workers = (0 if self.device.type == "cpu" else 8) if workers is None else workers
+        self.allow_pipes, self.progress = allow_pipes, progress
+        self.chunk = chunk_samples(h)
+        torch.manual_seed(h["seed"])
+        self.model = SpeakerClassifier(ecapa_config(h), len(data.speakers)).to(self.device)
+        self.loss_fn = aam_softmax_loss(h["margin"], h["scale"])
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=h["lr"], weight_decay=h["weight_decay"])
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        self.step, self.epoch, self.position = 0, 0, 0
+        self.running = {"loss_sum": 0.0, "correct": 0, "count": 0, "seconds": 0.0}
+        self.history: list[dict] = []
+        self.train_labels = [data.label(i) for i in data.train]
+        self.choices = np.array([i.samples - self.chunk + 1 for i in data.train], dtype=np.float64)
+
+    # State -------------------------------------------------------------------------------------
+
+    def settings(self) -> dict:
+        return {"hparams": {k: v for k, v in self.h.items() if k not in FREE_SETTINGS},
+                "precision": self.precision, "data_digest": self.data.digest, "speakers": len(self.data.speakers)}
+
+    def checkpoint_paths(self) -> list[Path]:
+        folder = self.out_dir / CHECKPOINT_DIR
+        return sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
+
+    def save_checkpoint(self) -> Path:
+        import torch
+
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        state = {"format": CHECKPOINT_FORMAT, "settings": json.dumps(self.settings(), sort_keys=True),
+                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scaler": self.scaler.state_dict(), "step": self.step, "epoch": self.epoch,
+                 "position": self.position, "running": dict(self.running), "history": json.dumps(self.history),
+                 "rng": rng}
+        target = self.out_dir / CHECKPOINT_DIR / f"ckpt_{self.step:010d}_{self.epoch:04d}_{self.position:07d}.pt"
+        with atomic_path(target) as tmp:
+            torch.save(state, tmp)
+        for older in self.checkpoint_paths():
+            if older != target:
+                older.unlink(missing_ok=True)
+        return target
+
+    def resume(self) -> bool:
+        import torch
+
+        from voxanon.models.checkpoints import safe_load
+
+        paths = self.checkpoint_paths()
+        if not paths:
+            return False
+        state = safe_load(paths[-1])
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise VoxanonError(f"{paths[-1]}: not a voxanon train asv checkpoint")
+        saved, current = json.loads(state["settings"]), json.loads(json.dumps(self.settings(), sort_keys=True))
+        if saved != current:
+            differing = sorted({k for k in set(saved["hparams"]) | set(current["hparams"])
+                                if saved["hparams"].get(k) != current["hparams"].get(k)}
+                               | {k for k in ("precision", "data_digest", "speakers") if saved[k] != current[k]})
+            raise VoxanonError(f"{paths[-1]}: cannot resume, the run's {', '.join(differing)} differ(s) from the "
+                               "checkpoint's; use the same settings and data, or a new --out folder")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.position = int(state["step"]), int(state["epoch"]), int(state["position"])
+        self.running = dict(state["running"])
+        self.history = json.loads(state["history"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        log.info("resuming from %s: epoch %d, batch %d of it, step %d", paths[-1].name, self.epoch + 1,
+                 self.position, self.step)
+        return True
+
+    # Work --------------------------------------------------------------------------------------
+
+    def learning_rate(self, step: int) -> float:
+        from voxanon.models.asv_model import cyclic_learning_rate
+
+        return cyclic_learning_rate(step, self.h["base_lr"], self.h["lr"], self.h["step_size"])
+
+    def _loader(self, dataset):
+        import torch
+
+        return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.workers,
+                                           pin_memory=self.device.type == "cuda",
+                                           persistent_workers=False)
+
+    def train_epoch(self) -> None:
+        import torch
+        from tqdm import tqdm
+
+        batches = epoch_batches(len(self.data.train), self.choices, self.h["batch_size"], self.h["seed"], self.epoch)
+        dataset = ChunkBatches(self.data.train, self.train_labels, batches[self.position:], self.chunk,
+                               self.h["sample_rate"], self.allow_pipes)
+        interval = 60.0 * self.h["checkpoint_interval_minutes"]
+        last_save = time.monotonic()
+        self.model.train()
+        bar = tqdm(total=len(batches), initial=self.position, unit="batch", disable=not self.progress,
+                   desc=f"epoch {self.epoch + 1}/{self.h['number_of_epochs']}", dynamic_ncols=True)
+        started = time.monotonic()
+        for waves, labels in self._loader(dataset):
+            waves, labels = waves.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            self.step += 1
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.learning_rate(self.step)
+            cosines = self.model(waves, self.autocast_dtype)
+            loss = self.loss_fn(cosines, labels[:, None])
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.position += 1
+            count = len(labels)
+            self.running["loss_sum"] += float(loss.detach()) * count
+            self.running["correct"] += int((cosines[:, 0].argmax(dim=1) == labels).sum())
+            self.running["count"] += count
+            now = time.monotonic()
+            self.running["seconds"] += now - started
+            started = now
+            bar.update(1)
+            bar.set_postfix_str(self._postfix(), refresh=False)
+            if self.position < len(batches) and now - last_save >= interval:
+                self.save_checkpoint()
+                last_save = time.monotonic()
+                started = last_save
+        bar.close()
+
+    def _postfix(self) -> str:
+        r = self.running
+        rate = r["count"] / r["seconds"] if r["seconds"] else 0.0
+        return (f"loss {r['loss_sum'] / max(r['count'], 1):.3f}, acc {r['correct'] / max(r['count'], 1):.3f}, "
+                f"{rate:.1f} utt/s, lr {self.learning_rate(self.step):.3g}")
+
+    def validation_chunks(self) -> list[tuple[int, int]]:
+        return [(index, int(_seeded_rng(self.h["seed"], "valid-chunk", item.utt).integers(
+            item.samples - self.chunk + 1))) for index, item in enumerate(self.data.valid)]
+
+    def validate(self) -> dict:
+        import torch
+
+        if not self.data.valid:
+            return {"valid_loss": None, "valid_accuracy": None}
+        picks = self.validation_chunks()
+        batches = [picks[k:k + self.h["batch_size"]] for k in range(0, len(picks), self.h["batch_size"])]
+        dataset = ChunkBatches(self.data.valid, [self.data.label(i) for i in self.data.valid], batches, self.chunk,
+                               self.h["sample_rate"], self.allow_pipes)
+        self.model.eval()
+        loss_sum, correct = 0.0, 0
+        with torch.inference_mode():
+            for waves, labels in self._loader(dataset):
+                waves, labels = waves.to(self.device), labels.to(self.device)
+                cosines = self.model(waves, self.autocast_dtype)
+                loss_sum += float(self.loss_fn(cosines, labels[:, None])) * len(labels)
+                correct += int((cosines[:, 0].argmax(dim=1) == labels).sum())
+        self.model.train()
+        return {"valid_loss": loss_sum / len(picks), "valid_accuracy": correct / len(picks)}
+
+    def finish_epoch(self) -> dict:
+        r = self.running
+        stats = {"epoch": self.epoch + 1, "steps": self.step, "lr": self.learning_rate(self.step),
+                 "train_loss": r["loss_sum"] / max(r["count"], 1), "train_accuracy": r["correct"] / max(r["count"], 1),
+                 **self.validate(),
+                 "utterances_per_s": r["count"] / r["seconds"] if r["seconds"] else None,
+                 "seconds": r["seconds"]}
+        self.history.append(stats)
+        self.epoch += 1
+        self.position = 0
+        self.running = {"loss_sum": 0.0, "correct": 0, "count": 0, "seconds": 0.0}
+        self.save_checkpoint()
+        return stats
+
+
+# Output --------------------------------------------------------------------------------------------
+
+
+def _yaml_list(values) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def inference_hyperparams(h: dict, n_speakers: int) -> str:
+    """speechbrain ``EncoderClassifier`` hyperparameters for the saved model (the spkrec-ecapa layout)."""
+    return f"""# Written by voxanon train asv. speechbrain EncoderClassifier layout:
+#   EncoderClassifier.from_hparams(source=THIS_FOLDER) -> encode_batch(wavs) gives the 192-d (lin_neurons) vectors;
+#   voxanon evaluate ... --set asv.encoder=ecapa:THIS_FOLDER gives the same vectors.
+
+n_mels: {h['n_mels']}
+out_n_neurons: {n_speakers}
+
+compute_features: !new:speechbrain.lobes.features.Fbank
+    n_mels: !ref <n_mels>
+
+mean_var_norm: !new:speechbrain.processing.features.InputNormalization
+    norm_type: sentence
+    std_norm: False
+
+embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
+    input_size: !ref <n_mels>
+    channels: {_yaml_list(h['channels'])}
+    kernel_sizes: {_yaml_list(h['kernel_sizes'])}
+    dilations: {_yaml_list(h['dilations'])}
+    attention_channels: {h['attention_channels']}
+    res2net_scale: {h['res2net_scale']}
+    se_channels: {h['se_channels']}
+    lin_neurons: {h['lin_neurons']}
+
+classifier: !new:speechbrain.lobes.models.ECAPA_TDNN.Classifier
+    input_size: {h['lin_neurons']}
+    out_neurons: !ref <out_n_neurons>
+
+modules:
+    compute_features: !ref <compute_features>
+    mean_var_norm: !ref <mean_var_norm>
+    embedding_model: !ref <embedding_model>
+    classifier: !ref <classifier>
+
+label_encoder: !new:speechbrain.dataio.encoder.CategoricalEncoder
+
+# Files are looked up as <source>/<name>.ckpt (label_encoder.ckpt is label_encoder.txt).
+pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
+    loadables:
+        embedding_model: !ref <embedding_model>
+        classifier: !ref <classifier>
+        label_encoder: !ref <label_encoder>
+"""
+
+
+def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
+    """The speechbrain model files, each written atomically."""
+    import torch
+    from speechbrain.dataio.encoder import CategoricalEncoder
+
+    from voxanon.models.speaker import EMBEDDING_FILE
+
+    for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
+        with atomic_path(out_dir / name) as tmp:
+            torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, tmp)
+    encoder = CategoricalEncoder()
+    encoder.update_from_iterable(speakers)
+    for name in (LABEL_ENCODER_FILE, PRETRAINER_LABEL_ENCODER_FILE):
+        with atomic_path(out_dir / name) as tmp:
+            encoder.save(tmp)
+    atomic_write_text(out_dir / HYPERPARAMS_FILE, inference_hyperparams(h, len(speakers)))
+
+
+def _summary(trainer: AsvTrainer, status: str) -> dict:
+    data = trainer.data
+    return {"format": CHECKPOINT_FORMAT, "status": status, "model": "speechbrain ECAPA_TDNN + Classifier, AAM softmax",
+            "hparams": trainer.h, "precision": trainer.precision, "device": str(trainer.device),
+            "data": data.sets, "data_digest": data.digest,
+            "selection": {"speakers": len(data.speakers), "train_utterances": len(data.train),
+                          "valid_utterances": len(data.valid), "skipped_short_utterances": len(data.skipped)},
+            "epochs_done": trainer.epoch, "steps": trainer.step, "epochs": trainer.history}
+
+
+def _train_log(history: list[dict]) -> str:
+    def number(value):
+        return "n/a" if value is None else f"{value:.4g}"
+    return "".join(f"epoch: {e['epoch']}, lr: {e['lr']:.3g} - train loss: {number(e['train_loss'])}, train accuracy: "
+                   f"{number(e['train_accuracy'])} - valid loss: {number(e['valid_loss'])}, valid accuracy: "
+                   f"{number(e['valid_accuracy'])} - {number(e['utterances_per_s'])} utt/s\n" for e in history)
+
+
+def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | None = None, device: str = "auto",
+              progress: bool = True, *, set_options: list[str] = (), precision: str = "auto",
+              workers: int | None = None, allow_pipes: bool = False) -> Path:
+    """Train (or resume, or find finished) the ASV model; returns the model folder ``out_dir``.
+
+    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts.
+    Every check on the settings and data runs before anything is written.
+    """
+    out_dir = Path(out_dir)
+    h = resolve_hparams(hparams, set_options)
+    if h["kernel_sizes"] != STANDARD_KERNELS or h["dilations"] != STANDARD_DILATIONS:
+        log.warning("kernel_sizes/dilations differ from ECAPA's standard ones: speechbrain loads the model from "
+                    "hyperparams.yaml, but voxanon's ecapa:DIR loader assumes the standard ones")
+    sets = read_training_sets(data_dirs, allow_pipes)
+    data = prepare_training_data(sets, h, allow_pipes, progress)
+    trainer = AsvTrainer(h, data, out_dir, device, precision, workers, allow_pipes, progress)
+    resumed = trainer.resume()
+    if trainer.epoch > h["number_of_epochs"]:
+        raise VoxanonError(f"{out_dir}: the checkpoint has {trainer.epoch} epochs, more than number_of_epochs="
+                           f"{h['number_of_epochs']}; raise it or use a new --out folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / SKIPPED_FILE, "".join(f"{k} {v}\n" for k, v in sorted(data.skipped.items())))
+    if not resumed:
+        trainer.save_checkpoint()
+    log.info("train asv: %d speakers, %d training and %d validation utterances, %d skipped; %s, %s",
+             len(data.speakers), len(data.train), len(data.valid), len(data.skipped), trainer.device,
+             trainer.precision)
+    while trainer.epoch < h["number_of_epochs"]:
+        atomic_write_text(out_dir / TRAINING_FILE, json.dumps(_summary(trainer, "training"), indent=2) + "\n")
+        trainer.train_epoch()
+        stats = trainer.finish_epoch()
+        atomic_write_text(out_dir / TRAIN_LOG, _train_log(trainer.history))
+        valid = ("" if stats["valid_loss"] is None else
+                 f"; valid loss {stats['valid_loss']:.3f}, accuracy {stats['valid_accuracy']:.3f}")
+        log.info("epoch %d: train loss %.3f, accuracy %.3f%s; %.1f utt/s", stats["epoch"], stats["train_loss"],
+                 stats["train_accuracy"], valid, stats["utterances_per_s"] or 0.0)
+    export_model(trainer.model, h, data.speakers, out_dir)
+    atomic_write_text(out_dir / TRAIN_LOG, _train_log(trainer.history))
+    atomic_write_text(out_dir / TRAINING_FILE, json.dumps(_summary(trainer, "complete"), indent=2) + "\n")
+    return out_dir
