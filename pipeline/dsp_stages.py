@@ -30,6 +30,3 @@ class McAdamsStage(Stage):
         utt.record["mcadams_alpha"] = alpha
         utt.audio = mcadams(utt.audio, utt.sample_rate, alpha, lp_order=self.lp_order,
                             win_ms=self.win_ms, shift_ms=self.shift_ms)
-
-
-DSP_STAGES = (McAdamsStage,)

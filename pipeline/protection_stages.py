@@ -152,6 +152,3 @@ class TdPsolaStage(_NeutralTargets, Stage):
         if result.source is not None:
             utt.record["f0_source_mean_hz"] = result.source.mean_hz
             utt.record["f0_source_std_hz"] = result.source.std_hz
-
-
-PROTECTION_STAGES = (ZeroLLRStage, F0NeutralStage, TdPsolaStage)

@@ -185,6 +185,3 @@ class GlobalSpeakerStage(Stage):
             self._vector = _pool(self.pool).global_vector.astype(np.float32)
         utt.features["speaker"] = self._vector
         utt.record["global_speaker"] = {"pool": self.pool}
-
-
-SPEAKER_STAGES = (PseudoSpeakerStage, GlobalSpeakerStage)

@@ -3,24 +3,67 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib
 import inspect
 import json
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.dsp_stages import DSP_STAGES
-from voxanon.pipeline.neural_stages import NEURAL_STAGES
-from voxanon.pipeline.protection_stages import PROTECTION_STAGES
-from voxanon.pipeline.speaker_stages import SPEAKER_STAGES
-from voxanon.pipeline.stages import Stage, Utterance
 
-# Every stage a recipe can name.
-STAGES: dict[str, type[Stage]] = {stage.name: stage for stage in (*DSP_STAGES, *NEURAL_STAGES, *SPEAKER_STAGES, *PROTECTION_STAGES)}
+if TYPE_CHECKING:
+    from voxanon.pipeline.stages import Stage, Utterance
+
+
+class StageRegistry(MutableMapping):
+    """Stage name -> stage class, each class imported from its ``"module:Class"`` entry on first use.
+
+    Listing systems or building the command-line parser imports no stage module, nor the
+    models they use; a stage's module is imported when a system that names it is built.
+    """
+
+    def __init__(self, entries: dict[str, str]):
+        self._entries: dict[str, Any] = dict(entries)
+
+    def __getitem__(self, name: str) -> type[Stage]:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, attribute = entry.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
+        return entry
+
+    def __setitem__(self, name: str, stage_class: type[Stage]) -> None:
+        self._entries[name] = stage_class
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# Every stage a recipe can name; each class's ``name`` is its key here.
+STAGES = StageRegistry({
+    "mcadams": "voxanon.pipeline.dsp_stages:McAdamsStage",
+    "ssl_sas_input": "voxanon.pipeline.neural_stages:SslSasInputStage",
+    "f0": "voxanon.pipeline.neural_stages:F0Stage",
+    "content": "voxanon.pipeline.neural_stages:ContentStage",
+    "speaker": "voxanon.pipeline.neural_stages:SpeakerStage",
+    "vocoder": "voxanon.pipeline.neural_stages:VocoderStage",
+    "pseudo_speaker": "voxanon.pipeline.speaker_stages:PseudoSpeakerStage",
+    "global_speaker": "voxanon.pipeline.speaker_stages:GlobalSpeakerStage",
+    "zero_llr": "voxanon.pipeline.protection_stages:ZeroLLRStage",
+    "f0_neutral": "voxanon.pipeline.protection_stages:F0NeutralStage",
+    "tdpsola": "voxanon.pipeline.protection_stages:TdPsolaStage",
+})
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages", "stochastic"}
 
 
@@ -143,6 +186,8 @@ class System:
         return "spk2gender" in self.needs
 
     def new_utterance(self, utt_id: str, speaker: str, gender: str | None, audio) -> Utterance:
+        from voxanon.pipeline.stages import Utterance
+
         return Utterance.create(utt_id, speaker, gender, audio, self.sample_rate, self.run_seed, self.name)
 
 

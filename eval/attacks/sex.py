@@ -17,22 +17,18 @@ scores 1 (no information) rather than the 0 the optimistic tie order gives it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from scipy.special import logit
-from sklearn.base import clone
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GroupKFold, StratifiedKFold
-from sklearn.neural_network import MLPClassifier
-from sklearn.pipeline import Pipeline, make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.calibration import LinearCalibration, fit_linear_calibration
-from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.eval.eer import eer
-from voxanon.eval.zebra import zebra
+
+# scikit-learn and SciPy (and the metrics, which use it) load when a classifier is trained or assessed,
+# not when the command line reads CLASSIFIERS.
+if TYPE_CHECKING:
+    from sklearn.pipeline import Pipeline
+
+    from voxanon.eval.calibration import LinearCalibration
 
 CLASSIFIERS = ("logistic", "mlp")
 MLP_HIDDEN_UNITS = 64
@@ -79,6 +75,11 @@ class SexAssessment:
 
 
 def _model(kind: str, seed: int) -> Pipeline:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     if kind == "logistic":
         classifier = LogisticRegression(C=1.0, class_weight="balanced", max_iter=2000)
     elif kind == "mlp":
@@ -90,6 +91,8 @@ def _model(kind: str, seed: int) -> Pipeline:
 
 
 def _log_odds(model: Pipeline, vectors: np.ndarray) -> np.ndarray:
+    from scipy.special import logit
+
     female = list(model.classes_).index(True)
     probability = np.clip(model.predict_proba(np.asarray(vectors, dtype=np.float64))[:, female],
                           PROBABILITY_FLOOR, 1.0 - PROBABILITY_FLOOR)
@@ -114,6 +117,11 @@ def train_sex_classifier(vectors: np.ndarray, is_female: Sequence[bool], kind: s
 
     ``groups`` (speaker ids) keeps each speaker's vectors in one fold.
     """
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold, StratifiedKFold
+
+    from voxanon.eval.calibration import LinearCalibration, fit_linear_calibration
+
     vectors = np.asarray(vectors, dtype=np.float64)
     is_female = np.asarray(is_female, dtype=bool)
     _check_training_set(vectors, is_female, groups)
@@ -142,6 +150,10 @@ def train_sex_classifier(vectors: np.ndarray, is_female: Sequence[bool], kind: s
 
 def assess_sex_llrs(llrs: Sequence[float], is_female: Sequence[bool]) -> SexAssessment:
     """EER, ZEBRA and Cllr figures of LLRs where positive values support female."""
+    from voxanon.eval.cllr import cllr, min_cllr
+    from voxanon.eval.eer import eer
+    from voxanon.eval.zebra import zebra
+
     llrs = np.asarray(llrs, dtype=np.float64)
     is_female = np.asarray(is_female, dtype=bool)
     if len(llrs) != len(is_female):

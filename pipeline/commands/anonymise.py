@@ -8,7 +8,6 @@ from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
-from voxanon.pipeline.runner import FAILURES, anonymise_set
 from voxanon.pipeline.systems import available_systems, load_system_config, precision_overrides
 
 
@@ -55,6 +54,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.runner import FAILURES, anonymise_set
+
     overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
     backend = backend_from_args(args)

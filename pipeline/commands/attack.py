@@ -20,8 +20,7 @@ from voxanon.data_prep.corpus import GENDERS, read_mapping, read_trials
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors, read_vectors, speaker_means
 from voxanon.eval.attacks.alignment import WassersteinProcrustesConfig
-from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack
-from voxanon.eval.attacks.sex import CLASSIFIERS, sex_attack
+from voxanon.eval.attacks.sex import CLASSIFIERS
 
 DEFAULT_WP = WassersteinProcrustesConfig()
 
@@ -108,7 +107,7 @@ def add_parser(subparsers) -> None:
                           "Invert an anonymiser with an orthogonal map fitted without pairing.")
     sex = attacks.add_parser("sex", help="sex-attribute attack with calibrated classifiers",
                              description="Train sex classifiers (calibrated LLRs, positive = female) on X and "
-                                         "report EER (%%), D_ECE, Cllr and min Cllr of their LLRs on Y. "
+                                         "report EER (%), D_ECE, Cllr and min Cllr of their LLRs on Y. "
                                          "Ignorant attacker: X original; informed: X protected.")
     sex.add_argument("--train", required=True, type=Path, metavar="X", help="training vectors")
     sex.add_argument("--train-spk2gender", required=True, type=Path, metavar="G")
@@ -124,6 +123,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_inversion(args: argparse.Namespace) -> int:
+    from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack
+
     if args.by_sex and args.spk2gender is None:
         raise VoxanonError("--by-sex needs --spk2gender")
     wasserstein = None
@@ -156,6 +157,8 @@ def run_inversion(args: argparse.Namespace) -> int:
 
 
 def run_sex(args: argparse.Namespace) -> int:
+    from voxanon.eval.attacks.sex import sex_attack
+
     train, test = read_vectors(args.train), read_vectors(args.test)
     train_female, train_speakers = sex_labels(
         train, read_spk2gender(args.train_spk2gender),

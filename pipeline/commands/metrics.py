@@ -11,17 +11,14 @@ from typing import Iterator
 
 import numpy as np
 
-from voxanon.data_prep.corpus import read_trials
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.scores import read_scores
-from voxanon.eval.scores import pair_trials_with_scores
-from voxanon.eval.summary import compute_metrics
-from voxanon.eval.zebra import format_zebra_value
 
 log = logging.getLogger(__name__)
 
 def format_report(metrics: dict[str, object], trials: Path, scores: Path) -> str:
     """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named."""
+    from voxanon.eval.zebra import format_zebra_value
+
     return "\n".join((
         f"ASV: trials {trials}, scores {scores}",
         f"trials: {metrics['n_target']} target, {metrics['n_nontarget']} nontarget",
@@ -67,7 +64,7 @@ def add_parser(subparsers) -> None:
         "metrics", help="EERs, Cllr, linkability and ZEBRA of a trials list and its scores",
         description="Score a verification trials list. Trials lines: '<enrol-spk> <utt> target|nontarget'; "
                     "score lines: '<enrol-spk> <utt> <score>'. Reports every EER variant (rocch, kaldi, "
-                    "speechbrain, sweep; %%), Cllr and min Cllr (bits; Cllr reads the scores as natural-log "
+                    "speechbrain, sweep; %), Cllr and min Cllr (bits; Cllr reads the scores as natural-log "
                     "LLRs), linkability D_sys, and ZEBRA: expected disclosure D_ECE (bits), worst case "
                     "(log10) and tag.")
     parser.add_argument("--trials", required=True, type=Path, metavar="FILE", help="trials list")
@@ -82,6 +79,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.data_prep.corpus import read_trials
+    from voxanon.data_prep.scores import read_scores
+    from voxanon.eval.scores import pair_trials_with_scores
+    from voxanon.eval.summary import compute_metrics
+
     if not args.trials.is_file():
         raise VoxanonError(f"{args.trials}: trials file not found")
     with _collector_paused():

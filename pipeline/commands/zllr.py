@@ -21,23 +21,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors.numpy import load_file as load_arrays
 from safetensors.numpy import save_file as save_arrays
-from sklearn.datasets import make_circles, make_moons
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.corpus import read_mapping, read_trials
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
-from voxanon.eval.attacks.sex import sex_attack
-from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.eval.eer import eer
-from voxanon.models.flow import (MU_STRATEGIES, FlowConfig, TrainingConfig, import_reference_flow, load_flow,
-                                 save_flow, train_zero_llr_flow)
+from voxanon.models.flow_config import MU_STRATEGIES, FlowConfig, TrainingConfig
 from voxanon.models.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
 from voxanon.pipeline.commands.attack import read_spk2gender, sex_labels
-from voxanon.pipeline.evaluation import cosine_trial_scores
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +49,8 @@ class Protections:
     """The methods a model folder offers, each mapping an ``(n, d)`` array to protected vectors."""
 
     def __init__(self, directory: Path):
+        from voxanon.models.flow import load_flow
+
         self.directory = directory
         self.flow = load_flow(directory)
         self.lda: LinearDiscriminant | None = None
@@ -180,6 +175,8 @@ def _labelled(vectors_path: Path, utt2spk_path: Path, spk2gender_path: Path) -> 
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from voxanon.models.flow import save_flow, train_zero_llr_flow
+
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
     config = FlowConfig(dim=vectors.dim, hidden=args.hidden or default_hidden_width(vectors.dim),
                         n_layers=args.layers, zero_init=not args.no_zero_init, l2_normalise_input=args.l2_normalise)
@@ -238,6 +235,11 @@ def evaluation_table(protections: Protections, vectors: Vectors, is_female: np.n
     ``enrolment`` is speaker-level, or utterance-level with ``enroll_utt2spk`` (protected
     per utterance, then averaged by speaker).
     """
+    from voxanon.eval.attacks.sex import sex_attack
+    from voxanon.eval.cllr import min_cllr
+    from voxanon.eval.eer import eer
+    from voxanon.pipeline.evaluation import cosine_trial_scores
+
     attacker_train = _speaker_halves(speakers, is_female, seed)
     groups = np.array(speakers)[attacker_train]
     original = vectors.matrix
@@ -289,6 +291,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from voxanon.models.flow import import_reference_flow, save_flow
+
     model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise)
     save_flow(model, args.out)
     print(f"imported flow: dimension {model.config.dim}, width {model.config.hidden}, "
@@ -307,6 +311,8 @@ TOY_GAUSSIANS = ((np.array([1.0, 1.0]), np.array([[1.0, 0.6], [0.6, 1.0]])),
 
 def toy_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``(x, is_class1)`` with balanced classes; Moons and Circles use noise 0.1 (circles factor 0.5)."""
+    from sklearn.datasets import make_circles, make_moons
+
     if name == "Gaussians":
         rng = np.random.default_rng(seed)
         first, second = (rng.multivariate_normal(mean, cov, size=size)
@@ -325,6 +331,9 @@ def toy_table(*, hidden: int = 64, learning_rate: float = 1e-3, epochs: int = 10
               initial_mu: float | None = TOY_INITIAL_MU, seed: int = 0, datasets=("Gaussians", "Moons", "Circles"),
               progress: bool = True) -> dict[str, dict[str, float]]:
     """Test-set Cllr and min Cllr of LDA, QDA and the flow per toy data set."""
+    from voxanon.eval.cllr import cllr, min_cllr
+    from voxanon.models.flow import train_zero_llr_flow
+
     table: dict[str, dict[str, float]] = {}
     for offset, name in enumerate(datasets):
         train_x, train_y = toy_dataset(name, TOY_TRAIN, seed + 2 * offset)
@@ -357,6 +366,8 @@ def format_toy(table: dict[str, dict[str, float]]) -> str:
 
 
 def run_toy(args: argparse.Namespace) -> int:
+    import torch
+
     # Tiny 2-D networks run several times faster without intra-op threads.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
