@@ -224,19 +224,24 @@ class VocoderStage(Stage):
 
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
                  precision: str = "float32"):
-        from voxanon.models.hifigan import ConditioningLayout
-
         self.models = models
         self.precision = _checked_precision("vocoder", precision)
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
-        unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"vocoder.layout has no field(s) {sorted(unknown)}; fields: "
-                             f"{sorted(ConditioningLayout.__dataclass_fields__)}")
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
+
+    def prepare_set(self, data: Any, work_dir: Any) -> dict[str, Any]:
+        # The layout is checked here, once before the first utterance, not when the stage is built:
+        # describing a system (voxanon systems) then imports no torch.
+        from voxanon.models.hifigan import ConditioningLayout
+
+        unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
+        if unknown:
+            raise VoxanonError(f"vocoder.layout has no field(s) {sorted(unknown)}; fields: "
+                               f"{sorted(ConditioningLayout.__dataclass_fields__)}")
+        return {}
 
     def _vocoder(self):
         from voxanon.models.hifigan import Vocoder
@@ -264,6 +269,3 @@ class VocoderStage(Stage):
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak
             utt.audio = wave.astype(np.float32)
-
-
-NEURAL_STAGES = (SslSasInputStage, F0Stage, ContentStage, SpeakerStage, VocoderStage)
