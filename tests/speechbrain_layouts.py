@@ -105,7 +105,7 @@ output_mlp: !new:speechbrain.nnet.linear.Linear
     n_neurons: !ref <out_n_neurons>
     bias: False
 
-log_softmax: !new:speechbrain.nnet.activations.Softmax
+softmax: !new:speechbrain.nnet.activations.Softmax
     apply_log: True
 
 model: !new:torch.nn.ModuleList

@@ -1,0 +1,107 @@
+"""SER: the speechbrain wav2vec2 IEMOCAP layout in our modules (parity), fold directories, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from speechbrain_layouts import IEMOCAP_LABELS, write_label_encoder, write_ser_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.ser import EmotionClassifier, fold_model_dirs, read_label_encoder
+
+RNG = np.random.default_rng(3)
+SIGNALS = [(0.3 * np.sin(2 * np.pi * f * np.arange(n) / 16000) + 0.05 * RNG.standard_normal(n)).astype(np.float32)
+           for f, n in ((180, 9000), (440, 16000), (900, 6400), (2500, 12000))]
+
+
+@pytest.fixture(scope="module")
+def ser_dir(tmp_path_factory):
+    return write_ser_dir(tmp_path_factory.mktemp("ser") / "fold_1")
+
+
+def speechbrain_reference(directory):
+    """speechbrain's own modules built from the YAML the test wrote, with the Pretrainer's loading."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    hparams = load_hyperpyyaml((directory / "hyperparams.yaml").read_text())
+    pretrainer = hparams["pretrainer"]
+    pretrainer.set_collect_in(directory / "collected")
+    pretrainer.collect_files()
+    pretrainer.load_collected()
+    for name in ("wav2vec2", "avg_pool", "output_mlp"):
+        hparams[name].eval()
+    return hparams
+
+
+def reference_log_probs(hparams, samples, noise: bool):
+    """CustomEncoderWav2vec2Classifier.classify_batch on one utterance."""
+    pool = hparams["avg_pool"]
+    if not noise:
+        pool._get_gauss_noise = lambda shape, device="cpu": torch.zeros(shape, device=device)
+    with torch.inference_mode():
+        wav = torch.from_numpy(samples)[None]
+        pooled = pool(hparams["wav2vec2"](wav), torch.ones(1)).view(1, -1)
+        return hparams["softmax"](hparams["output_mlp"](pooled))[0].numpy()
+
+
+def test_classifier_matches_speechbrain(ser_dir):
+    ours = EmotionClassifier(ser_dir)
+    reference = speechbrain_reference(ser_dir)
+    assert set(reference["wav2vec2"].state_dict()) == set(torch.load(ser_dir / "wav2vec2.ckpt"))
+    assert set(reference["model"].state_dict()) == set(torch.load(ser_dir / "model.ckpt"))
+    assert ours.labels == tuple(reference["label_encoder"].decode_ndim(list(range(4)))) == IEMOCAP_LABELS
+    got = ours.log_probabilities(SIGNALS)
+    exact = np.stack([reference_log_probs(reference, s, noise=False) for s in SIGNALS])
+    np.testing.assert_allclose(got, exact, atol=1e-5)
+    # speechbrain's pooling adds noise of at most 9e-5 to each mean: the classes do not move.
+    noisy = np.stack([reference_log_probs(reference, s, noise=True) for s in SIGNALS])
+    np.testing.assert_allclose(got, noisy, atol=5e-3)
+    assert ours.classify(SIGNALS) == [IEMOCAP_LABELS[i] for i in noisy.argmax(axis=1)]
+    assert np.ptp(got, axis=0).max() > 1e-2  # the scores depend on the input
+
+
+def test_label_encoder_file(tmp_path):
+    write_label_encoder(tmp_path / "label_encoder.txt", ["sad", "hap", "neu", "ang"])
+    assert read_label_encoder(tmp_path / "label_encoder.txt") == ("sad", "hap", "neu", "ang")
+    (tmp_path / "bad.txt").write_text("'neu' => 0\n'ang' => 0\n")
+    with pytest.raises(VoxanonError, match="bad.txt:2: index 0 given twice"):
+        read_label_encoder(tmp_path / "bad.txt")
+    (tmp_path / "code.txt").write_text("__import__('os').system('x') => 0\n")
+    with pytest.raises(VoxanonError, match="code.txt:1: expected"):
+        read_label_encoder(tmp_path / "code.txt")
+
+
+@pytest.mark.parametrize("missing", ["wav2vec2.ckpt", "model.ckpt", "label_encoder.txt", "hyperparams.yaml"])
+def test_model_dir_missing_a_file_names_it(tmp_path, ser_dir, missing):
+    import shutil
+
+    copy = tmp_path / "fold_2"
+    shutil.copytree(ser_dir, copy, ignore=shutil.ignore_patterns(missing, "collected"))
+    with pytest.raises(VoxanonError, match=f"{copy / missing}: missing"):
+        EmotionClassifier(copy)
+
+
+def test_unknown_ser_layout_is_refused_without_evaluating_it(tmp_path, ser_dir):
+    import shutil
+
+    copy = tmp_path / "other"
+    shutil.copytree(ser_dir, copy)
+    marker = tmp_path / "ran"
+    text = (copy / "hyperparams.yaml").read_text().replace("speechbrain.nnet.pooling.StatisticsPooling",
+                                                             "speechbrain.nnet.pooling.AttentionPooling")
+    (copy / "hyperparams.yaml").write_text(text + f'boom: !apply:os.system ["touch {marker}"]\n')
+    with pytest.raises(VoxanonError, match="not the speechbrain wav2vec2 emotion-classifier layout"):
+        EmotionClassifier(copy)
+    assert not marker.exists()
+
+
+def test_fold_model_dirs(tmp_path):
+    for fold in ("1", "2"):
+        (tmp_path / f"fold_{fold}").mkdir()
+    (tmp_path / "fold_1" / "hyperparams.yaml").write_text("x: 1\n")
+    for name in ("CKPT+2024-01-01", "CKPT+2024-02-01"):
+        (tmp_path / "fold_2" / name).mkdir()
+    (tmp_path / "notes").mkdir()
+    assert fold_model_dirs(tmp_path) == {"1": tmp_path / "fold_1", "2": tmp_path / "fold_2" / "CKPT+2024-02-01"}
+    with pytest.raises(VoxanonError, match="no fold_<k> folders"):
+        fold_model_dirs(tmp_path / "notes")
