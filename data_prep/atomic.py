@@ -2,14 +2,45 @@
 
 A reader (or a run resumed after ``kill -9``) sees either the old file or the
 complete new one, never a partial file.
+
+Temporary files and folders are created with the modes ``open()`` and ``mkdir()`` use
+(0666 and 0777 less the umask), not ``tempfile``'s private 0600/0700: the rename keeps
+the mode, and corpora are shared, so outputs must be as readable as any file the user
+creates (0644 under the usual umask 022).
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+_ATTEMPTS = 100
+
+
+def _create_unique(parent: Path, prefix: str, suffix: str, create: Callable[[Path], None]) -> Path:
+    """``create`` (which must fail with FileExistsError on a taken name) at a fresh random name."""
+    for _ in range(_ATTEMPTS):
+        candidate = parent / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            create(candidate)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no free temporary name {prefix}*{suffix} after {_ATTEMPTS} attempts")
+
+
+def _create_file(path: Path) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+
+
+def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
+    """A new empty folder in ``parent`` (mode 0777 less the umask, as ``mkdir`` would), to be renamed
+    onto its final name once complete."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    return _create_unique(parent, prefix, "", Path.mkdir)
 
 
 @contextlib.contextmanager
@@ -21,11 +52,8 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=(target.suffix if suffix is None else suffix) + ".tmp",
-        dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = _create_unique(target.parent, f".{target.name}.",
+                              (target.suffix if suffix is None else suffix) + ".tmp", _create_file)
     try:
         yield tmp_path
         os.replace(tmp_path, target)

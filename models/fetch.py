@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -34,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.atomic import atomic_write_text, staging_dir
 from voxanon.data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
@@ -343,7 +342,7 @@ def extract(archive: Path, destination: Path | None = None) -> Path:
     destination = destination or archive.with_name(archive_stem(archive))
     if (destination / COMPLETE_MARKER).is_file():
         return destination
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    staging = staging_dir(destination.parent, f".{destination.name}.")
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as bundle:

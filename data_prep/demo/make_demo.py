@@ -30,7 +30,7 @@ import parselmouth
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_path
+from voxanon.data_prep.atomic import atomic_path, staging_dir
 from voxanon.data_prep.corpus import DataDir, Trial, write_data_dir, write_mapping
 from voxanon.data_prep.errors import VoxanonError
 
@@ -263,7 +263,7 @@ def build_corpus(out: Path, piper_python: Path) -> DataDir:
     if len(sentences) < needed:
         raise VoxanonError(f"{SENTENCES_FILE}: {len(sentences)} sentences, need at least {needed}")
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = staging_dir(out.parent, f".{out.name}.")
     try:
         with tempfile.TemporaryDirectory(prefix="voxanon-demo-") as work:
             work_dir = Path(work)
