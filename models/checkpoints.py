@@ -170,18 +170,149 @@ def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
 
 
 SSL_SAS_SUBMODELS = ("latent_encoder.", "xv_model.")
+SPEAKER_FRONT_END = ("fbank.", "mean_var_norm.")
+"""``latentGenerator``'s speechbrain ``Fbank(n_mels=80)`` and ``InputNormalization(norm_type='sentence',
+std_norm=False)``: no learned weights, but ``Fbank`` registers its deltas kernel as a persistent buffer,
+so every ``g_*`` holds ``fbank.compute_deltas.kernel``."""
+SEX_FLOW_PREFIX = "xv_dis_model."
+"""zLLR-VC's ``latentGenerator`` holds the pickled sex flow named by its config's
+``xv_disentanglement_model`` as a submodule; the flow is imported from its own file instead."""
+
+GENERATOR_KEY = re.compile(r"(conv_pre|conv_post|ups\.\d+|resblocks\.\d+\.convs[12]?\.\d+)\."
+                           r"(weight|bias|weight_g|weight_v|parametrizations\.weight\.original[01])")
+"""Keys of jik876's HiFi-GAN generator (resblock 1 or 2; weight norm in either PyTorch layout, or folded)."""
+SEX_FLOW_KEY = re.compile(r"lmu|cpl\.\d+\.(mask|[st]\.\d+\.(weight|bias))")
+"""Keys of the ICASSP 2023 release's ``RealNVP`` (its ``classes.py``): coupling layers ``cpl.<k>`` with
+their ``s``/``t`` networks (``s.6`` the rescale) and ``mask``, and ``lmu`` (log μ)."""
+RELEASES = ("ssl-sas", "zllr-vc")
+
+_KEY_LIST_LIMIT = 20
 
 
-def split_ssl_sas_generator(checkpoint: dict, source: str = "g_* checkpoint") -> dict[str, dict[str, torch.Tensor]]:
-    """``{'generator': state}`` -> {'generator', 'content', 'speaker'} state dicts, weight norm folded."""
-    if not isinstance(checkpoint, dict) or "generator" not in checkpoint:
-        raise CheckpointError(f"{source}: expected a dict with a 'generator' entry (jik876 g_* layout), got "
-                              f"{sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
-    state = checkpoint["generator"]
-    generator = {k: v for k, v in state.items() if not k.startswith(SSL_SAS_SUBMODELS)}
-    return {"generator": fold_weight_norm(generator),
-            "content": strip_prefix(state, "latent_encoder."),
-            "speaker": strip_prefix(state, "xv_model.")}
+def key_list(keys) -> str:
+    """Keys for an error message: sorted, at most :data:`_KEY_LIST_LIMIT`, with the number left out."""
+    keys = sorted(keys)
+    shown = ", ".join(keys[:_KEY_LIST_LIMIT])
+    return shown + (f", ... and {len(keys) - _KEY_LIST_LIMIT} more" if len(keys) > _KEY_LIST_LIMIT else "")
+
+
+def generator_families(checkpoint, source: str, *, sex_flow: bool = False) -> dict[str, dict]:
+    """A ``{'generator': state}`` checkpoint's keys by component, prefixes stripped:
+    ``generator`` (weight norm not folded), ``content``, ``speaker``, ``front_end`` (keys kept whole),
+    ``sex_flow`` (only with ``sex_flow``: the zLLR-VC layout) and ``unknown`` (whole keys, and any
+    checkpoint entry other than ``generator``)."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("generator"), dict):
+        raise CheckpointError(f"{source}: expected a dict with a 'generator' state dict (jik876 g_* layout), got "
+                              f"{sorted(map(str, checkpoint)) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
+    families: dict[str, dict] = {name: {} for name in ("generator", "content", "speaker", "front_end", "sex_flow",
+                                                       "unknown")}
+    for entry in checkpoint:
+        if entry != "generator":
+            families["unknown"][f"entry {entry!r} beside 'generator'"] = checkpoint[entry]
+    for key, value in checkpoint["generator"].items():
+        if key.startswith("latent_encoder."):
+            families["content"][key[len("latent_encoder."):]] = value
+        elif key.startswith("xv_model."):
+            families["speaker"][key[len("xv_model."):]] = value
+        elif key.startswith(SPEAKER_FRONT_END):
+            families["front_end"][key] = value
+        elif sex_flow and key.startswith(SEX_FLOW_PREFIX) and SEX_FLOW_KEY.fullmatch(key[len(SEX_FLOW_PREFIX):]):
+            families["sex_flow"][key[len(SEX_FLOW_PREFIX):]] = value
+        elif GENERATOR_KEY.fullmatch(key):
+            families["generator"][key] = value
+        else:
+            families["unknown"][key] = value
+    return families
+
+
+def speaker_front_end_reference(n_mels: int = 80) -> dict[str, object]:
+    """What the ECAPA front end holds besides weights, recomputed with speechbrain's own classes:
+    ``Fbank(n_mels)``'s persistent buffers (the deltas kernel, ``arange(-2, 3)`` repeated per mel band)
+    under ``fbank.``, and under ``mean_var_norm.`` the sentence normaliser's state dict and the
+    statistics its checkpoint hook saves (``count``, ``glob_mean``, ``glob_std``)."""
+    from voxanon.models.speaker import ecapa_front_end
+
+    fbank, normaliser = ecapa_front_end(n_mels)
+    reference: dict[str, object] = {f"fbank.{k}": v for k, v in fbank.state_dict().items()}
+    reference.update({f"mean_var_norm.{k}": v for k, v in normaliser.state_dict().items()})
+    statistics = getattr(normaliser, "_statistics_dict", dict)()
+    reference.update({f"mean_var_norm.{k}": v for k, v in statistics.items()})
+    return reference
+
+
+def _never_updated(value) -> bool:
+    """A sentence normaliser never updates its global statistics: count 0 and the initial mean and std
+    (empty in speechbrain >= 1.1, ``tensor([0])`` in 0.5)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() <= 1 and not bool(value.ne(0).any())
+    return isinstance(value, (int, float)) and value == 0
+
+
+def front_end_problems(front_end: dict, n_mels: int, source: str) -> tuple[list[str], list[str]]:
+    """(keys speechbrain's front end does not hold, one message per key whose value differs from it)."""
+    reference = speaker_front_end_reference(n_mels)
+    unknown, mismatched = [], []
+    for key, value in front_end.items():
+        if key not in reference:
+            unknown.append(key)
+            continue
+        expected = reference[key]
+        if isinstance(expected, torch.Tensor):
+            same = isinstance(value, torch.Tensor) and value.shape == expected.shape and \
+                torch.equal(value.detach().cpu().to(expected.dtype), expected)
+            if not same and key.startswith("mean_var_norm."):
+                same = _never_updated(value)
+            described = f"{tuple(expected.shape)} {expected.flatten()[:5].tolist()}..."
+        else:
+            same = value == expected or (key.startswith("mean_var_norm.") and _never_updated(value))
+            described = repr(expected)
+        if not same:
+            got = f"{tuple(value.shape)} {value.flatten()[:5].tolist()}..." if isinstance(value, torch.Tensor) \
+                else repr(value)
+            what = (f"speechbrain Fbank(n_mels={n_mels})" if key.startswith("fbank.") else
+                    "speechbrain InputNormalization(norm_type='sentence', std_norm=False), which never updates it")
+            mismatched.append(f"{source}: {key} is {got}, but {what} holds {described}: the checkpoint's speaker "
+                              "front end differs from the one voxanon computes")
+    return unknown, mismatched
+
+
+def speaker_input_size(speaker: dict, default: int = 80) -> int:
+    """The ECAPA's input width (mel bands), read off its first convolution; SSL-SAS builds ``Fbank(n_mels=80)``."""
+    weight = speaker.get("blocks.0.conv.conv.weight")
+    return int(weight.shape[1]) if isinstance(weight, torch.Tensor) and weight.ndim == 3 else default
+
+
+def _family_problems(families: dict[str, dict], source: str, sex_flow: bool) -> list[str]:
+    unknown_front_end, mismatched = front_end_problems(families["front_end"], speaker_input_size(families["speaker"]),
+                                                       source)
+    unknown = list(families["unknown"]) + unknown_front_end
+    problems = []
+    if unknown:
+        known = ("jik876 generator keys (conv_pre, ups.N, resblocks.N.convs*, conv_post), latent_encoder.*, "
+                 "xv_model.*, fbank.* and mean_var_norm.* front-end state"
+                 + (", xv_dis_model.* (the sex flow)" if sex_flow else ""))
+        problems.append(f"{source}: {len(unknown)} key(s) that no component of "
+                        f"{'a zLLR-VC' if sex_flow else 'an SSL-SAS'} g_* holds: {key_list(unknown)} (known: {known})")
+    return problems + mismatched
+
+
+def split_ssl_sas_generator(checkpoint: dict, source: str = "g_* checkpoint", *,
+                            sex_flow: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+    """``{'generator': state}`` -> {'generator', 'content', 'speaker'} state dicts, weight norm folded.
+
+    The speaker front-end state (``fbank.*``, ``mean_var_norm.*``) is checked against speechbrain's
+    own front end and dropped; with ``sex_flow`` (zLLR-VC) the embedded flow's keys are checked by name
+    and dropped. Any other key is an error that lists them and names ``source``.
+    """
+    families = generator_families(checkpoint, source, sex_flow=sex_flow)
+    problems = _family_problems(families, source, sex_flow)
+    if problems:
+        raise CheckpointError("\n".join(problems))
+    try:
+        generator = fold_weight_norm(families["generator"])
+    except CheckpointError as error:
+        raise CheckpointError(f"{source}: {error}") from None
+    return {"generator": generator, "content": families["content"], "speaker": families["speaker"]}
 
 
 # fairseq HuBERT <-> transformers HubertModel ------------------------------------------------
@@ -199,8 +330,9 @@ _FAIRSEQ_TO_HF = [
     (r"encoder\.layers\.(\d+)\.fc2\.(weight|bias)", r"encoder.layers.\1.feed_forward.output_dense.\2"),
     (r"encoder\.layers\.(\d+)\.final_layer_norm\.(weight|bias)", r"encoder.layers.\1.final_layer_norm.\2"),
 ]
-FAIRSEQ_PRETRAINING_ONLY = re.compile(r"(mask_emb|label_embs_concat|final_proj\..*|label_embs\..*)$")
-"""Keys used only by HuBERT's masked-prediction training (dropped by ``remove_pretraining_modules``)."""
+FAIRSEQ_PRETRAINING_ONLY = re.compile(r"(mask_emb|label_embs_concat|final_proj\..*|label_embs\..*|target_glu\..*)$")
+"""Keys used only by HuBERT's masked-prediction training (``remove_pretraining_modules`` drops the
+``final_proj`` and ``target_glu`` modules; ``mask_emb`` and ``label_embs_concat`` stay in the state)."""
 
 
 def _swap_pattern(pattern: str) -> str:
@@ -229,8 +361,8 @@ def _rename_keys(state: dict[str, torch.Tensor], table: list[tuple[str, str]], w
         else:
             unknown.append(key)
     if unknown:
-        raise CheckpointError(f"not a {what} state dict: unexpected keys {unknown[:5]}"
-                              f"{' ...' if len(unknown) > 5 else ''}")
+        raise CheckpointError(f"not a {what} state dict: unexpected keys {unknown[:_KEY_LIST_LIMIT]}"
+                              f"{f' ... and {len(unknown) - _KEY_LIST_LIMIT} more' if len(unknown) > _KEY_LIST_LIMIT else ''}")
     return converted
 
 
@@ -238,6 +370,27 @@ def fairseq_hubert_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     """fairseq HuBERT state dict (weight norm folded here) -> transformers ``HubertModel`` keys."""
     state = {key: value for key, value in fold_weight_norm(state).items() if not FAIRSEQ_PRETRAINING_ONLY.match(key)}
     return _rename_keys(state, _FAIRSEQ_TO_HF, "fairseq HuBERT")
+
+
+def _folded_name(key: str) -> str:
+    """The plain weight a weight-norm piece folds into (the key itself otherwise)."""
+    for suffix in (".weight_g", ".weight_v", ".parametrizations.weight.original0",
+                   ".parametrizations.weight.original1"):
+        if key.endswith(suffix):
+            return key[:-len(suffix)] + ".weight"
+    return key
+
+
+def is_fairseq_hubert_key(key: str) -> bool:
+    return bool(FAIRSEQ_PRETRAINING_ONLY.match(key)) or \
+        any(re.fullmatch(pattern, _folded_name(key)) for pattern, _ in _FAIRSEQ_TO_HF)
+
+
+def unknown_soft_content_keys(state: dict) -> list[str]:
+    """Keys of an SSL-SAS ``SoftPredictor`` state (``soft_model.pt``, or ``latent_encoder.*`` of a ``g_*``)
+    that are neither its centroids ``W`` nor fairseq HuBERT keys under ``ssl_model.``."""
+    return [key for key in state if key != "W" and
+            not (key.startswith("ssl_model.") and is_fairseq_hubert_key(key[len("ssl_model."):]))]
 
 
 def hf_hubert_to_fairseq(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -369,60 +522,139 @@ def find_vocoder_dir(release_dir: str | Path) -> str:
     return f"HiFi-GAN/{found[0]}"
 
 
+def check_state_fits(module: torch.nn.Module, state: dict, what: str, source: str) -> None:
+    """Raise a :class:`CheckpointError` naming ``source`` and listing the missing, unexpected and
+    mis-shaped keys, unless ``state`` loads strictly into ``module``."""
+    expected = module.state_dict()
+    missing = [key for key in expected if key not in state]
+    unexpected = [key for key in state if key not in expected]
+    shapes = [f"{key} {tuple(state[key].shape)} (expected {tuple(value.shape)})" for key, value in expected.items()
+              if isinstance(state.get(key), torch.Tensor) and state[key].shape != value.shape]
+    if missing or unexpected or shapes:
+        details = [f"{label} {key_list(keys)}" for label, keys in
+                   (("missing", missing), ("unexpected", unexpected), ("shapes differ:", shapes)) if keys]
+        raise CheckpointError(f"{source}: {what}: " + "; ".join(details))
+
+
+def read_vocoder_config(path: Path):
+    """The generator config of a jik876/SSL-SAS ``config.json`` (SSL-SAS's values where it has none)."""
+    from voxanon.models.hifigan import GeneratorConfig
+
+    if not path.is_file():
+        return GeneratorConfig()
+    try:
+        published = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(published, dict):
+            raise ValueError(f"a JSON object is expected, got {type(published).__name__}")
+        defaults = {k: v for k, v in GeneratorConfig().to_dict().items() if k != "in_channels"}
+        if not {"in_channels", "model_in_dim", "num_mels"} & set(published):
+            published["in_channels"] = GeneratorConfig().in_channels
+        return GeneratorConfig.from_dict({**defaults, **published})
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not a usable vocoder config ({type(error).__name__}: {error})") from None
+
+
+def soft_content_from_state(state, source: str):
+    """The SSL-SAS soft content encoder from a ``SoftPredictor`` state; unknown keys are an error naming ``source``."""
+    from voxanon.models.hubert import SoftContentEncoder
+
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source}: expected a state dict, got {type(state).__name__}")
+    unknown = unknown_soft_content_keys(state)
+    if unknown:
+        raise CheckpointError(f"{source}: {len(unknown)} key(s) that an SSL-SAS soft content model (centroids W and "
+                              f"fairseq HuBERT keys under ssl_model.) does not hold: {key_list(unknown)}")
+    try:
+        return SoftContentEncoder.from_ssl_sas_state(state)
+    except CheckpointError as error:
+        raise CheckpointError(f"{source}: {error}") from None
+
+
+def ecapa_from_state(state, source: str):
+    """The speaker encoder from a speechbrain ``ECAPA_TDNN`` state; unknown keys are an error naming ``source``."""
+    from voxanon.models.speaker import EcapaConfig, EcapaEncoder
+
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source}: expected a state dict, got {type(state).__name__}")
+    try:
+        speaker = EcapaEncoder(EcapaConfig.from_state(state))
+    except CheckpointError as error:
+        raise CheckpointError(f"{source}: {error}") from None
+    check_state_fits(speaker.embedding_model, state, "not the speechbrain ECAPA_TDNN its shapes describe", source)
+    speaker.load_embedding_state(state)
+    return speaker
+
+
 def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = None, *,
-                   vocoder_dir: str | None = SSL_SAS_VOCODER_DIR, layout: dict | None = None) -> tuple[dict, dict]:
+                   vocoder_dir: str | None = SSL_SAS_VOCODER_DIR, layout: dict | None = None,
+                   release: str = "ssl-sas") -> tuple[dict, dict]:
     """Components and config from an unpacked ``pretrained_models_anon_xv`` release (SSL-SAS or zLLR-VC).
 
     The vocoder is the lexicographically last ``g_*`` in ``vocoder_dir`` (default
     ``HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze``, as SSL-SAS ``inference.py`` picks it;
     ``None``: the release's only ``HiFi-GAN/<model>`` folder). ``layout`` sets the fields of the
-    conditioning layout the vocoder was trained with (:data:`ZLLR_VC_LAYOUT` for zLLR-VC). Its
-    ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA) are used; if a
-    ``g_*`` lacks them, ``HuBERT_soft/soft_model.pt`` and ``ECAPA-TDNN/embedding_model.ckpt`` are read instead. ``hubert_base_ls960.pt``, when given, is
-    checked to be a fairseq HuBERT whose shapes match. Every component is loaded strictly into our
-    modules before anything is written.
+    conditioning layout the vocoder was trained with (:data:`ZLLR_VC_LAYOUT` for zLLR-VC);
+    ``release`` (``ssl-sas`` or ``zllr-vc``) says which keys its ``g_*`` may hold
+    (:func:`import_ssl_sas_files`).
     """
-    from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
-    from voxanon.models.hubert import SoftContentEncoder
-    from voxanon.models.speaker import EcapaConfig, EcapaEncoder
-
-    release = Path(release_dir)
-    conditioning = ConditioningLayout(**(layout or {}))
-    vocoder_dir = release / (vocoder_dir or find_vocoder_dir(release))
-    candidates = sorted(vocoder_dir.glob("g_*"))
+    root = Path(release_dir)
+    folder = root / (vocoder_dir or find_vocoder_dir(root))
+    candidates = sorted(folder.glob("g_*"))
     if not candidates:
-        raise CheckpointError(f"no g_* vocoder checkpoint in {vocoder_dir} (is {release} the unpacked "
+        raise CheckpointError(f"no g_* vocoder checkpoint in {folder} (is {root} the unpacked "
                               "pretrained_models_anon_xv release?)")
-    parts = split_ssl_sas_generator(safe_load(candidates[-1]), str(candidates[-1]))
-    config_path = vocoder_dir / "config.json"
-    published = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    defaults = {k: v for k, v in GeneratorConfig().to_dict().items() if k != "in_channels"}
-    if not {"in_channels", "model_in_dim", "num_mels"} & set(published):
-        published["in_channels"] = GeneratorConfig().in_channels
-    generator_config = GeneratorConfig.from_dict({**defaults, **published})
-    content_state = parts["content"] or safe_load(release / "HuBERT_soft" / "soft_model.pt")
-    speaker_state = parts["speaker"] or safe_load(release / "ECAPA-TDNN" / "embedding_model.ckpt")
+    return import_ssl_sas_files(candidates[-1], config_path=folder / "config.json",
+                                soft_model_path=root / "HuBERT_soft" / "soft_model.pt",
+                                embedding_path=root / "ECAPA-TDNN" / "embedding_model.ckpt",
+                                hubert_path=hubert_path, layout=layout, release=release)
+
+
+def import_ssl_sas_files(generator_path: Path, *, config_path: Path, soft_model_path: Path, embedding_path: Path,
+                         hubert_path: str | Path | None = None, layout: dict | None = None,
+                         release: str = "ssl-sas") -> tuple[dict, dict]:
+    """Components and config from a ``g_*`` file and the files beside it in the release.
+
+    The ``g_*``'s ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA)
+    are used; if it lacks them, ``soft_model_path`` and ``embedding_path`` are read instead. Its
+    speaker front-end state must equal speechbrain's, and a zLLR-VC ``g_*`` may also hold the sex flow
+    (:func:`split_ssl_sas_generator`). ``hubert_base_ls960.pt``, when given, is checked to be a
+    fairseq HuBERT whose shapes match. Every component is loaded strictly into our modules; nothing
+    is written.
+    """
+    from voxanon.models.hifigan import ConditioningLayout, HifiganGenerator, Vocoder
+
+    if release not in RELEASES:
+        raise VoxanonError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
+    conditioning = ConditioningLayout(**(layout or {}))
+    parts = split_ssl_sas_generator(safe_load(generator_path), str(generator_path), sex_flow=release == "zllr-vc")
+    generator_config = read_vocoder_config(Path(config_path))
+    if parts["content"]:
+        content = soft_content_from_state(parts["content"], f"{generator_path} (latent_encoder.*)")
+    else:
+        content = soft_content_from_state(safe_load(soft_model_path), str(soft_model_path))
+    if parts["speaker"]:
+        speaker = ecapa_from_state(parts["speaker"], f"{generator_path} (xv_model.*)")
+    else:
+        speaker = ecapa_from_state(safe_load(embedding_path), str(embedding_path))
 
     generator = HifiganGenerator(generator_config)
-    try:
-        generator.load_state_dict(parts["generator"])
-    except RuntimeError as error:
-        raise CheckpointError(f"{candidates[-1]}: generator shapes do not match its config: "
-                              f"{str(error).splitlines()[0]}") from None
+    check_state_fits(generator, parts["generator"], f"generator shapes do not match its config {config_path}",
+                     str(generator_path))
+    generator.load_state_dict(parts["generator"])
     Vocoder(generator, conditioning)
-    content = SoftContentEncoder.from_ssl_sas_state(content_state)
     if hubert_path is not None:
         base = safe_load(hubert_path)
-        if not isinstance(base, dict) or "model" not in base:
+        if not isinstance(base, dict) or not isinstance(base.get("model"), dict):
             raise CheckpointError(f"{hubert_path}: not a fairseq checkpoint (no 'model' entry)")
-        hf_base = fairseq_hubert_to_hf(base["model"])
+        try:
+            hf_base = fairseq_hubert_to_hf(base["model"])
+        except CheckpointError as error:
+            raise CheckpointError(f"{hubert_path}: {error}") from None
         mismatched = [k for k, v in content.hubert.state_dict().items()
                       if k not in hf_base or hf_base[k].shape != v.shape]
         if mismatched:
             raise CheckpointError(f"{hubert_path}: HuBERT shapes differ from the vocoder's content model "
                                   f"({mismatched[:3]})")
-    speaker = EcapaEncoder(EcapaConfig.from_state(speaker_state))
-    speaker.load_embedding_state(speaker_state)
     config = {"sample_rate": 16000, "generator": generator_config.to_dict(),
               "layout": conditioning.to_dict(), "content": content.config.to_dict(),
               "speaker": speaker.config.to_dict()}

@@ -74,18 +74,23 @@ SSL_SAS_ECAPA = EcapaConfig()
 SPKREC_ECAPA_VOXCELEB = EcapaConfig(channels=(1024, 1024, 1024, 1024, 3072), embedding_mean_norm=True)
 
 
+def ecapa_front_end(n_mels: int = 80):
+    """speechbrain's ``Fbank(n_mels)`` and sentence mean normalisation, built as both published systems build them."""
+    from speechbrain.lobes.features import Fbank
+    from speechbrain.processing.features import InputNormalization
+
+    return Fbank(n_mels=n_mels), InputNormalization(norm_type="sentence", std_norm=False)
+
+
 class EcapaEncoder(torch.nn.Module):
     """16 kHz waveforms -> (n, lin_neurons) float32 speaker vectors."""
 
     def __init__(self, config: EcapaConfig = SSL_SAS_ECAPA):
         super().__init__()
-        from speechbrain.lobes.features import Fbank
         from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
-        from speechbrain.processing.features import InputNormalization
 
         self.config = config
-        self.fbank = Fbank(n_mels=config.n_mels)
-        self.mean_norm = InputNormalization(norm_type="sentence", std_norm=False)
+        self.fbank, self.mean_norm = ecapa_front_end(config.n_mels)
         self.embedding_model = ECAPA_TDNN(config.n_mels, lin_neurons=config.lin_neurons,
                                           channels=list(config.channels), kernel_sizes=list(config.kernel_sizes),
                                           dilations=list(config.dilations),

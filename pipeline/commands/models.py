@@ -93,7 +93,8 @@ def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
     else:
         layout = ZLLR_VC_LAYOUT if name == "zllr-vc" else None
         default_dir = SSL_SAS_VOCODER_DIR if name == "ssl-sas" else None
-        components, config = import_ssl_sas(source, hubert, vocoder_dir=vocoder_dir or default_dir, layout=layout)
+        components, config = import_ssl_sas(source, hubert, vocoder_dir=vocoder_dir or default_dir, layout=layout,
+                                            release=name)
         release = "SSL-SAS" if name == "ssl-sas" else "ICASSP 2023 zLLR-VC"
         origin = f"{release} release {source}" + (f" + {hubert}" if hubert else "")
     return write_model_set(name, components, config, source=origin, random=False)
