@@ -1,0 +1,223 @@
+"""``--backend ray`` on a local three-node Ray cluster (a CPU-less head and two one-CPU worker nodes).
+
+One cluster serves every test (start-up costs seconds); the node-loss test puts its node back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import make_corpus
+from voxanon.data_prep.corpus import read_data_dir, write_data_dir
+from voxanon.data_prep.demo_corpus import demo_corpus_dir
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.ray_backend import RayBackend, RayOptions
+from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
+from voxanon.pipeline.systems import load_system_config
+
+DEMO_SPEAKERS = ("slt", "us1", "kal", "rms")    # two f, two m: target and non-target trials of each sex
+UTTS_PER_SPEAKER = 6                            # four enrolment utterances, two trial utterances
+RUN_FILES = (JOURNAL, RUN_MANIFEST)     # differ by design (timing, completion order)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def demo_subset(tmp_path_factory) -> Path:
+    demo = read_data_dir(demo_corpus_dir())
+    subset = demo.subset([u for spk in DEMO_SPEAKERS for u in demo.spk2utt[spk][:UTTS_PER_SPEAKER]])
+    subset = replace(subset, wav=subset.absolute_wav(),
+                     trials=[t for t in subset.trials if t.enrol_speaker in DEMO_SPEAKERS and t.test_utt in subset.wav],
+                     enrolls=[u for u in subset.enrolls if u in subset.wav])
+    target = tmp_path_factory.mktemp("demo") / "small"
+    write_data_dir(subset, target)
+    return target
+
+
+def _files(out_dir: Path) -> dict[str, bytes]:
+    """Every output file but the run's own records, by path relative to the set."""
+    return {str(p.relative_to(out_dir)): p.read_bytes() for p in sorted(out_dir.rglob("*"))
+            if p.is_file() and p.name not in RUN_FILES}
+
+
+def _journal_utts(out_dir: Path) -> list[str]:
+    return [json.loads(line)["utt"] for line in (out_dir / JOURNAL).read_text().splitlines()]
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "voxanon.pipeline.cli", *args],
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_journal(out_dir: Path, lines: int, timeout: float = 120) -> None:
+    journal = out_dir / JOURNAL
+    deadline = time.time() + timeout
+    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < lines):
+        time.sleep(0.02)
+
+
+def test_b2_under_ray_is_byte_identical_to_local(cluster, demo_subset, tmp_path):
+    common = ["anonymise", "--system", "b2", "--data", str(demo_subset), "--quiet"]
+    assert main(common + ["--out", str(tmp_path / "local"), "--workers", "1"]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
+                          "--workers", "2"]) == 0
+    local, remote = _files(tmp_path / "local" / "small_b2"), _files(tmp_path / "ray" / "small_b2")
+    assert {"wav.scp", "utt2dur", "utt2spk", "trials"} <= set(remote)
+    assert len([name for name in remote if name.endswith(".wav")]) == len(DEMO_SPEAKERS) * UTTS_PER_SPEAKER
+    assert remote == local
+    manifest = json.loads((tmp_path / "ray" / "small_b2" / RUN_MANIFEST).read_text())
+    assert manifest["backend"]["name"] == "ray" and manifest["backend"]["workers"] == 2
+    assert manifest["backend"]["resources"]["CPU"] == 2 and manifest["backend"]["nodes"] == 3
+    assert sorted(_journal_utts(tmp_path / "ray" / "small_b2")) == sorted(read_data_dir(demo_subset).wav)
+
+
+def test_killed_driver_resumes_to_the_same_bytes(cluster, tmp_path):
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=10, seconds=2.0)
+    reference = anonymise_set(data, load_system_config("b2"), tmp_path / "reference", progress=False)
+    assert reference.ok
+    out = tmp_path / "out" / "toy_b2"
+    command = ["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(tmp_path / "out"), "--quiet",
+               "--backend", "ray", "--ray-address", cluster.address, "--workers", "1"]
+    process = _cli(*command)
+    _wait_for_journal(out, 3)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = len(_journal_utts(out))
+    assert 3 <= done_before < 40, "the kill must land mid-run"
+    assert not (out / "wav.scp").exists()
+
+    assert main(command) == 0
+    manifest = json.loads((out / RUN_MANIFEST).read_text())
+    assert manifest["counts"]["resumed"] >= done_before and manifest["counts"]["failed"] == 0
+    assert _files(out) == _files(tmp_path / "reference")
+    assert not list(out.rglob("*.tmp"))
+
+
+def _run_in_thread(data, out: Path, address: str) -> dict:
+    result = {}
+    backend = RayBackend(RayOptions(address=address, workers=2))
+    thread = threading.Thread(target=lambda: result.update(
+        set=anonymise_set(data, load_system_config("b2"), out, progress=False, backend=backend)))
+    thread.start()
+    result["thread"] = thread
+    return result
+
+
+def _an_actor_process(cluster) -> int:
+    """The pid of one of this cluster's actors: a child of a worker node's raylet."""
+    for node in cluster.worker_nodes:
+        raylet = node.all_processes["raylet"][0].process.pid
+        found = subprocess.run(["pgrep", "-P", str(raylet), "-f", "ray::_Worker"], capture_output=True,
+                               text=True).stdout.split()
+        if found:
+            return int(found[0])
+    raise AssertionError("no actor process found")
+
+
+def _check_complete(out: Path, reference: Path, expected: int) -> None:
+    utts = _journal_utts(out)
+    assert len(utts) == len(set(utts)) == expected, "every utterance journaled exactly once"
+    assert read_data_dir(out).validate() == []
+    assert _files(out) == _files(reference)
+
+
+def test_a_lost_node_or_worker_process_loses_and_repeats_nothing(cluster, tmp_path):
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=8, seconds=2.0)
+    assert anonymise_set(data, load_system_config("b2"), tmp_path / "reference", progress=False).ok
+
+    # A whole node goes: its actor's batch goes to the other node's actor.
+    run = _run_in_thread(data, tmp_path / "node", cluster.address)
+    _wait_for_journal(tmp_path / "node", 3)
+    cluster.remove_node(next(iter(cluster.worker_nodes)), allow_graceful=False)
+    removed_at = len(_journal_utts(tmp_path / "node"))
+    try:
+        run["thread"].join(120)
+        assert not run["thread"].is_alive()
+    finally:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    assert removed_at < 32, "the node must go mid-run"
+    assert run["set"].ok and run["set"].processed == 32
+    _check_complete(tmp_path / "node", tmp_path / "reference", 32)
+
+    # A worker process is killed: its actor restarts in place, the batch is redone elsewhere.
+    run = _run_in_thread(data, tmp_path / "process", cluster.address)
+    _wait_for_journal(tmp_path / "process", 3)
+    os.kill(_an_actor_process(cluster), signal.SIGKILL)
+    killed_at = len(_journal_utts(tmp_path / "process"))
+    run["thread"].join(120)
+    assert not run["thread"].is_alive()
+    assert killed_at < 32, "the kill must land mid-run"
+    assert run["set"].ok and run["set"].processed == 32
+    _check_complete(tmp_path / "process", tmp_path / "reference", 32)
+
+
+def test_a_corrupt_file_is_a_failure_and_the_rest_finish(cluster, tmp_path):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=3)
+    broken = sorted(data.wav)[1]
+    Path(data.wav[broken]).write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really audio")
+    code = main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(tmp_path / "out"), "--quiet",
+                 "--backend", "ray", "--ray-address", cluster.address, "--workers", "2"])
+    assert code == 1
+    out = tmp_path / "out" / "toy_b2"
+    rows = [line.split("\t") for line in (out / FAILURES).read_text().splitlines()[1:]]
+    assert [(row[0], row[1]) for row in rows] == [(broken, "load")]
+    assert sorted(_journal_utts(out)) == sorted(set(data.wav) - {broken})
+    assert json.loads((out / RUN_MANIFEST).read_text())["status"] == "failures"
+
+
+def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_path):
+    assert main(["anonymise", "--system", "b2", "--data", str(demo_subset), "--out", str(tmp_path / "anon"),
+                 "--workers", "1", "--quiet"]) == 0
+    common = ["evaluate", "--orig", str(demo_subset), "--anon", str(tmp_path / "anon" / "small_b2"),
+              "--cache", "none", "--set", "asr=null"]
+    assert main(common + ["--out", str(tmp_path / "local")]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
+                          "--workers", "2"]) == 0
+    local = json.loads((tmp_path / "local" / "results.json").read_text())
+    remote = json.loads((tmp_path / "ray" / "results.json").read_text())
+    assert remote == local and local
+
+
+def test_an_unreachable_cluster_fails_at_once_claiming_nothing(tmp_path):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    started = time.time()
+    process = _cli("anonymise", "--system", "b2", "--data", str(data.path), "--out", str(tmp_path / "out"),
+                   "--backend", "ray", "--ray-address", "127.0.0.1:1")
+    _, stderr = process.communicate(timeout=60)
+    assert time.time() - started < 30
+    assert process.returncode == 2
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "127.0.0.1:1" in lines[0] and "Ray cluster" in lines[0], stderr
+    out = tmp_path / "out" / "toy_b2"
+    assert not out.exists() or not list(out.rglob("*.wav")) and not (out / JOURNAL).exists()
+
+
+def test_the_command_line_starts_without_ray():
+    code = ("import sys; from voxanon.pipeline.cli import build_parser; build_parser(); "
+            "sys.exit(1 if 'ray' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
