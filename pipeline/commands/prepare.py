@@ -6,6 +6,7 @@
     voxanon prepare vctk        --root DIR [--mic mic2] --out data/vctk
     voxanon prepare libritts    --root DIR --subset train-clean-100 --out data/tts100 --resample
     voxanon prepare vpc         --root VPC/data [--out data/vpc_native]
+    voxanon prepare iemocap     --root IEMOCAP_full_release --out data/iemocap
     voxanon prepare trials      --data data/dev-clean --enroll-per-spk 10 --seed 1 --out data
     voxanon prepare subset      --data data/tts500 --purpose sex-flow --out data/flow_train
 
@@ -17,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections import Counter
 from pathlib import Path
 
-from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, read_data_dir, read_list, write_data_dir
+from voxanon.data_prep.corpus import (GENDERS, DataDir, DataDirError, format_mapping, read_data_dir, read_list,
+                                      write_data_dir)
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.prepare.iemocap import scan_iemocap
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.librispeech import scan_librispeech
 from voxanon.data_prep.prepare.libritts import scan_libritts
@@ -59,6 +63,11 @@ def add_parser(subparsers) -> None:
                       help="microphone of the 0.92 release (default %(default)s, as VoicePrivacy)")
     _corpus_arguments(vctk)
     vctk.set_defaults(run=_run_vctk)
+
+    iemocap = sources.add_parser("iemocap", help="IEMOCAP for the SER evaluation: neu/ang/hap/sad (exc as hap), "
+                                                 "utt2emo and spk2fold (leave one session out)")
+    _corpus_arguments(iemocap)
+    iemocap.set_defaults(run=_run_iemocap)
 
     vpc = sources.add_parser("vpc", help="validate and index the VoicePrivacy-distributed data sets")
     vpc.add_argument("--root", required=True, type=Path,
@@ -171,6 +180,23 @@ def _run_vctk(args: argparse.Namespace) -> int:
     issues = PreparationIssues("vctk")
     return _finish_corpus(scan_vctk(args.root, issues, audio_folder=args.subset, microphone=args.mic),
                           args, issues)
+
+
+def _run_iemocap(args: argparse.Namespace) -> int:
+    issues = PreparationIssues("iemocap")
+    found = scan_iemocap(args.root, issues)
+    data = prepare_corpus(found.listing, args.out, _options(args), issues, strict=args.strict)
+    speakers = set(data.utt2spk.values())
+    data.passthrough = {
+        "utt2emo": format_mapping({u: found.utt2emo[u] for u in sorted(data.wav)}),
+        "spk2fold": format_mapping({s: f for s, f in sorted(found.spk2fold.items()) if s in speakers})}
+    write_data_dir(data, args.out)
+    emotions = Counter(found.utt2emo[u] for u in data.wav)
+    print(f"{args.out}: {_describe(data)}; " + ", ".join(f"{e} {n}" for e, n in sorted(emotions.items())))
+    if found.left_out:
+        print(f"left out (other consensus labels): {sum(found.left_out.values())} utterances ("
+              + ", ".join(f"{e} {n}" for e, n in found.left_out.most_common()) + ")")
+    return 0
 
 
 def _run_vpc(args: argparse.Namespace) -> int:
