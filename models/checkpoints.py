@@ -202,8 +202,9 @@ def generator_families(checkpoint, source: str, *, sex_flow: bool = False) -> di
     ``sex_flow`` (only with ``sex_flow``: the zLLR-VC layout) and ``unknown`` (whole keys, and any
     checkpoint entry other than ``generator``)."""
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("generator"), dict):
+        found = sorted(map(str, checkpoint)) if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise CheckpointError(f"{source}: expected a dict with a 'generator' state dict (jik876 g_* layout), got "
-                              f"{sorted(map(str, checkpoint)) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
+                              f"{found}")
     families: dict[str, dict] = {name: {} for name in ("generator", "content", "speaker", "front_end", "sex_flow",
                                                        "unknown")}
     for entry in checkpoint:
@@ -282,7 +283,8 @@ def speaker_input_size(speaker: dict, default: int = 80) -> int:
     return int(weight.shape[1]) if isinstance(weight, torch.Tensor) and weight.ndim == 3 else default
 
 
-def _family_problems(families: dict[str, dict], source: str, sex_flow: bool) -> list[str]:
+def generator_problems(families: dict[str, dict], source: str, sex_flow: bool) -> list[str]:
+    """What makes a split ``g_*`` (:func:`generator_families`) unusable: unknown keys, front-end state that differs."""
     unknown_front_end, mismatched = front_end_problems(families["front_end"], speaker_input_size(families["speaker"]),
                                                        source)
     unknown = list(families["unknown"]) + unknown_front_end
@@ -305,7 +307,7 @@ def split_ssl_sas_generator(checkpoint: dict, source: str = "g_* checkpoint", *,
     and dropped. Any other key is an error that lists them and names ``source``.
     """
     families = generator_families(checkpoint, source, sex_flow=sex_flow)
-    problems = _family_problems(families, source, sex_flow)
+    problems = generator_problems(families, source, sex_flow)
     if problems:
         raise CheckpointError("\n".join(problems))
     try:
@@ -361,8 +363,9 @@ def _rename_keys(state: dict[str, torch.Tensor], table: list[tuple[str, str]], w
         else:
             unknown.append(key)
     if unknown:
+        more = len(unknown) - _KEY_LIST_LIMIT
         raise CheckpointError(f"not a {what} state dict: unexpected keys {unknown[:_KEY_LIST_LIMIT]}"
-                              f"{f' ... and {len(unknown) - _KEY_LIST_LIMIT} more' if len(unknown) > _KEY_LIST_LIMIT else ''}")
+                              f"{f' ... and {more} more' if more > 0 else ''}")
     return converted
 
 
