@@ -28,6 +28,7 @@ from typing import Iterable
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import id_message, id_problem
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,32 @@ class DataDir:
         return {utt: entry if self.is_pipe(utt) or os.path.isabs(entry) else os.path.abspath(self.audio_path(utt))
                 for utt, entry in self.wav.items()}
 
+    def missing_file(self, utt: str) -> str | None:
+        """Why the plain ``wav.scp`` entry of ``utt`` names no file (where it was looked for), or None."""
+        if self.is_pipe(utt) or self.audio_path(utt).is_file():
+            return None
+        entry = self.wav[utt]
+        if os.path.isabs(entry) or self.path is None:
+            return f"missing file {entry}"
+        return f"missing file {entry} (looked for it relative to the current directory and to {self.path})"
+
+    def id_problems(self) -> list[str]:
+        """Utterance and speaker ids that cannot be file names (see :mod:`voxanon.data_prep.paths`)."""
+        utterances = set(self.wav) | set(self.utt2spk) | set(self.text) | set(self.utt2dur) | set(self.enrolls or ())
+        utterances |= {trial.test_utt for trial in self.trials or ()}
+        speakers = set(self.utt2spk.values()) | set(self.spk2gender)
+        speakers |= {trial.enrol_speaker for trial in self.trials or ()}
+        problems = []
+        for kind, ids in (("utterance", utterances), ("speaker", speakers)):
+            for value in sorted(ids):
+                problem = id_problem(value)
+                if problem is not None:
+                    problems.append(id_message(kind, value, problem))
+        return problems
+
     def validate(self, *, check_files: bool = True, need_gender: bool = False) -> list[str]:
         """Every consistency problem, each naming the file and the ids concerned."""
-        problems: list[str] = []
+        problems = self.id_problems()
         if not self.wav:
             problems.append("wav.scp: no utterances")
         for utt in sorted(set(self.wav) - set(self.utt2spk)):
@@ -144,8 +168,9 @@ class DataDir:
                 seen.add(key)
         if check_files:
             for utt in sorted(self.wav):
-                if not self.is_pipe(utt) and not self.audio_path(utt).is_file():
-                    problems.append(f"wav.scp: utterance {utt!r}: missing file {self.wav[utt]}")
+                missing = self.missing_file(utt)
+                if missing is not None:
+                    problems.append(f"wav.scp: utterance {utt!r}: {missing}")
         return problems
 
     def subset(self, utterances: Iterable[str]) -> "DataDir":
@@ -186,11 +211,23 @@ def _lines(path: Path) -> Iterable[tuple[int, str]]:
                 yield number, line
 
 
-def read_mapping(path: str | os.PathLike, problems: list[str] | None = None) -> dict[str, str]:
+def _check_id(found: list[str], where: str, kind: str, value: str) -> bool:
+    """Whether ``value`` can be an id; if not, the problem is appended to ``found`` naming ``where`` (file:line)."""
+    problem = id_problem(value)
+    if problem is None:
+        return True
+    found.append(f"{where}: {id_message(kind, value, problem)}")
+    return False
+
+
+def read_mapping(path: str | os.PathLike, problems: list[str] | None = None, *, key_kind: str = "",
+                 value_kind: str | None = None) -> dict[str, str]:
     """Read a two-column Kaldi table (``<key> <rest of line>``).
 
-    Malformed lines and duplicate keys are problems: appended to ``problems`` when a
-    list is given, raised as :class:`DataDirError` otherwise.
+    Keys are ids (``key_kind``: utterance or speaker, for messages); with ``value_kind``
+    every word of the value is an id too (``utt2spk``, ``spk2utt``). An id that cannot be
+    a file name, a malformed line or a duplicate key is a problem: appended to
+    ``problems`` when a list is given, raised as :class:`DataDirError` otherwise.
     """
     path = Path(path)
     own = problems is None
@@ -202,8 +239,13 @@ def read_mapping(path: str | os.PathLike, problems: list[str] | None = None) -> 
             found.append(f"{path.name}:{number}: expected '<id> <value>', got {line!r}")
             continue
         key, value = parts
+        where = f"{path.name}:{number}"
+        if not _check_id(found, where, key_kind or "the", key):
+            continue
+        if value_kind is not None and not all([_check_id(found, where, value_kind, word) for word in value.split()]):
+            continue
         if key in mapping:
-            found.append(f"{path.name}:{number}: duplicate id {key!r}")
+            found.append(f"{where}: duplicate id {key!r}")
             continue
         mapping[key] = value
     if own and found:
@@ -211,9 +253,21 @@ def read_mapping(path: str | os.PathLike, problems: list[str] | None = None) -> 
     return mapping
 
 
-def read_list(path: str | os.PathLike) -> list[str]:
-    """One id a line (``enrolls``): only the first field of each line counts."""
-    return [line.split()[0] for _, line in _lines(Path(path))]
+def read_list(path: str | os.PathLike, problems: list[str] | None = None, *, kind: str = "") -> list[str]:
+    """One id a line (``enrolls``): only the first field of each line counts.
+
+    An id that cannot be a file name is a problem, appended to ``problems`` or raised.
+    """
+    path = Path(path)
+    own = problems is None
+    found: list[str] = [] if own else problems
+    ids = []
+    for number, line in _lines(path):
+        if _check_id(found, f"{path.name}:{number}", kind or "the", line.split()[0]):
+            ids.append(line.split()[0])
+    if own and found:
+        raise DataDirError(str(path), found)
+    return ids
 
 
 def read_trials(path: str | os.PathLike, problems: list[str] | None = None) -> list[Trial]:
@@ -226,7 +280,10 @@ def read_trials(path: str | os.PathLike, problems: list[str] | None = None) -> l
         if len(parts) != 3 or parts[2] not in ("target", "nontarget"):
             found.append(f"{path.name}:{number}: expected '<enrol-spk> <utt> target|nontarget', got {line!r}")
             continue
-        trials.append(Trial(parts[0], parts[1], parts[2] == "target"))
+        where = f"{path.name}:{number}"
+        if all([_check_id(found, where, "enrolment speaker", parts[0]),
+                _check_id(found, where, "test utterance", parts[1])]):
+            trials.append(Trial(parts[0], parts[1], parts[2] == "target"))
     if own and found:
         raise DataDirError(str(path), found)
     return trials
@@ -256,34 +313,35 @@ def read_data_dir(path: str | os.PathLike, *, allow_pipes: bool = False) -> Data
         raise DataDirError(str(path), ["segments: segmented recordings are not supported; "
                                        "cut the segments into files first"])
     problems: list[str] = []
-    wav = read_mapping(path / "wav.scp", problems)
+    wav = read_mapping(path / "wav.scp", problems, key_kind="utterance")
     for utt, entry in wav.items():
         if entry.rstrip().endswith("|") and not allow_pipes:
             problems.append(f"wav.scp: utterance {utt!r} is a command ({entry!r}); "
                             "commands run only with --allow-pipes")
         elif re.search(r"\.ark:\d+$", entry):
             problems.append(f"wav.scp: utterance {utt!r} points into an archive ({entry!r}); not supported")
-    utt2spk = read_mapping(path / "utt2spk", problems) if (path / "utt2spk").is_file() else {}
+    utt2spk = (read_mapping(path / "utt2spk", problems, key_kind="utterance", value_kind="speaker")
+               if (path / "utt2spk").is_file() else {})
     if not (path / "utt2spk").is_file():
         problems.append("utt2spk: missing")
     if (path / "spk2utt").is_file():
-        spk2utt = read_mapping(path / "spk2utt", problems)
+        spk2utt = read_mapping(path / "spk2utt", problems, key_kind="speaker", value_kind="utterance")
         from_spk2utt = {utt: spk for spk, utts in spk2utt.items() for utt in utts.split()}
         if from_spk2utt != utt2spk:
             differing = sorted(set(from_spk2utt.items()) ^ set(utt2spk.items()))
             problems.append(f"spk2utt: disagrees with utt2spk for {len(differing)} entries, "
                             f"e.g. {differing[0][0]!r}")
-    spk2gender = {s: g.lower() for s, g in read_mapping(path / "spk2gender", problems).items()} \
+    spk2gender = {s: g.lower() for s, g in read_mapping(path / "spk2gender", problems, key_kind="speaker").items()} \
         if (path / "spk2gender").is_file() else {}
-    text = read_mapping(path / "text", problems) if (path / "text").is_file() else {}
+    text = read_mapping(path / "text", problems, key_kind="utterance") if (path / "text").is_file() else {}
     utt2dur: dict[str, float] = {}
     if (path / "utt2dur").is_file():
-        for utt, value in read_mapping(path / "utt2dur", problems).items():
+        for utt, value in read_mapping(path / "utt2dur", problems, key_kind="utterance").items():
             try:
                 utt2dur[utt] = float(value)
             except ValueError:
                 problems.append(f"utt2dur: utterance {utt!r} has duration {value!r}, not a number")
-    enrolls = read_list(path / "enrolls") if (path / "enrolls").is_file() else None
+    enrolls = read_list(path / "enrolls", problems, kind="utterance") if (path / "enrolls").is_file() else None
     trials = read_trials(path / "trials", problems) if (path / "trials").is_file() else None
     passthrough = {name: (path / name).read_text(encoding="utf-8")
                    for name in PASSTHROUGH_FILES if (path / name).is_file()}
@@ -357,6 +415,9 @@ def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
                                 "to take the speaker from")
                 continue
             speaker = relative.parts[-1 - speaker_level]
+        if not all([_check_id(problems, str(relative), "utterance", utt),
+                    _check_id(problems, str(relative), "speaker", speaker)]):
+            continue
         wav[utt] = str(file.resolve())
         utt2spk[utt] = speaker
     if not wav and not problems:

@@ -3,7 +3,8 @@
 For verification trials the columns are ``<enrol-spk> <test-utt> <score>`` (VoicePrivacy
 layout, anchors Part B §1.2); for the exhaustive utterance-pair lists behind voice
 similarity matrices they are ``<utt-a> <utt-b> <score>``. Each (first, second) pair may
-appear once. Scores must be finite numbers: a NaN or an infinity in a score file is
+appear once. Ids follow the corpus rules (:mod:`voxanon.data_prep.paths`: no ``/``, ``\\``,
+control characters, ``.`` or ``..``). Scores must be finite numbers: a NaN or an infinity in a score file is
 always a scoring failure upstream, so it is reported here with its line number.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import DataDirError
+from voxanon.data_prep.paths import id_message, id_problem, text_may_hold_refused_character
 
 MAX_REPORTED = 20
 
@@ -43,7 +45,7 @@ class ScoreTable:
 
 
 def read_scores(path: str | os.PathLike) -> ScoreTable:
-    """Read a score file; malformed lines, non-finite scores and repeated pairs raise
+    """Read a score file; malformed lines, refused ids, non-finite scores and repeated pairs raise
     :class:`ScoreFileError` naming the line numbers.
 
     Lines end with ``\\n``; blank lines are skipped. Built for size: 10^6 lines read
@@ -64,6 +66,13 @@ def read_scores(path: str | os.PathLike) -> ScoreTable:
     line_numbers = np.flatnonzero(fields) + 1
     tokens = text.split()
     first, second, values = tokens[0::3], tokens[1::3], tokens[2::3]
+    if (text_may_hold_refused_character(text)
+            or "." in first or ".." in first or "." in second or ".." in second):
+        refused = [f"line {line_numbers[k]}: {id_message('the', value, problem)}"
+                   for k in range(len(first)) for value in (first[k], second[k])
+                   for problem in [id_problem(value)] if problem is not None]
+        if refused:
+            raise ScoreFileError(str(path), refused[:MAX_REPORTED] + _more(len(refused), "refused ids"))
     try:
         scores = np.fromiter(map(float, values), dtype=np.float64, count=len(values))
     except ValueError:

@@ -7,7 +7,8 @@ Three on-disk forms, chosen by the file suffix:
   current directory (Kaldi's convention) and, when nothing is there, against the scp's folder;
 - ``.npy``  an ``(n, d)`` array, with the ids one a line in the ``.ids`` file beside it.
 
-Keys are utterance ids for utterance-level vectors and speaker ids for speaker-level ones.
+Keys are utterance ids for utterance-level vectors and speaker ids for speaker-level ones;
+ids that cannot be file names (:mod:`voxanon.data_prep.paths`) are refused, naming the line or entry.
 Values are stored as float32 (Kaldi's ``BFV``) and handled as float64 in memory.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import id_message, id_problem
 
 VECTOR_SUFFIXES = (".ark", ".scp", ".npy")
 
@@ -111,6 +113,8 @@ def read_vectors(path: str | os.PathLike) -> Vectors:
             items = list(kaldiio.load_ark(str(path)))
         except Exception as error:  # kaldiio raises bare ValueError/IOError on corrupt archives
             raise VectorFileError(f"{path}: not a readable Kaldi archive ({error})") from error
+        for number, (key, _) in enumerate(items, 1):
+            _check_id(f"{path}: entry {number}", key)
     elif suffix == ".scp":
         items = _read_scp(path)
     else:
@@ -168,7 +172,10 @@ def _read_npy(path: Path) -> Vectors:
         matrix = np.load(path, allow_pickle=False)
     except ValueError as error:
         raise VectorFileError(f"{path}: not a numeric .npy array ({error})") from error
-    ids = [line.split()[0] for line in ids_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ids = []
+    for number, line in enumerate(ids_path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            ids.append(_check_id(f"{ids_path}:{number}", line.split()[0]))
     if matrix.ndim != 2 or matrix.shape[0] != len(ids):
         raise VectorFileError(f"{path}: array of shape {matrix.shape} does not match "
                               f"{len(ids)} ids in {ids_path.name} (expected ({len(ids)}, d))")
@@ -183,7 +190,7 @@ def _read_scp(path: Path) -> list[tuple[str, np.ndarray]]:
         parts = line.split(maxsplit=1)
         if len(parts) != 2:
             raise VectorFileError(f"{path}:{number}: expected '<id> <ark>:<offset>', got {line!r}")
-        key, spec = parts[0], parts[1].strip()
+        key, spec = _check_id(f"{path}:{number}", parts[0]), parts[1].strip()
         if spec.endswith("|"):
             raise VectorFileError(f"{path}:{number}: entry {key!r} is a command; only archive "
                                   "offsets (ark:offset) are read")
@@ -198,6 +205,13 @@ def _read_scp(path: Path) -> list[tuple[str, np.ndarray]]:
         except Exception as error:  # kaldiio raises bare ValueError/IOError on bad offsets
             raise VectorFileError(f"{path}:{number}: cannot read entry {key!r} ({error})") from error
     return items
+
+
+def _check_id(where: str, key: str) -> str:
+    problem = id_problem(key)
+    if problem is not None:
+        raise VectorFileError(f"{where}: {id_message('vector', key, problem)}")
+    return key
 
 
 def _from_items(path: Path, items: Sequence[tuple[str, np.ndarray]]) -> Vectors:

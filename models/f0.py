@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from voxanon.data_prep.atomic import atomic_path
+from voxanon.data_prep.paths import contained_path
 
 MIN_SAMPLES = 640
 """pYAAPT indexes past the end of its arrays below four frames (2 × 20 ms after padding)."""
@@ -96,7 +97,7 @@ class F0Cache:
 
     def f0(self, audio: np.ndarray, sample_rate: int = 16000, params: YaaptParams = SSL_SAS_YAAPT) -> np.ndarray:
         """The cached track, computing and storing it on a miss."""
-        path = self.directory / f"{self.key(audio, sample_rate, params)}.npy"
+        path = contained_path(self.directory, f"{self.key(audio, sample_rate, params)}.npy")
         if path.is_file():
             return np.load(path)
         f0 = yaapt_f0(audio, sample_rate, params)

@@ -324,7 +324,7 @@ def load_pool(directory: str | os.PathLike, *, with_utterances: bool = True, ver
     utterances = utt2spk = None
     if keep_utterances:
         utterances = read_vectors(directory / UTTERANCE_VECTORS)
-        utt2spk = read_mapping(directory / UTT2SPK)
+        utt2spk = read_mapping(directory / UTT2SPK, key_kind="utterance", value_kind="speaker")
     return SpeakerPool(speakers=read_vectors(directory / SPEAKER_VECTORS), sex=read_mapping(directory / SPK2GENDER),
                        global_vector=np.load(directory / GLOBAL_VECTOR).astype(np.float64),
                        utterances=utterances, utt2spk=utt2spk, metadata=metadata)

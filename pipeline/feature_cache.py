@@ -17,6 +17,7 @@ from tqdm import tqdm
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, normalise_loudness
 from voxanon.data_prep.digest import sha256_file
+from voxanon.data_prep.paths import contained_path
 
 
 @dataclass
@@ -27,7 +28,7 @@ class ContentCache:
 
     def path(self, tag: str, digest: str, kind: str) -> Path | None:
         extension = "npy" if kind == "vector" else "txt"
-        return None if self.root is None else self.root / tag / digest[:2] / f"{digest}.{extension}"
+        return None if self.root is None else contained_path(self.root, tag, digest[:2], f"{digest}.{extension}")
 
     def get(self, tag: str, digest: str, kind: str):
         path = self.path(tag, digest, kind)

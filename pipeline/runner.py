@@ -14,6 +14,11 @@ Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.
 - ``failures.tsv``: ``utt  stage  error`` for every utterance that failed; the rest of
   the set is still processed and the exit code says that something failed.
 - ``run.json``: configuration, package versions, timing and counts.
+- ``.lock``: held while a run writes the set (:mod:`voxanon.data_prep.run_lock`); a second
+  run into the same set fails at once, naming the first one's PID and host.
+
+Every path built from an utterance id goes through :func:`voxanon.data_prep.paths.contained_path`,
+so no id can make a run write outside its output folder.
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
 from voxanon.data_prep.digest import sha256_file
+from voxanon.data_prep.paths import contained_path
+from voxanon.data_prep.run_lock import run_lock
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
 
 log = logging.getLogger(__name__)
@@ -135,7 +142,7 @@ def process_jobs(system: System, jobs: list[Job], allow_pipes: bool) -> list[Out
         try:
             # Vectors first: a WAV whose journal line landed implies its vectors did too.
             for name, vector in utt.vectors.items():
-                path = out_path.parent.parent / name / f"{utt.utt_id}.xvector"
+                path = contained_path(out_path.parent.parent, name, f"{utt.utt_id}.xvector")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(path, np.asarray(vector, dtype="<f4").tobytes())
             data = _wav_bytes(utt.audio, system.sample_rate)
@@ -269,6 +276,12 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
         raise DataDirError(str(data.path or data.name), problems)
     backend_info = backend.describe()    # joins a cluster before anything is written
     out_dir = Path(out_dir)
+    with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
+        return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress)
+
+
+def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
+                      allow_pipes: bool, progress: bool) -> SetResult:
     config = prepare_set(system, data, out_dir / ".prepared")
     system = build_system(config)
     wav_dir = out_dir / "wav"
@@ -279,9 +292,10 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
         journal_path.unlink()
     journal = read_journal(journal_path, current_hash)
     finished = {utt: entry for utt, entry in journal.items()
-                if utt in data.wav and _sha256_or_none(wav_dir / f"{utt}.wav") == entry["sha256"]}
+                if utt in data.wav and _sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
     jobs = [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
-                data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), str(wav_dir / f"{utt}.wav"))
+                data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)),
+                str(contained_path(wav_dir, f"{utt}.wav")))
             for utt in data.utterances if utt not in finished]
     batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
     started = time.time()

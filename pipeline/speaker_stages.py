@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import contained_path
 from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class PseudoSpeakerStage(Stage):
             if spk in data.spk2gender:
                 selector.world(vector, data.spk2gender[spk])
         digest = hashlib.sha256("\n".join(means.ids).encode() + means.matrix.astype("<f4").tobytes()).hexdigest()
-        path = Path(work_dir).resolve() / f"source-speakers-{self.models}-{digest[:16]}.npy"
+        path = contained_path(Path(work_dir).resolve(), f"source-speakers-{self.models}-{digest[:16]}.npy")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_vectors(path, means)
         # The pool's digest enters the configuration hash: outputs made with another pool are redone.

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from voxanon.data_prep.audio import AudioError, check_wav, load_audio, write_wav
 from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, write_data_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.text import normalise_transcript
 
@@ -224,7 +225,7 @@ def _resample(selection: _Selection, out_dir: Path, issues: PreparationIssues) -
                  ", ".join(f"{r} Hz x{n}" for r, n in sorted(rates.items())))
     for utt in tqdm(todo, desc="resampling", unit="file", disable=None):
         relative = f"{RESAMPLED_FOLDER}/{utt}.wav"
-        target = out_dir / relative
+        target = contained_path(out_dir, relative)
         # Outputs are written atomically, so a valid file is a finished one (resumed run).
         if not check_wav(target, TARGET_RATE):
             try:

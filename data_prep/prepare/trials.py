@@ -23,6 +23,7 @@ from pathlib import Path
 
 from voxanon.data_prep.corpus import GENDERS, DataDir, Trial, write_data_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.prepare.issues import PreparationIssues
 from voxanon.data_prep.prepare.ordering import seeded_order
 
@@ -132,7 +133,7 @@ def build_trial_sets(data: DataDir, design: TrialDesign, issues: PreparationIssu
 def write_trial_sets(sets: dict[str, DataDir], out_dir: str | os.PathLike, name: str) -> list[Path]:
     written = []
     for suffix, data in sets.items():
-        target = Path(out_dir) / f"{name}_{suffix}"
+        target = contained_path(out_dir, f"{name}_{suffix}")
         data.name = target.name
         data.path = target
         write_data_dir(data, target)

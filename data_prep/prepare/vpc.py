@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
+from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.prepare.issues import summarise
 from voxanon.data_prep.prepare.listing import TARGET_RATE, read_audio_header
 
@@ -151,7 +152,7 @@ def write_native_sets(loaded: dict[str, DataDir], out_dir: str | os.PathLike) ->
     """Copies of the sets with every resolvable command replaced by the file it decodes."""
     written = []
     for name, data in sorted(loaded.items()):
-        target = Path(out_dir) / name
+        target = contained_path(out_dir, name)
         write_data_dir(data, target)
         written.append(target)
     return written

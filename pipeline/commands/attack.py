@@ -28,7 +28,9 @@ DEFAULT_WP = WassersteinProcrustesConfig()
 def read_enrolment(path: Path, enroll_utt2spk: Path | None) -> Vectors:
     """Speaker-level enrolment vectors: as stored, or the speaker means of utterance vectors."""
     vectors = read_vectors(path)
-    return vectors if enroll_utt2spk is None else speaker_means(vectors, read_mapping(enroll_utt2spk))
+    if enroll_utt2spk is None:
+        return vectors
+    return speaker_means(vectors, read_mapping(enroll_utt2spk, value_kind="speaker"))
 
 
 def read_spk2gender(path: Path) -> dict[str, str]:
@@ -136,7 +138,7 @@ def run_inversion(args: argparse.Namespace) -> int:
         train_orig=read_vectors(args.train_orig), train_anon=read_vectors(args.train_anon),
         test_orig=read_vectors(args.test_orig), test_anon=read_vectors(args.test_anon),
         enroll=read_enrolment(args.enroll, args.enroll_utt2spk), trials=read_trials(args.trials),
-        utt2spk=read_mapping(args.utt2spk))
+        utt2spk=read_mapping(args.utt2spk, value_kind="speaker"))
     result = inversion_attack(inputs, args.method, pca_dim=args.pca,
                               spk2gender=read_spk2gender(args.spk2gender) if args.by_sex else None,
                               wasserstein=wasserstein)
@@ -162,10 +164,12 @@ def run_sex(args: argparse.Namespace) -> int:
     train, test = read_vectors(args.train), read_vectors(args.test)
     train_female, train_speakers = sex_labels(
         train, read_spk2gender(args.train_spk2gender),
-        read_mapping(args.train_utt2spk) if args.train_utt2spk else None, f"train vectors {args.train}")
+        read_mapping(args.train_utt2spk, value_kind="speaker") if args.train_utt2spk else None,
+        f"train vectors {args.train}")
     test_female, _ = sex_labels(
         test, read_spk2gender(args.test_spk2gender),
-        read_mapping(args.test_utt2spk) if args.test_utt2spk else None, f"test vectors {args.test}")
+        read_mapping(args.test_utt2spk, value_kind="speaker") if args.test_utt2spk else None,
+        f"test vectors {args.test}")
     kinds = CLASSIFIERS if args.classifier == "both" else (args.classifier,)
     results = {kind: sex_attack(train.matrix, train_female, test.matrix, test_female, kind,
                                 train_groups=train_speakers, seed=args.seed).as_dict() for kind in kinds}

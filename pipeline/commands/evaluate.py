@@ -8,6 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import contained_path
 from voxanon.eval.results import Result
 from voxanon.models.registry import voxanon_home
 from voxanon.pipeline.evaluation import Evaluation, discover_sets, evaluate_sets
@@ -111,16 +112,17 @@ def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict
         systems = [(f"{s.system} {s.condition}", s.tar, s.non) for s in evaluation.scores
                    if s.set_name == set_name and len(s.tar) and len(s.non)]
         if systems:
-            paths = save_figure(ece_profile_figure(systems), plots / f"{set_name}_ece_profile")
+            paths = save_figure(ece_profile_figure(systems), contained_path(plots, f"{set_name}_ece_profile"))
             figures.append((f"{set_name}: ECE / ZEBRA profile per condition", paths[0]))
-            paths = save_figure(det_figure(systems), plots / f"{set_name}_det")
+            paths = save_figure(det_figure(systems), contained_path(plots, f"{set_name}_det"))
             figures.append((f"{set_name}: DET curves per condition", paths[0]))
     for set_name, matrices in sorted(evaluation.similarity.items()):
         stem = set_name.replace(" ", "_")
-        paths = save_figure(similarity_figure(matrices), plots / f"{stem}_similarity")
+        paths = save_figure(similarity_figure(matrices), contained_path(plots, f"{stem}_similarity"))
         figures.append((f"{set_name}: voice similarity matrices M_OO, M_OP, M_PP", paths[0]))
         for setting, matrix in (("OO", matrices.oo), ("PP", matrices.pp)):
-            paths = save_figure(zoo_figure(matrix.zoo(), title=f"{set_name} {setting}"), plots / f"{stem}_zoo_{setting}")
+            paths = save_figure(zoo_figure(matrix.zoo(), title=f"{set_name} {setting}"),
+                                contained_path(plots, f"{stem}_zoo_{setting}"))
             figures.append((f"{set_name}: zoo plot in the {setting} setting", paths[0]))
     return write_report(out_dir, evaluation.results, figures, title, notes=notes)
 

@@ -128,10 +128,10 @@ def run_import(args: argparse.Namespace) -> int:
     utterance_level = args.utt2spk is not None or args.speaker_from_id is not None
     source = _find_source(args.source, utterance_level)
     vectors = read_vectors(source)
-    sex = {spk: label.lower() for spk, label in read_mapping(args.spk2gender).items()}
+    sex = {spk: label.lower() for spk, label in read_mapping(args.spk2gender, key_kind="speaker").items()}
     if utterance_level:
         if args.utt2spk is not None:
-            utt2spk = read_mapping(args.utt2spk)
+            utt2spk = read_mapping(args.utt2spk, key_kind="utterance", value_kind="speaker")
             missing = [key for key in vectors.ids if key not in utt2spk]
             if missing:
                 raise VoxanonError(f"{args.utt2spk}: no speaker for {len(missing)} vector(s) of {source}, e.g. "

@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
           + (f", {len(data.trials)} trials" if data.trials is not None else ""))
     if args.check_audio:
         for utt in tqdm(data.utterances, unit="utt", desc="decoding"):
+            if data.missing_file(utt) is not None:
+                continue  # reported above, with where it was looked for
             source = data.wav[utt] if data.is_pipe(utt) else data.audio_path(utt)
             try:
                 load_audio(source, args.sample_rate, max_seconds=args.max_seconds, allow_pipe=args.allow_pipes)

@@ -169,8 +169,8 @@ def add_parser(subparsers) -> None:
 
 def _labelled(vectors_path: Path, utt2spk_path: Path, spk2gender_path: Path) -> tuple[Vectors, np.ndarray, list[str]]:
     vectors = read_vectors(vectors_path)
-    is_female, speakers = sex_labels(vectors, read_spk2gender(spk2gender_path), read_mapping(utt2spk_path),
-                                     f"vectors {vectors_path}")
+    is_female, speakers = sex_labels(vectors, read_spk2gender(spk2gender_path),
+                                     read_mapping(utt2spk_path, value_kind="speaker"), f"vectors {vectors_path}")
     return vectors, is_female, speakers
 
 
@@ -283,7 +283,7 @@ def run_eval(args: argparse.Namespace) -> int:
     protections = Protections(args.model)
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
     enrolment = read_vectors(args.enroll)
-    enroll_utt2spk = read_mapping(args.enroll_utt2spk) if args.enroll_utt2spk else None
+    enroll_utt2spk = read_mapping(args.enroll_utt2spk, value_kind="speaker") if args.enroll_utt2spk else None
     table = evaluation_table(protections, vectors, is_female, speakers, enrolment, enroll_utt2spk,
                              read_trials(args.trials), args.classifier, args.seed)
     print(json.dumps(table, indent=2) if args.json else format_evaluation(table, args.classifier))
