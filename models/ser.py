@@ -70,6 +70,13 @@ def _checked_audio(audio: np.ndarray, index: int) -> np.ndarray:
     return np.ascontiguousarray(samples, dtype=np.float32)
 
 
+def model_identity(model_dir: str | Path) -> str:
+    """sha256 over a model directory's files: a cache key that changes with any weight or label."""
+    from voxanon.data_prep.digest import sha256_file
+
+    return hashlib.sha256("".join(sha256_file(Path(model_dir) / name) for name in SER_FILES).encode()).hexdigest()
+
+
 class EmotionClassifier:
     """One fold's wav2vec2 emotion classifier; 16 kHz float32 mono waves -> log-probabilities."""
 
@@ -85,10 +92,7 @@ class EmotionClassifier:
 
     @property
     def identity(self) -> str:
-        """sha256 over the directory's files: a cache key that changes with any weight."""
-        from voxanon.data_prep.digest import sha256_file
-
-        return hashlib.sha256("".join(sha256_file(self.model_dir / name) for name in SER_FILES).encode()).hexdigest()
+        return model_identity(self.model_dir)
 
     def log_probabilities(self, audios: Sequence[np.ndarray], progress: bool = False) -> np.ndarray:
         """(n, n_labels) log-probabilities, each utterance classified on its own."""

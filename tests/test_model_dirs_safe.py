@@ -11,6 +11,8 @@ from voxanon.models.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
 from voxanon.models.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
                                              read_hparams, wav2vec2_config_from_state)
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SIGNALS = [0.3 * np.sin(2 * np.pi * f * np.arange(n) / 16000).astype(np.float32) + 0.05 * np.cos(
     2 * np.pi * 2.7 * f * np.arange(n) / 16000).astype(np.float32) for f, n in ((220, 16000), (530, 11000),
                                                                              (1200, 7000))]

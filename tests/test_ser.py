@@ -9,6 +9,8 @@ from speechbrain_layouts import IEMOCAP_LABELS, write_label_encoder, write_ser_d
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.ser import EmotionClassifier, fold_model_dirs, read_label_encoder
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 RNG = np.random.default_rng(3)
 SIGNALS = [(0.3 * np.sin(2 * np.pi * f * np.arange(n) / 16000) + 0.05 * RNG.standard_normal(n)).astype(np.float32)
            for f, n in ((180, 9000), (440, 16000), (900, 6400), (2500, 12000))]
@@ -105,3 +107,102 @@ def test_fold_model_dirs(tmp_path):
     assert fold_model_dirs(tmp_path) == {"1": tmp_path / "fold_1", "2": tmp_path / "fold_2" / "CKPT+2024-02-01"}
     with pytest.raises(VoxanonError, match="no fold_<k> folders"):
         fold_model_dirs(tmp_path / "notes")
+
+
+# ser_results: per-fold scoring, UAR, caching, errors ---------------------------------------------
+
+def write_set(directory, utterances, scale: float):
+    """A Kaldi IEMOCAP-like set: utt -> (speaker, emotion, signal index); utt2emo and spk2fold."""
+    import soundfile
+
+    from voxanon.data_prep.corpus import DataDir, format_mapping, write_data_dir
+
+    (directory / "wav").mkdir(parents=True)
+    for utt, (_, _, index) in utterances.items():
+        soundfile.write(directory / "wav" / f"{utt}.wav", scale * SIGNALS[index % len(SIGNALS)][::1 + index // 4],
+                        16000, subtype="FLOAT")
+    data = DataDir(name=directory.name, wav={u: f"{directory}/wav/{u}.wav" for u in utterances},
+                   utt2spk={u: s for u, (s, _, _) in utterances.items()},
+                   passthrough={"utt2emo": format_mapping({u: e for u, (_, e, _) in utterances.items()}),
+                                "spk2fold": format_mapping({s: s[4] for s, _, _ in utterances.values()})})
+    write_data_dir(data, directory)
+    return directory
+
+
+UTTERANCES = {f"Ses0{fold}{sex}_u{i}": (f"Ses0{fold}{sex}", IEMOCAP_LABELS[(i + fold) % 4], i + 2 * fold)
+              for fold in (1, 2) for sex in "FM" for i in range(3)}
+
+
+@pytest.fixture(scope="module")
+def fold_models(tmp_path_factory, ser_dir):
+    import shutil
+
+    root = tmp_path_factory.mktemp("models")
+    shutil.copytree(ser_dir, root / "fold_1", ignore=shutil.ignore_patterns("collected"))
+    shutil.copytree(ser_dir, root / "fold_2", ignore=shutil.ignore_patterns("collected"))
+    # Fold 2's output layer is zero: uniform scores, so every fold-2 utterance is class 0 (neu).
+    state = torch.load(root / "fold_2" / "model.ckpt")
+    torch.save({k: torch.zeros_like(v) for k, v in state.items()}, root / "fold_2" / "model.ckpt")
+    return root
+
+
+def test_ser_results_scores_each_utterance_with_its_fold_model(tmp_path, fold_models):
+    from sklearn.metrics import recall_score
+
+    from voxanon.pipeline.feature_cache import ContentCache
+    from voxanon.pipeline.ser_evaluation import FoldClassifiers, ser_results
+
+    original = write_set(tmp_path / "IEMOCAP_dev", UTTERANCES, 1.0)
+    anonymised = write_set(tmp_path / "IEMOCAP_dev_b1", UTTERANCES, 0.2)
+    cache = ContentCache(tmp_path / "cache")
+    classifiers = FoldClassifiers(fold_models)
+    rows = ser_results(original, anonymised, fold_models, system="b1", cache=cache, classifiers=classifiers)
+    values = {(r.system, r.metric, r.variant): r.value for r in rows}
+
+    fold_1 = EmotionClassifier(fold_models / "fold_1")
+    for side, directory, scale in (("original", original, 1.0), ("b1", anonymised, 0.2)):
+        truth, predicted, per_fold = [], [], {}
+        for utt, (speaker, emotion, index) in sorted(UTTERANCES.items()):
+            import soundfile
+
+            samples = soundfile.read(directory / "wav" / f"{utt}.wav", dtype="float32")[0]
+            label = fold_1.classify([samples])[0] if speaker[4] == "1" else "neu"
+            truth.append(emotion)
+            predicted.append(label)
+            per_fold.setdefault(speaker[4], []).append((emotion, label))
+        expected = 100 * recall_score(truth, predicted, average="macro", zero_division=0)
+        assert values[(side, "uar", "all")] == pytest.approx(expected)
+        fold_values = [100 * recall_score(*zip(*pairs), average="macro", zero_division=0)
+                       for _, pairs in sorted(per_fold.items())]
+        assert values[(side, "uar", "fold 2")] == pytest.approx(fold_values[1])
+        assert values[(side, "uar", "fold-mean")] == pytest.approx(np.mean(fold_values))
+        assert values[(side, "n_utterances", "")] == len(UTTERANCES)
+    assert values[("b1", "uar_decrease", "all")] == pytest.approx(
+        values[("original", "uar", "all")] - values[("b1", "uar", "all")])
+    assert {r.set for r in rows} == {"IEMOCAP_dev"}
+
+    # A rerun is served from the cache: no model is even loaded.
+    fresh = FoldClassifiers(fold_models)
+    assert ser_results(original, anonymised, fold_models, system="b1", cache=cache, classifiers=fresh) == rows
+    assert fresh._loaded == {}
+
+
+def test_ser_results_clear_errors(tmp_path, fold_models):
+    import shutil
+
+    from voxanon.pipeline.ser_evaluation import ser_results
+
+    original = write_set(tmp_path / "IEMOCAP_test", UTTERANCES, 1.0)
+    bare = tmp_path / "IEMOCAP_test_anon"
+    shutil.copytree(original, bare)
+    (bare / "utt2emo").unlink()
+    with pytest.raises(VoxanonError, match=f"{bare}: no utt2emo"):
+        ser_results(original, bare, fold_models, system="x")
+    broken = tmp_path / "models"
+    shutil.copytree(fold_models, broken)
+    (broken / "fold_2" / "wav2vec2.ckpt").unlink()
+    with pytest.raises(VoxanonError, match=f"{broken / 'fold_2' / 'wav2vec2.ckpt'}: missing"):
+        ser_results(original, None, broken, system="x")
+    shutil.rmtree(broken / "fold_2")
+    with pytest.raises(VoxanonError, match="no SER model for fold\\(s\\) 2 \\(have 1\\)"):
+        ser_results(original, None, broken, system="x")
