@@ -58,26 +58,149 @@ class SortedScores(NamedTuple):
     is_target: np.ndarray
 
 
-def sort_scores(tar, non, tie_order: str = "non_tar") -> SortedScores:
+class PavBlocks(NamedTuple):
+    """PAV of sorted 0/1 target labels, block by block: its trial count and its target count."""
+
+    widths: np.ndarray
+    targets: np.ndarray
+
+
+class SortedTrials:
+    """Target and non-target scores sorted once, shared by every metric that needs their merged order.
+
+    The merged label sequence of each tie order, its PAV blocks and the oracle LLRs are
+    computed on first use and kept; when no score is tied across the classes both tie orders
+    give the same sequence, which is then sorted, pooled and calibrated once. The metric
+    functions of :mod:`~voxanon.eval.eer`, :mod:`~voxanon.eval.cllr` and
+    :mod:`~voxanon.eval.zebra` accept one of these in place of ``(tar, non)``.
+    """
+
+    def __init__(self, tar, non):
+        tar, non = check_score_sets(tar, non)
+        self.tar = np.sort(tar)
+        self.non = np.sort(non)
+        self.n_tar, self.n_non = tar.size, non.size
+        # "non_tar": a target goes after every non-target <= it; "tar_non": after every one < it.
+        non_at_or_below = np.searchsorted(self.non, self.tar, side="right")
+        self.tied_across = bool(np.any(self.non[np.maximum(non_at_or_below - 1, 0)] == self.tar))
+        non_below = np.searchsorted(self.non, self.tar, side="left") if self.tied_across else non_at_or_below
+        self._target_positions = {"non_tar": non_at_or_below, "tar_non": non_below}
+        self._cache: dict[tuple, object] = {}
+
+    @property
+    def size(self) -> int:
+        return self.n_tar + self.n_non
+
+    def _cached(self, key: tuple, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def _order(self, tie_order: str) -> str:
+        _check_tie_order(tie_order)
+        return tie_order if self.tied_across else "non_tar"
+
+    def is_target(self, tie_order: str = "non_tar") -> np.ndarray:
+        """True where the merged ascending sequence holds a target, ties ordered by ``tie_order``."""
+        order = self._order(tie_order)
+
+        def compute():
+            is_target = np.zeros(self.size, dtype=bool)
+            is_target[np.arange(self.n_tar) + self._target_positions[order]] = True
+            return is_target
+        return self._cached(("is_target", order), compute)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """Both classes merged in ascending order (the same array for either tie order)."""
+        def compute():
+            is_target = self.is_target()
+            scores = np.empty(self.size, dtype=np.float64)
+            scores[is_target] = self.tar
+            scores[~is_target] = self.non
+            return scores
+        return self._cached(("scores",), compute)
+
+    def pav_blocks(self, tie_order: str = "non_tar") -> PavBlocks:
+        """The PAV blocks of the label sequence (no Laplace).
+
+        PAV never splits a run of equal labels (the last value of a block is at most its mean,
+        the first of the next at least that block's larger mean), so it runs on the runs of
+        targets and non-targets, weighted by their lengths: about 2 Nt points instead of Nt + Nn,
+        read off the targets' merge positions without building the label sequence.
+        """
+        order = self._order(tie_order)
+
+        def compute():
+            non_before = self._target_positions[order]
+            # Targets with the same count of non-targets before them form one run.
+            starts = np.flatnonzero(np.diff(non_before, prepend=-1))
+            tar_runs = np.diff(np.append(starts, self.n_tar))
+            non_runs = np.diff(np.concatenate(([0], non_before[starts], [self.n_non])))
+            lengths = np.empty(2 * starts.size + 1, dtype=np.int64)
+            lengths[0::2], lengths[1::2] = non_runs, tar_runs
+            labels = np.zeros(lengths.size)
+            labels[1::2] = 1.0
+            if lengths[0] == 0:
+                lengths, labels = lengths[1:], labels[1:]
+            if lengths[-1] == 0:
+                lengths, labels = lengths[:-1], labels[:-1]
+            result = isotonic_regression(labels, weights=lengths.astype(np.float64), increasing=True)
+            block_starts = np.asarray(result.blocks[:-1])
+            widths = np.add.reduceat(lengths, block_starts)
+            targets = np.add.reduceat(lengths * labels.astype(np.int64), block_starts)
+            return PavBlocks(widths, targets)
+        return self._cached(("pav", order), compute)
+
+    def block_llrs(self, tie_order: str = "non_tar", *, laplace: bool = False) -> np.ndarray:
+        """Oracle LLR of each PAV block (before the monotonicity ramp), natural log.
+
+        With ``laplace`` the pseudo-counts are pooled with the blocks (weighted PAV over the
+        blocks, which gives the PAV of the whole smoothed sequence), so no block has an
+        infinite LLR.
+        """
+        order = self._order(tie_order)
+
+        def compute():
+            widths, targets = self.pav_blocks(order)
+            posterior = targets / widths
+            if laplace:
+                ends = np.array([1.0, 0.0])
+                values = np.concatenate((ends, posterior, ends))
+                weights = np.concatenate((np.ones(2), widths.astype(np.float64), np.ones(2)))
+                posterior = np.asarray(isotonic_regression(values, weights=weights).x)[2:-2]
+            return _llrs_from_posteriors(posterior, self.n_tar, self.n_non)
+        return self._cached(("block_llrs", order, laplace), compute)
+
+    def oracle_llr(self, tie_order: str = "non_tar", *, laplace: bool = False,
+                   monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> np.ndarray:
+        """Oracle LLRs in merged order, equal to ``sorted_optimal_llr(self.is_target(tie_order), ...)``."""
+        llrs = np.repeat(self.block_llrs(tie_order, laplace=laplace), self.pav_blocks(tie_order).widths)
+        if monotonicity_epsilon:
+            llrs += np.arange(self.size) * monotonicity_epsilon / self.size
+        return llrs
+
+
+def sorted_trials(tar, non=None) -> SortedTrials:
+    """``tar`` itself when it is a :class:`SortedTrials` (and ``non`` is None), else both sets sorted."""
+    if isinstance(tar, SortedTrials):
+        if non is not None:
+            raise ScoreError("give either a SortedTrials or the target and non-target scores, not both")
+        return tar
+    if non is None:
+        raise ScoreError("non-target scores missing")
+    return SortedTrials(tar, non)
+
+
+def sort_scores(tar, non=None, tie_order: str = "non_tar") -> SortedScores:
     """Merge validated ``tar`` and ``non`` in ascending order, ties ordered by ``tie_order``.
 
     Equivalent to a stable argsort of the concatenation named by ``tie_order``, but
     sorting each class separately and merging is several times faster, and metrics
     that only need the label sequence never need the permutation.
     """
-    tar, non = check_score_sets(tar, non)
-    _check_tie_order(tie_order)
-    tar_sorted = np.sort(tar)
-    non_sorted = np.sort(non)
-    # "non_tar": a target goes after every non-target <= it; "tar_non": after every one < it.
-    side = "right" if tie_order == "non_tar" else "left"
-    positions = np.arange(tar.size) + np.searchsorted(non_sorted, tar_sorted, side=side)
-    is_target = np.zeros(tar.size + non.size, dtype=bool)
-    is_target[positions] = True
-    scores = np.empty(is_target.size, dtype=np.float64)
-    scores[is_target] = tar_sorted
-    scores[~is_target] = non_sorted
-    return SortedScores(scores, is_target)
+    trials = sorted_trials(tar, non)
+    return SortedScores(trials.scores, trials.is_target(tie_order))
 
 
 def _posteriors(is_target_sorted: np.ndarray, laplace: bool) -> np.ndarray:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from voxanon.eval.calibration import (MONOTONICITY_EPSILON, cross_validated_linear_llr, sort_scores,
-                                      sorted_optimal_llr)
+from voxanon.eval.calibration import MONOTONICITY_EPSILON, cross_validated_linear_llr, sorted_trials
 from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
@@ -35,7 +34,7 @@ def cllr(tar_llr, non_llr) -> float:
     return float((np.logaddexp(0.0, -tar_llr).mean() + np.logaddexp(0.0, non_llr).mean()) / (2.0 * LN2))
 
 
-def min_cllr(tar, non, *, tie_order: str = "non_tar",
+def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
              monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> float:
     """Cllr after oracle PAV calibration (spec §3), in [0, 1] bits.
 
@@ -44,9 +43,19 @@ def min_cllr(tar, non, *, tie_order: str = "non_tar",
     optimum that BOSARIS / llreval report. The reference ``[non, tar]`` tie order lets
     scores tied across classes separate them (a constant scorer gets 0 instead of 1);
     ``tie_order="tar_non"`` pools ties, as llreval does, for heavily tied scores.
+    Takes ``(tar, non)`` or one :class:`~voxanon.eval.calibration.SortedTrials`.
     """
-    is_target = sort_scores(tar, non, tie_order).is_target
-    llrs = sorted_optimal_llr(is_target, laplace=False, monotonicity_epsilon=monotonicity_epsilon)
+    trials = sorted_trials(tar, non)
+    if not monotonicity_epsilon:
+        # One LLR per PAV block: weigh each block's costs by its target / non-target counts.
+        widths, targets = trials.pav_blocks(tie_order)
+        llrs = trials.block_llrs(tie_order)
+        has_tar, has_non = targets > 0, widths > targets
+        tar_cost = targets[has_tar] @ np.logaddexp(0.0, -llrs[has_tar]) / trials.n_tar
+        non_cost = (widths - targets)[has_non] @ np.logaddexp(0.0, llrs[has_non]) / trials.n_non
+        return float((tar_cost + non_cost) / (2.0 * LN2))
+    is_target = trials.is_target(tie_order)
+    llrs = trials.oracle_llr(tie_order, monotonicity_epsilon=monotonicity_epsilon)
     return cllr(llrs[is_target], llrs[~is_target])
 
 
@@ -85,7 +94,7 @@ def _mean_softplus(values: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     return np.array([counts @ np.logaddexp(0.0, unique + shift) for shift in shifts]) / values.size
 
 
-def min_ece(tar, non, prior_log_odds=PRIOR_LOG_ODDS_GRID, *, tie_order: str = "non_tar",
+def min_ece(tar, non=None, prior_log_odds=PRIOR_LOG_ODDS_GRID, *, tie_order: str = "non_tar",
             monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> np.ndarray:
     """ECE of the oracle PAV LLRs (no Laplace): the attacker's best profile, below H(pi).
 
@@ -93,8 +102,9 @@ def min_ece(tar, non, prior_log_odds=PRIOR_LOG_ODDS_GRID, *, tie_order: str = "n
     With ``monotonicity_epsilon=0`` the LLRs take one value per PAV block and the
     profile of a large set costs next to nothing (the ramp is far below plot resolution).
     """
-    is_target = sort_scores(tar, non, tie_order).is_target
-    llrs = sorted_optimal_llr(is_target, laplace=False, monotonicity_epsilon=monotonicity_epsilon)
+    trials = sorted_trials(tar, non)
+    is_target = trials.is_target(tie_order)
+    llrs = trials.oracle_llr(tie_order, monotonicity_epsilon=monotonicity_epsilon)
     return ece(llrs[is_target], llrs[~is_target], prior_log_odds)
 
 

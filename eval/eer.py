@@ -3,7 +3,8 @@
 The EER variants differ by up to a few tenths of a point on anonymised trials (anchors
 Part B §0), so each is named and none is "the" EER. All return a **fraction in [0, 1]**
 (multiply by 100 for %). Scores are any real numbers with "higher means more target";
-they need not be LLRs.
+they need not be LLRs. Every function takes ``(tar, non)`` or one
+:class:`~voxanon.eval.calibration.SortedTrials`, which sorts and pools once for all of them.
 
 * ``rocch``: ROCCH-EER, where the ROC convex hull crosses Pmiss = Pfa (BOSARIS, ZEBRA,
   PYLLR, llreval, the VoicePrivacy ``ROCCH-EER`` line). Never above 0.5.
@@ -23,30 +24,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from voxanon.eval.calibration import pav, sort_scores
-from voxanon.eval.scores import ScoreError, check_score_sets
+from voxanon.eval.calibration import sorted_trials
+from voxanon.eval.scores import ScoreError
 
 EER_VARIANTS = ("rocch", "kaldi", "speechbrain", "sweep")
 
 
-def roc_convex_hull(tar, non) -> tuple[np.ndarray, np.ndarray]:
+def roc_convex_hull(tar, non=None) -> tuple[np.ndarray, np.ndarray]:
     """Vertices ``(pmiss, pfa)`` of the ROC convex hull, from (0, 1) to (1, 0) (spec §4.1).
 
     PAV of the labels sorted ``[tar, non]`` (ties pooled); vertex k follows the k-th block.
     """
-    scores = sort_scores(tar, non, "tar_non")
-    _, widths = pav(scores.is_target.astype(np.float64))
-    ends = np.cumsum(widths) - 1
-    tar_below = np.cumsum(scores.is_target)[ends]
-    n_tar = tar_below[-1]
-    n_non = scores.is_target.size - n_tar
-    non_below = ends + 1 - tar_below
+    trials = sorted_trials(tar, non)
+    widths, targets = trials.pav_blocks("tar_non")
+    tar_below = np.cumsum(targets)
+    non_below = np.cumsum(widths) - tar_below
+    n_tar, n_non = trials.n_tar, trials.n_non
     pmiss = np.concatenate(([0.0], tar_below / n_tar))
     pfa = np.concatenate(([1.0], (n_non - non_below) / n_non))
     return pmiss, pfa
 
 
-def rocch_eer(tar, non) -> float:
+def rocch_eer(tar, non=None) -> float:
     """ROCCH-EER: the largest crossing of a hull segment's line with Pmiss = Pfa.
 
     Horizontal and vertical segments give 0, as in BOSARIS ``rocch2eer``; for the hull
@@ -62,7 +61,7 @@ def rocch_eer(tar, non) -> float:
     return float(max(0.0, np.max((x0 * y1 - x1 * y0) / (y1 - y0 + x0 - x1))))
 
 
-def kaldi_eer(tar, non) -> float:
+def kaldi_eer(tar, non=None) -> float:
     """Kaldi ``compute-eer``: walk up the sorted targets until the matching non-target is lower.
 
     For target position p (0-based, ascending) the non-target position is
@@ -70,9 +69,9 @@ def kaldi_eer(tar, non) -> float:
     is below the target score gives EER = p / Nt, else (Nt - 1) / Nt. Scores are compared
     in float32, as Kaldi's ``BaseFloat`` does.
     """
-    tar, non = check_score_sets(tar, non)
-    tar_sorted = np.sort(tar.astype(np.float32))
-    non_sorted = np.sort(non.astype(np.float32))
+    trials = sorted_trials(tar, non)
+    # Rounding to float32 keeps sorted scores sorted.
+    tar_sorted, non_sorted = trials.tar.astype(np.float32), trials.non.astype(np.float32)
     n_tar, n_non = tar_sorted.size, non_sorted.size
     positions = np.arange(n_tar - 1, dtype=np.int64)
     non_count = (n_non * positions).astype(np.float64) / n_tar
@@ -82,9 +81,10 @@ def kaldi_eer(tar, non) -> float:
     return position / n_tar
 
 
-def _threshold_counts(tar, non) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+def _threshold_counts(tar, non=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """For every distinct score u, ascending: ``(u, #targets <= u, #non-targets > u, Nt, Nn)``."""
-    scores, is_target = sort_scores(tar, non)
+    trials = sorted_trials(tar, non)
+    scores, is_target = trials.scores, trials.is_target()
     ends = np.append(np.flatnonzero(scores[1:] != scores[:-1]), scores.size - 1)
     tar_at_or_below = np.cumsum(is_target, dtype=np.int64)[ends]
     n_tar = int(tar_at_or_below[-1])
@@ -93,7 +93,7 @@ def _threshold_counts(tar, non) -> tuple[np.ndarray, np.ndarray, np.ndarray, int
     return scores[ends], tar_at_or_below, non_above, n_tar, n_non
 
 
-def roc_points(tar, non) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def roc_points(tar, non=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Empirical operating points ``(pmiss, pfa, thresholds)``, thresholds ascending.
 
     At threshold u a trial is rejected when its score is <= u; the point for rejecting
@@ -110,7 +110,7 @@ def _equal_error_point(misses: np.ndarray, false_alarms: np.ndarray, n_tar: int,
     return float((false_alarms[k] / n_non + misses[k] / n_tar) / 2.0)
 
 
-def speechbrain_eer(tar, non) -> float:
+def speechbrain_eer(tar, non=None) -> float:
     """SpeechBrain's EER: FRR = P(tar <= t), FAR = P(non > t) over the distinct scores t.
 
     SpeechBrain also tries the midpoints between neighbouring scores; they reproduce
@@ -120,7 +120,7 @@ def speechbrain_eer(tar, non) -> float:
     return _equal_error_point(misses, false_alarms, n_tar, n_non)
 
 
-def sweep_eer(tar, non, *, fold: bool = False) -> float:
+def sweep_eer(tar, non=None, *, fold: bool = False) -> float:
     """The simple threshold sweep of spec §4.2: accept when score >= t.
 
     Thresholds are +inf then the distinct scores in descending order; the first t
@@ -136,7 +136,7 @@ def sweep_eer(tar, non, *, fold: bool = False) -> float:
     return 1.0 - value if fold and value > 0.5 else value
 
 
-def eer(tar, non, variant: str = "rocch") -> float:
+def eer(tar, non=None, variant: str = "rocch") -> float:
     """The equal error rate of the named variant, a fraction in [0, 1] (see the module doc)."""
     functions = {"rocch": rocch_eer, "kaldi": kaldi_eer, "speechbrain": speechbrain_eer, "sweep": sweep_eer}
     if variant not in functions:

@@ -1,9 +1,14 @@
-"""The verification and privacy summary of one score set: every number of ``voxanon metrics --json``."""
+"""The verification and privacy summary of one score set: every number of ``voxanon metrics --json``.
+
+The scores are sorted, merged and pooled (PAV) once, in a
+:class:`~voxanon.eval.calibration.SortedTrials` that every sorted-order metric shares.
+"""
 from __future__ import annotations
 
 import numpy as np
 from tqdm import tqdm
 
+from voxanon.eval.calibration import SortedTrials
 from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.eval.eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
 from voxanon.eval.linkability import linkability
@@ -11,25 +16,34 @@ from voxanon.eval.zebra import zebra
 
 JSON_KEYS = ("n_target", "n_nontarget", "eer_rocch", "eer_kaldi", "eer_speechbrain", "eer_sweep",
              "cllr", "min_cllr", "linkability", "zebra_dece", "zebra_worst_case", "zebra_tag")
-# Each JSON quantity and how it is computed; "zebra" yields the three zebra_* keys.
+# Each JSON quantity and how it is computed from (tar, non, their SortedTrials); "zebra" yields
+# the three zebra_* keys.
 METRIC_STEPS = (
-    ("eer_rocch", lambda tar, non: 100.0 * rocch_eer(tar, non)),
-    ("eer_kaldi", lambda tar, non: 100.0 * kaldi_eer(tar, non)),
-    ("eer_speechbrain", lambda tar, non: 100.0 * speechbrain_eer(tar, non)),
-    ("eer_sweep", lambda tar, non: 100.0 * sweep_eer(tar, non)),
-    ("cllr", cllr),
-    ("min_cllr", min_cllr),
-    ("linkability", linkability),
-    ("zebra", zebra),
+    ("eer_rocch", lambda tar, non, trials: 100.0 * rocch_eer(trials)),
+    ("eer_kaldi", lambda tar, non, trials: 100.0 * kaldi_eer(trials)),
+    ("eer_speechbrain", lambda tar, non, trials: 100.0 * speechbrain_eer(trials)),
+    ("eer_sweep", lambda tar, non, trials: 100.0 * sweep_eer(trials)),
+    ("cllr", lambda tar, non, trials: cllr(tar, non)),
+    ("min_cllr", lambda tar, non, trials: min_cllr(trials)),
+    ("linkability", lambda tar, non, trials: linkability(tar, non)),
+    ("zebra", lambda tar, non, trials: zebra(trials)),
 )
 
 
 def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False) -> dict[str, object]:
     """Every metric of the JSON output: EERs in %, Cllr and D_ECE in bits, worst case in log10."""
+    trials = SortedTrials(tar, non)
     metrics: dict[str, object] = {"n_target": int(np.size(tar)), "n_nontarget": int(np.size(non))}
     steps = tqdm(METRIC_STEPS, desc="metrics", unit="metric", disable=None if progress else True, leave=False)
     for name, function in steps:
-        metrics[name] = function(tar, non)
+        metrics[name] = function(tar, non, trials)
     result = metrics.pop("zebra")
     metrics.update(zebra_dece=result.dece_bits, zebra_worst_case=result.worst_case_log10, zebra_tag=result.tag)
     return {key: metrics[key] for key in JSON_KEYS}
+
+
+def eer_cllr_min_cllr(tar, non, *, monotonicity_epsilon: float = 0.0) -> tuple[float, float, float]:
+    """ROCCH-EER (fraction), Cllr and min Cllr (bits) from one sort and one PAV, as llreval's
+    ``tarnon_2_eer_cllr_mincllr`` reports them (pure PAV optimum: no monotonicity ramp)."""
+    trials = SortedTrials(tar, non)
+    return (rocch_eer(trials), cllr(tar, non), min_cllr(trials, monotonicity_epsilon=monotonicity_epsilon))

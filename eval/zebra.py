@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.eval.calibration import (fit_isotonic_calibration, fit_linear_calibration, sort_scores,
-                                      sorted_optimal_llr)
+from voxanon.eval.calibration import (MONOTONICITY_EPSILON, fit_isotonic_calibration, fit_linear_calibration,
+                                      sorted_trials)
 from voxanon.eval.cllr import cllr
 from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
@@ -102,15 +102,16 @@ def ece_integral_lr(tar_lr, non_lr) -> float:
     return float((z_function_lr(tar_lr).mean() + z_function_lr(inverse_non).mean()) / LN2)
 
 
-def expected_disclosure(tar, non, *, tie_order: str = "tar_non") -> float:
+def expected_disclosure(tar, non=None, *, tie_order: str = "tar_non") -> float:
     """D_ECE in bits: :func:`ece_integral` of the oracle PAV LLRs (no Laplace, ``[tar, non]`` ties
     as the reference code)."""
-    is_target = sort_scores(tar, non, tie_order).is_target
-    llrs = sorted_optimal_llr(is_target, laplace=False)
+    trials = sorted_trials(tar, non)
+    is_target = trials.is_target(tie_order)
+    llrs = trials.oracle_llr(tie_order)
     return ece_integral(llrs[is_target], llrs[~is_target])
 
 
-def worst_case_disclosure(tar, non, *, tie_order: str = "non_tar") -> float:
+def worst_case_disclosure(tar, non=None, *, tie_order: str = "non_tar") -> float:
     """l_w = max |LLR| / ln 10 over the Laplace-smoothed oracle LLRs: the strongest evidence
     any single trial gives, in log10 (spec §6.2).
 
@@ -118,8 +119,11 @@ def worst_case_disclosure(tar, non, *, tie_order: str = "non_tar") -> float:
     separate them: 4 target and 4 non-target scores all equal give l_w = log10(5) instead
     of ~0. Pass ``tie_order="tar_non"`` for scores with many ties.
     """
-    is_target = sort_scores(tar, non, tie_order).is_target
-    return float(np.max(np.abs(sorted_optimal_llr(is_target, laplace=True))) / LN10)
+    trials = sorted_trials(tar, non)
+    llrs = trials.block_llrs(tie_order, laplace=True)
+    # The ramped LLRs increase along the sorted trials: the extremes are the first and the last.
+    lowest, highest = llrs[0], llrs[-1] + (trials.size - 1) * MONOTONICITY_EPSILON / trials.size
+    return float(max(abs(lowest), abs(highest)) / LN10)
 
 
 def worst_case_from_lr(lrs) -> float:
@@ -171,10 +175,11 @@ class ZebraResult:
         return f"({format_zebra_value(self.dece_bits)}, {format_zebra_value(self.worst_case_log10)}, {self.tag})"
 
 
-def zebra(tar, non, *, tag_convention: str = "paper") -> ZebraResult:
+def zebra(tar, non=None, *, tag_convention: str = "paper") -> ZebraResult:
     """D_ECE, worst case and tag of a score set (scores need not be calibrated)."""
-    worst = worst_case_disclosure(tar, non)
-    return ZebraResult(dece_bits=expected_disclosure(tar, non), worst_case_log10=worst,
+    trials = sorted_trials(tar, non)
+    worst = worst_case_disclosure(trials)
+    return ZebraResult(dece_bits=expected_disclosure(trials), worst_case_log10=worst,
                        tag=privacy_tag(worst, tag_convention))
 
 
