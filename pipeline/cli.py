@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s: %(message)s")
     # faster-whisper logs every decoded window at INFO.
     logging.getLogger("faster_whisper").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    # matplotlib announces at INFO that it built its font cache (the first plot of a fresh install),
+    # and at DEBUG scores every font it considers.
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.WARNING)
     try:
         return int(args.run(args) or 0)
     except VoxanonError as error:

@@ -12,8 +12,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-import yaml
-
 from voxanon.data_prep.errors import VoxanonError
 
 if TYPE_CHECKING:
@@ -81,6 +79,8 @@ def available_systems() -> list[str]:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``key.sub=value`` with the value read as YAML (numbers, lists, booleans, strings)."""
+    import yaml
+
     if "=" not in text:
         raise VoxanonError(f"--set {text!r}: expected key=value, e.g. mcadams.alpha=0.7")
     key, value = text.split("=", 1)
@@ -105,6 +105,8 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
 
 def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
     """A recipe of ``recipes/<kind>/`` by name, or a YAML file by path, with overrides applied."""
+    import yaml
+
     if name.endswith((".yaml", ".yml")) and Path(name).is_file():
         text, stem = Path(name).read_text(encoding="utf-8"), Path(name).stem
     else:

@@ -8,8 +8,6 @@ from pathlib import Path
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.commands.benchmark import compare
 from voxanon.pipeline.commands.evaluate import load_protocol, print_table, write_outputs
-from voxanon.pipeline.evaluation import discover_sets
-from voxanon.pipeline.feature_cache import ContentCache
 
 DEMO_SYSTEMS = ("b2", "b2r")
 DEMO_PROTOCOL = "vpc2022"
@@ -28,6 +26,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.feature_cache import ContentCache
+
     sets = discover_sets(demo_corpus_dir())
     data = sets[0].trials
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")

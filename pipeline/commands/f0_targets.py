@@ -8,7 +8,6 @@ from pathlib import Path
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import read_data_dir
-from voxanon.pipeline.f0_targets import compute_f0_targets
 
 SHOWN_IDS = 10
 
@@ -47,6 +46,8 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.f0_targets import compute_f0_targets
+
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]
     targets = compute_f0_targets(sets, workers=max(1, args.workers), cache_dir=_cache_dir(args),
                                  allow_pipes=args.allow_pipes, progress=not args.quiet)
