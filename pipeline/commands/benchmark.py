@@ -62,13 +62,14 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
 
 
 def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
-            allow_missing: bool, *, backend=None, batch_size: int | None = None) -> Evaluation:
+            allow_missing: bool, *, backend=None, batch_size: int | None = None,
+            trust_model_code: bool = False) -> Evaluation:
     """One evaluation per system, merged: the o-o (original) rows once, every system's own rows.
 
     ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches.
     """
     embedder = make_embedder(protocol.get("asv", {}))
-    transcriber = make_transcriber(protocol.get("asr"))
+    transcriber = make_transcriber(protocol.get("asr"), trust_model_code)
     run_computations_on(backend, batch_size, embedder, transcriber)
     merged = Evaluation([], [], {}, 0)
     for system in systems:
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol, args.overrides)
     sets = discover_sets(args.data, allow_pipes=args.allow_pipes)
     evaluation = compare(sets, systems, protocol, args.out, args.workers or os.cpu_count() or 1, cache_from(args),
-                         args.allow_missing, backend=backend_from_args(args), batch_size=args.batch_size)
+                         args.allow_missing, backend=backend_from_args(args), batch_size=args.batch_size,
+                         trust_model_code=args.trust_model_code)
     report = write_outputs(args.out, evaluation, f"voxanon benchmark: {', '.join(systems)} ({protocol['name']})",
                            {"protocol": protocol["name"], "data": str(args.data), "systems": ", ".join(systems)})
     print_table(evaluation.results)

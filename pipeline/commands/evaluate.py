@@ -72,8 +72,11 @@ def make_embedder(asv: dict) -> CachedComputation:
                              loudness_lufs=asv.get("loudness_lufs"))
 
 
-def make_transcriber(spec: str | None) -> CachedComputation | None:
-    """The protocol's ASR model (a name or a model directory), built only when a transcript is not cached."""
+def make_transcriber(spec: str | None, trust_model_code: bool = False) -> CachedComputation | None:
+    """The protocol's ASR model (a name or a model directory), built only when a transcript is not cached.
+
+    ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
+    outside voxanon's allow-list (see :mod:`voxanon.models.speechbrain_dirs`)."""
     if not spec:
         return None
     model = {}
@@ -81,7 +84,7 @@ def make_transcriber(spec: str | None) -> CachedComputation | None:
     def transcribe(waves):
         if "asr" not in model:
             from voxanon.models.asr import load_asr
-            model["asr"] = load_asr(spec)
+            model["asr"] = load_asr(spec, trust_model_code=trust_model_code)
         return model["asr"].transcribe_many(waves)
 
     tag = Path(spec).name if os.sep in str(spec) else str(spec)
@@ -137,6 +140,9 @@ def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-missing", action="store_true",
                         help="evaluate without utterances that have no anonymised audio (listed) instead of failing")
     parser.add_argument("--allow-pipes", action="store_true", help="run 'command |' wav.scp entries")
+    parser.add_argument("--trust-model-code", action="store_true",
+                        help="let speechbrain build model directories whose hyperparams.yaml names code outside "
+                             "voxanon's allow-list (only for model directories you trust)")
 
 
 def cache_from(args: argparse.Namespace) -> ContentCache:
@@ -175,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
-    embedder, transcriber = make_embedder(protocol.get("asv", {})), make_transcriber(protocol.get("asr"))
+    embedder, transcriber = make_embedder(protocol.get("asv", {})), make_transcriber(protocol.get("asr"),
+                                                                                     args.trust_model_code)
     run_computations_on(backend_from_args(args), args.batch_size, embedder, transcriber)
     evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache_from(args), asr=transcriber,
                                allow_missing=args.allow_missing)
