@@ -4,16 +4,18 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.evaluate import (add_evaluation_arguments, cache_from, load_protocol,
                                                 make_embedder, make_transcriber, print_table,
                                                 run_computations_on, write_outputs)
-from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, discover_sets, evaluate_sets
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
-from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import build_system, load_system_config
+
+if TYPE_CHECKING:
+    from voxanon.pipeline.evaluation import Evaluation, EvaluationSet
 
 
 def add_parser(subparsers) -> None:
@@ -40,6 +42,9 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     With ``second_run`` a stochastic system also anonymises the trials again with the next
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
     """
+    from voxanon.pipeline.evaluation import EvaluationSet
+    from voxanon.pipeline.runner import anonymise_set
+
     config = load_system_config(system, [f"batch_size={batch_size}"] if batch_size is not None else [])
     done: dict[tuple[str, str], DataDir] = {}
 
@@ -68,6 +73,8 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
 
     ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches.
     """
+    from voxanon.pipeline.evaluation import Evaluation, evaluate_sets
+
     embedder = make_embedder(protocol.get("asv", {}))
     transcriber = make_transcriber(protocol.get("asr"), trust_model_code)
     run_computations_on(backend, batch_size, embedder, transcriber)
@@ -88,6 +95,8 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation import discover_sets
+
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems:
         raise VoxanonError("--systems: name at least one system")

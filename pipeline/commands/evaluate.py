@@ -5,16 +5,19 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
-from voxanon.eval.results import Result
 from voxanon.models.registry import voxanon_home
-from voxanon.pipeline.evaluation import Evaluation, discover_sets, evaluate_sets
-from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes, read_recipe
+
+if TYPE_CHECKING:
+    from voxanon.eval.results import Result
+    from voxanon.pipeline.evaluation import Evaluation
+    from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,8 @@ def speaker_encoder_factory(spec: str):
 
 def make_embedder(asv: dict) -> CachedComputation:
     """The protocol's speaker encoder, built only when an embedding is not in the cache."""
+    from voxanon.pipeline.feature_cache import CachedComputation
+
     tag, build = speaker_encoder_factory(str(asv.get("encoder", "ge2e")))
     encoder = {}
 
@@ -77,6 +82,8 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False) -> Cached
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
     outside voxanon's allow-list (see :mod:`voxanon.models.speechbrain_dirs`)."""
+    from voxanon.pipeline.feature_cache import CachedComputation
+
     if not spec:
         return None
     model = {}
@@ -146,6 +153,8 @@ def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cache_from(args: argparse.Namespace) -> ContentCache:
+    from voxanon.pipeline.feature_cache import ContentCache
+
     if args.cache is not None and str(args.cache).lower() == "none":
         return ContentCache(None)
     return ContentCache(args.cache or default_cache_dir())
@@ -178,6 +187,8 @@ def print_table(results: list[Result]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation import discover_sets, evaluate_sets
+
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
