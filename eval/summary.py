@@ -42,8 +42,11 @@ def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False)
     return {key: metrics[key] for key in JSON_KEYS}
 
 
-def eer_cllr_min_cllr(tar, non, *, monotonicity_epsilon: float = 0.0) -> tuple[float, float, float]:
+def eer_cllr_min_cllr(tar, non, *, tie_order: str = "tar_non",
+                      monotonicity_epsilon: float = 0.0) -> tuple[float, float, float]:
     """ROCCH-EER (fraction), Cllr and min Cllr (bits) from one sort and one PAV, as llreval's
-    ``tarnon_2_eer_cllr_mincllr`` reports them (pure PAV optimum: no monotonicity ramp)."""
+    ``tarnon_2_eer_cllr_mincllr`` reports them: the pure PAV optimum (no monotonicity ramp) with
+    tied scores pooled, the ROCCH's own order, so both share one PAV even when scores tie."""
     trials = SortedTrials(tar, non)
-    return (rocch_eer(trials), cllr(tar, non), min_cllr(trials, monotonicity_epsilon=monotonicity_epsilon))
+    return (rocch_eer(trials), cllr(tar, non),
+            min_cllr(trials, tie_order=tie_order, monotonicity_epsilon=monotonicity_epsilon))
