@@ -70,7 +70,8 @@ def process_alive(pid: int, start: str | None = None) -> bool:
 
 def _record() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "process_start": process_start(os.getpid()),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv[:3])}
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]])}
 
 
 def _read_record(fd: int) -> dict | None:
