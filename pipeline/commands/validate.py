@@ -5,9 +5,6 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from tqdm import tqdm
-
-from voxanon.data_prep.audio import AudioError, load_audio
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.pipeline.commands.anonymise import add_corpus_arguments
 
@@ -23,11 +20,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--check-audio", action="store_true", help="decode every file")
     parser.add_argument("--sample-rate", type=int, default=16000, help="rate to check decoding at (default 16000)")
     parser.add_argument("--max-seconds", type=float, help="flag audio longer than this")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_corpus_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from voxanon.data_prep.audio import AudioError, load_audio
+
     data = load_corpus(args.data, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
                        speaker_regex=args.speaker_regex)
     problems = data.validate(need_gender=args.need_gender)
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
           + (f", {len(data.enrolls)} enrolls" if data.enrolls is not None else "")
           + (f", {len(data.trials)} trials" if data.trials is not None else ""))
     if args.check_audio:
-        for utt in tqdm(data.utterances, unit="utt", desc="decoding"):
+        for utt in tqdm(data.utterances, unit="utt", desc="decoding", disable=args.quiet):
             if data.missing_file(utt) is not None:
                 continue  # reported above, with where it was looked for
             source = data.wav[utt] if data.is_pipe(utt) else data.audio_path(utt)

@@ -1,0 +1,58 @@
+"""A quiet run: ``--quiet`` silences every progress bar of its command, and a first plot does not
+announce matplotlib's font cache."""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from voxanon.pipeline.cli import main
+
+from conftest import make_corpus
+
+PROGRESS_MARKS = ("it/s", "utt/s", "s/utt", "%|")
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal, so that bars shown only on one (tqdm's ``disable=None``) show too."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("command", [
+    ["validate", "{data}", "--check-audio"],
+    ["anonymise", "--system", "b2", "--data", "{data}", "--out", "{out}", "--workers", "1"],
+    ["f0-targets", "--data", "{data}", "--workers", "1", "--no-cache"],
+], ids=lambda command: command[0])
+def test_quiet_silences_every_progress_bar(command, tmp_path, monkeypatch, voxanon_home):
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.5)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)  # in the test: pytest's capture replaces stderr before it
+    argv = [part.format(data=data.path, out=tmp_path / "out") for part in command]
+    assert main(argv + ["--quiet"]) == 0
+    shown = terminal.getvalue()
+    assert not any(mark in shown for mark in PROGRESS_MARKS), shown
+    # The same command without --quiet shows its bar, so the check above can fail.
+    argv = [part.format(data=data.path, out=tmp_path / "again") for part in command]
+    assert main(argv) == 0
+    assert any(mark in terminal.getvalue()[len(shown):] for mark in PROGRESS_MARKS)
+
+
+def test_first_plot_does_not_announce_the_font_cache(tmp_path):
+    trials, scores = tmp_path / "trials", tmp_path / "scores"
+    rows = [(f"spk{i % 3}", f"utt{i}", "target" if i % 2 else "nontarget", (1.5 if i % 2 else -1.5) + 0.1 * i)
+            for i in range(12)]
+    trials.write_text("".join(f"{e} {u} {t}\n" for e, u, t, _ in rows))
+    scores.write_text("".join(f"{e} {u} {s}\n" for e, u, _, s in rows))
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "fresh-matplotlib-config")}
+    completed = subprocess.run([sys.executable, "-m", "voxanon.pipeline.cli", "metrics", "--trials", str(trials),
+                                "--scores", str(scores), "--plot", str(tmp_path / "plots")],
+                               capture_output=True, text=True, env=env, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert (tmp_path / "plots" / "det.png").is_file()
+    assert (tmp_path / "fresh-matplotlib-config").is_dir()  # the cache was built in this run
+    assert "fontManager" not in completed.stderr and "font" not in completed.stderr.lower(), completed.stderr
