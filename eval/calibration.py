@@ -91,7 +91,8 @@ class SortedTrials:
     def size(self) -> int:
         return self.n_tar + self.n_non
 
-    def _cached(self, key: tuple, compute):
+    def cached(self, key: tuple, compute):
+        """``compute()``, kept under ``key`` for the next metric that asks (keys name the quantity)."""
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
@@ -108,7 +109,7 @@ class SortedTrials:
             is_target = np.zeros(self.size, dtype=bool)
             is_target[np.arange(self.n_tar) + self._target_positions[order]] = True
             return is_target
-        return self._cached(("is_target", order), compute)
+        return self.cached(("is_target", order), compute)
 
     @property
     def scores(self) -> np.ndarray:
@@ -119,7 +120,7 @@ class SortedTrials:
             scores[is_target] = self.tar
             scores[~is_target] = self.non
             return scores
-        return self._cached(("scores",), compute)
+        return self.cached(("scores",), compute)
 
     def pav_blocks(self, tie_order: str = "non_tar") -> PavBlocks:
         """The PAV blocks of the label sequence (no Laplace).
@@ -150,7 +151,7 @@ class SortedTrials:
             widths = np.add.reduceat(lengths, block_starts)
             targets = np.add.reduceat(lengths * labels.astype(np.int64), block_starts)
             return PavBlocks(widths, targets)
-        return self._cached(("pav", order), compute)
+        return self.cached(("pav", order), compute)
 
     def block_llrs(self, tie_order: str = "non_tar", *, laplace: bool = False) -> np.ndarray:
         """Oracle LLR of each PAV block (before the monotonicity ramp), natural log.
@@ -170,7 +171,7 @@ class SortedTrials:
                 weights = np.concatenate((np.ones(2), widths.astype(np.float64), np.ones(2)))
                 posterior = np.asarray(isotonic_regression(values, weights=weights).x)[2:-2]
             return _llrs_from_posteriors(posterior, self.n_tar, self.n_non)
-        return self._cached(("block_llrs", order, laplace), compute)
+        return self.cached(("block_llrs", order, laplace), compute)
 
     def oracle_llr(self, tie_order: str = "non_tar", *, laplace: bool = False,
                    monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> np.ndarray:

@@ -24,6 +24,15 @@ LN2 = np.log(2.0)
 PRIOR_LOG_ODDS_GRID = np.linspace(-10.0, 10.0, 201)
 
 
+def softplus(x: np.ndarray) -> np.ndarray:
+    """``ln(1 + e^x)``, element-wise (±inf allowed).
+
+    The formula of NumPy's ``logaddexp(0, x)``, written with ``exp`` and ``log1p``, which NumPy
+    vectorises (``logaddexp`` it does not): several times faster, equal to a few ulp.
+    """
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
 def cllr(tar_llr, non_llr) -> float:
     """``( <-ln sigma(a)>_tar + <-ln sigma(-b)>_non ) / (2 ln 2)`` bits.
 
@@ -31,7 +40,7 @@ def cllr(tar_llr, non_llr) -> float:
     worse than no evidence at all (badly calibrated).
     """
     tar_llr, non_llr = check_score_sets(tar_llr, non_llr, allow_infinite=True)
-    return float((np.logaddexp(0.0, -tar_llr).mean() + np.logaddexp(0.0, non_llr).mean()) / (2.0 * LN2))
+    return float((softplus(-tar_llr).mean() + softplus(non_llr).mean()) / (2.0 * LN2))
 
 
 def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
@@ -51,8 +60,8 @@ def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
         widths, targets = trials.pav_blocks(tie_order)
         llrs = trials.block_llrs(tie_order)
         has_tar, has_non = targets > 0, widths > targets
-        tar_cost = targets[has_tar] @ np.logaddexp(0.0, -llrs[has_tar]) / trials.n_tar
-        non_cost = (widths - targets)[has_non] @ np.logaddexp(0.0, llrs[has_non]) / trials.n_non
+        tar_cost = targets[has_tar] @ softplus(-llrs[has_tar]) / trials.n_tar
+        non_cost = (widths - targets)[has_non] @ softplus(llrs[has_non]) / trials.n_non
         return float((tar_cost + non_cost) / (2.0 * LN2))
     is_target = trials.is_target(tie_order)
     llrs = trials.oracle_llr(tie_order, monotonicity_epsilon=monotonicity_epsilon)
@@ -91,7 +100,7 @@ def _mean_softplus(values: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     values as PAV blocks, which makes a 201-point profile of 10^6 trials cheap.
     """
     unique, counts = np.unique(values, return_counts=True)
-    return np.array([counts @ np.logaddexp(0.0, unique + shift) for shift in shifts]) / values.size
+    return np.array([counts @ softplus(unique + shift) for shift in shifts]) / values.size
 
 
 def min_ece(tar, non=None, prior_log_odds=PRIOR_LOG_ODDS_GRID, *, tie_order: str = "non_tar",

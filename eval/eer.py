@@ -84,13 +84,14 @@ def kaldi_eer(tar, non=None) -> float:
 def _threshold_counts(tar, non=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """For every distinct score u, ascending: ``(u, #targets <= u, #non-targets > u, Nt, Nn)``."""
     trials = sorted_trials(tar, non)
-    scores, is_target = trials.scores, trials.is_target()
-    ends = np.append(np.flatnonzero(scores[1:] != scores[:-1]), scores.size - 1)
-    tar_at_or_below = np.cumsum(is_target, dtype=np.int64)[ends]
-    n_tar = int(tar_at_or_below[-1])
-    n_non = scores.size - n_tar
-    non_above = n_non - (ends + 1 - tar_at_or_below)
-    return scores[ends], tar_at_or_below, non_above, n_tar, n_non
+
+    def compute():
+        scores, is_target = trials.scores, trials.is_target()
+        ends = np.append(np.flatnonzero(scores[1:] != scores[:-1]), scores.size - 1)
+        tar_at_or_below = np.cumsum(is_target, dtype=np.int64)[ends]
+        non_above = trials.n_non - (ends + 1 - tar_at_or_below)
+        return scores[ends], tar_at_or_below, non_above, trials.n_tar, trials.n_non
+    return trials.cached(("threshold_counts",), compute)
 
 
 def roc_points(tar, non=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
