@@ -51,7 +51,10 @@ ALLOWED_CALLABLE_PREFIXES = (
 )
 """Modules of network building blocks, features, decoders and label encoders: their
 constructors build tensors and modules, they do not run commands or reach the network
-beyond what a model source names."""
+beyond what a model source names. A name under these prefixes is allowed only when it is a
+class or function *defined* there (see :func:`is_allowed_callable`): hyperpyyaml resolves
+dotted names attribute by attribute, so ``speechbrain.nnet.x.subprocess.Popen`` would
+otherwise reach any module that one of them imports."""
 
 ALLOWED_CALLABLES = frozenset({
     "speechbrain.utils.parameter_transfer.Pretrainer",
@@ -132,6 +135,36 @@ def _walk(value):
             yield from _walk(item)
 
 
+def is_allowed_callable(target: str) -> bool:
+    """Whether a ``!new:``/``!name:`` target is on the allow-list.
+
+    Imports the target's module (a speechbrain or torch module under an allowed prefix, never
+    one the YAML defines) to check that the name is a class or function defined under an
+    allowed prefix, not something that module merely imported.
+    """
+    if target in ALLOWED_CALLABLES:
+        return True
+    if not target.startswith(ALLOWED_CALLABLE_PREFIXES):
+        return False
+    module_name, _, attribute = target.rpartition(".")
+    if not attribute.isidentifier() or attribute.startswith("_"):
+        return False
+    import importlib
+    import inspect
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # speechbrain's redirects of its old module paths
+            found = getattr(importlib.import_module(module_name), attribute, None)
+    except Exception:  # not an importable module: hyperpyyaml could not build it either
+        return False
+    if not (inspect.isclass(found) or inspect.isfunction(found)):
+        return False
+    defined_in = str(getattr(found, "__module__", "")) + "."
+    return defined_in.startswith(ALLOWED_CALLABLE_PREFIXES)
+
+
 def disallowed_tags(hparams: dict) -> list[str]:
     """Every tag of ``hparams`` that could import or call code outside the allow-list, sorted."""
     refused = set()
@@ -139,8 +172,7 @@ def disallowed_tags(hparams: dict) -> list[str]:
         if not isinstance(node, Tagged) or node.tag in INERT_TAGS:
             continue
         target = node.target
-        if node.tag.startswith(("!new:", "!name:")) and (
-                target in ALLOWED_CALLABLES or target.startswith(ALLOWED_CALLABLE_PREFIXES)):
+        if node.tag.startswith(("!new:", "!name:")) and is_allowed_callable(target):
             continue
         if node.tag.startswith("!apply:") and target in ALLOWED_CALLABLES:
             continue

@@ -154,7 +154,7 @@ def test_speechbrain_loader_errors(tmp_path):
         SpeechBrainASR(tmp_path)
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "hyperparams.yaml").write_text("modules: !new:speechbrain.nnet.no_such_module.Thing\n")
+    (broken / "hyperparams.yaml").write_text("modules: !new:speechbrain.nnet.linear.Linear\n")  # needs sizes
     with pytest.raises(VoxanonError, match=f"{broken}: cannot load the SpeechBrain EncoderASR"):
         SpeechBrainASR(broken)
 
