@@ -13,7 +13,11 @@ Conversions:
 * weight norm: ``weight_g``/``weight_v`` pairs (``torch.nn.utils.weight_norm``) and
   ``parametrizations.weight.original0/1`` pairs are folded into plain ``weight``;
 * SSL-SAS ``g_*``: ``{'generator': state}`` split into the generator, the content
-  model (``latent_encoder.*``) and the speaker encoder (``xv_model.*``);
+  model (``latent_encoder.*``) and the speaker encoder (``xv_model.*``); the speaker front
+  end's non-learned state (``fbank.compute_deltas.kernel``, any ``mean_var_norm.*``) must equal
+  what speechbrain's own ``Fbank``/``InputNormalization`` hold and is dropped, a zLLR-VC ``g_*``
+  may also hold its sex flow (``xv_dis_model.*``, dropped), and any other key is an error that
+  lists the keys and names the file;
 * fairseq HuBERT keys <-> transformers ``HubertModel`` keys;
 * bshall/hubert (HuBERT-soft) keys -> fairseq names -> transformers keys.
 """

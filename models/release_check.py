@@ -313,7 +313,8 @@ def check_file(path: Path) -> CheckReport:
         except (ValueError, UnicodeDecodeError):
             config = {}
         release = _release_kind(checkpoint, config if isinstance(config, dict) else {})
-        root = path.parents[2] if path.parent.parent.name == "HiFi-GAN" else path.parent
+        folder = path.resolve().parent
+        root = folder.parent.parent if folder.parent.name == "HiFi-GAN" else folder
         report.files.append(inspect_generator(name, name, checkpoint, release))
         if config_path.is_file():
             report.files.append(summarise_config(str(config_path), config_path))

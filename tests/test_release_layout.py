@@ -275,11 +275,18 @@ def test_check_reports_a_broken_release_and_fails(tmp_path, capsys):
     assert "import would FAIL" in out
 
 
-def test_check_of_single_files(tmp_path, capsys):
+def test_check_of_single_files(tmp_path, capsys, monkeypatch):
     write_release(tmp_path, config=ZLLR_CONFIG, vocoder=ZLLR_VOCODER, sex_flow=True)
     assert main(["models", "check", str(tmp_path / "HiFi-GAN" / ZLLR_VOCODER / "g_00100000")]) == 0
     out = capsys.readouterr().out
     assert "sex flow (xv_dis_model.*): 85 keys" in out and "zllr-vc" in out
+    state = torch.load(tmp_path / "HiFi-GAN" / ZLLR_VOCODER / "g_00100000")["generator"]
+    bare = tmp_path / "HiFi-GAN" / ZLLR_VOCODER / "g_00200000"
+    torch.save({"generator": {k: v for k, v in state.items() if not k.startswith(("latent_encoder.", "xv_model."))}},
+               bare)
+    monkeypatch.chdir(bare.parent)
+    assert main(["models", "check", bare.name]) == 0
+    assert "no latent_encoder.* inside: the import reads HuBERT_soft/soft_model.pt instead" in capsys.readouterr().out
     assert main(["models", "check", str(tmp_path / "ECAPA-TDNN" / "embedding_model.ckpt")]) == 0
     assert "speechbrain ECAPA_TDNN" in capsys.readouterr().out
     (tmp_path / "junk.pt").write_bytes(b"junk")
