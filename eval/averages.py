@@ -43,15 +43,17 @@ def weighted_averages(results: Iterable[Result], splits: tuple[str, ...] = ("dev
     for result in results:
         if isinstance(result.value, str) or _weights_for(result) is None:
             continue
-        grouped[(result.system, result.condition, result.metric, result.variant, result.unit)][result.set] = result
+        grouped[(result.system, result.condition, result.metric, result.variant, result.unit, result.attacker,
+                 result.model)][result.set] = result
     averages = []
-    for (system, condition, metric, variant, unit), by_set in sorted(grouped.items()):
+    for (system, condition, metric, variant, unit, attacker, model), by_set in sorted(grouped.items()):
         weights = _weights_for(next(iter(by_set.values())))
         for split in splits:
             names = {pattern.format(split): weight for pattern, weight in weights.items()}
             if all(name in by_set for name in names):
                 value = sum(weight * float(by_set[name].value) for name, weight in names.items())
-                averages.append(Result(f"{split} weighted average", system, condition, metric, variant, value, unit))
+                averages.append(Result(f"{split} weighted average", system, condition, metric, variant, value, unit,
+                                       attacker, model))
     return averages
 
 

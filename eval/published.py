@@ -6,9 +6,10 @@ become :class:`~voxanon.eval.results.Result` records whose system names start wi
 file's ``label`` (e.g. ``published (VPC 2024) B2``), so every table says they are published
 figures and not the user's. Only sets the user evaluated get rows.
 
-Columns: ``eer_oo`` goes under ``EER speechbrain o-o``; ``eer_aa`` (the semi-informed
-attacker) under its own ``EER speechbrain semi-informed a-a`` column, because our ``a-a``
-is the lazy-informed attacker; WER and UAR name the challenge's models as their variant.
+Columns: ``eer_oo`` goes under ``EER speechbrain o-o``; ``eer_aa`` is the semi-informed
+attacker's (attacker ``semi-informed``), so it lands in the ``EER speechbrain a-a semi-informed``
+column beside the user's own semi-informed figures, not under the lazy-informed a-a; WER and
+UAR name the challenge's models as their variant. Each row's ``model`` names the challenge's.
 """
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from typing import Iterable, Mapping
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result
 
-# figure key in the file -> (condition, metric, variant); every figure is a percentage.
+# figure key in the file -> (condition, metric, variant, attacker, model); every figure is a percentage.
 FIGURE_COLUMNS = {
-    "eer_oo": ("o-o", "eer", "speechbrain"),
-    "eer_aa": ("a-a", "eer", "speechbrain semi-informed"),
-    "wer": ("asr", "wer", "asr-wav2vec2-librispeech"),
-    "uar": ("ser", "uar", "wav2vec2-iemocap"),
+    "eer_oo": ("o-o", "eer", "speechbrain", "", "challenge ASV_eval (ECAPA, original LibriSpeech)"),
+    "eer_aa": ("a-a", "eer", "speechbrain", "semi-informed",
+               "challenge ASV_eval^anon (ECAPA, anonymised train-clean-360)"),
+    "wer": ("asr", "wer", "asr-wav2vec2-librispeech", "", "challenge ASR_eval"),
+    "uar": ("ser", "uar", "wav2vec2-iemocap", "", "challenge SER_eval"),
 }
 SIDES = ("original", "anonymised")
 
@@ -67,15 +69,15 @@ def _figures(data: dict) -> PublishedFigures:
                 original_values.setdefault((figure, set_name), Counter())[float(value)] += 1
                 original_systems.setdefault((figure, set_name, float(value)), []).append(str(baseline))
         for figure, by_set in entry["anonymised"].items():
-            condition, metric, variant = FIGURE_COLUMNS[figure]
-            results += [Result(str(set_name), f"{label} {baseline}", condition, metric, variant, float(value), "%")
-                        for set_name, value in by_set.items()]
+            condition, metric, variant, attacker, model = FIGURE_COLUMNS[figure]
+            results += [Result(str(set_name), f"{label} {baseline}", condition, metric, variant, float(value), "%",
+                               attacker, model) for set_name, value in by_set.items()]
     for (figure, set_name), counts in original_values.items():
-        condition, metric, variant = FIGURE_COLUMNS[figure]
+        condition, metric, variant, attacker, model = FIGURE_COLUMNS[figure]
         for rank, (value, _) in enumerate(counts.most_common()):
             runs = original_systems[(figure, set_name, value)]
             system = f"{label} original" if rank == 0 else f"{label} original ({', '.join(runs)} run)"
-            results.append(Result(str(set_name), system, condition, metric, variant, value, "%"))
+            results.append(Result(str(set_name), system, condition, metric, variant, value, "%", attacker, model))
     files = {str(baseline): str(entry["file"]) for baseline, entry in systems.items()}
     return PublishedFigures(label, source, files, tuple(results))
 

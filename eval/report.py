@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result, to_csv, to_json
-from voxanon.eval.tables import (Table, condition_groups, condition_heading, long_table, markdown,
+from voxanon.eval.tables import (Table, condition_groups, condition_heading, group_attackers, long_table, markdown,
                                  markdown_tables_by_condition, table_notes, validate_results, wide_table)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -103,7 +103,7 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
         parts.append(_html_notes(notes))
     parts += ["</header>", "<h2>Results by condition</h2>"]
     for condition, group in condition_groups(results):
-        parts.append(f"<h3>{html.escape(condition_heading(condition))}</h3>")
+        parts.append(f"<h3>{html.escape(condition_heading(condition, group_attackers(group)))}</h3>")
         parts.append(_html_table(wide_table(group, show_condition=False)))
     table_explanations = table_notes(results)
     if table_explanations:
@@ -118,7 +118,7 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
         parts.append("</div>")
     parts += [
         "<h2>All results</h2>",
-        f"<details>\n<summary>{len(results)} labelled results (set, system, condition, metric, variant)</summary>",
+        f"<details>\n<summary>{len(results)} labelled results (set, system, condition, attacker, model, metric, variant)</summary>",
         _html_table(long_table(results)),
         "</details>",
         "</body>",

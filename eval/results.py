@@ -2,6 +2,11 @@
 
 One :class:`Result` is one number (or tag) for one evaluation set, system and attack
 condition. Tables, CSV, JSON and the HTML report are all views of a list of them.
+
+ASV records also name the attacker (:data:`ATTACKERS`) and the model that scored them,
+because one condition can be attacked with several models: a-a with the evaluation model
+is the lazy-informed attacker, a-a with a model trained on anonymised speech the
+semi-informed one. Records written before these fields existed read back with them empty.
 """
 from __future__ import annotations
 
@@ -18,6 +23,10 @@ CONDITIONS = {
     "a-a": "anonymised enrolment, anonymised trials (lazy-informed attacker)",
     "asr": "speech recognition",
 }
+# The attacker of each ASV condition when scored with the evaluation model (o-o has none). The
+# semi-informed attacker also scores a-a, with a model trained on anonymised speech.
+ATTACKERS = {"o-a": "ignorant", "a-a": "lazy-informed"}
+SEMI_INFORMED = "semi-informed"
 
 
 @dataclass(frozen=True)
@@ -29,11 +38,14 @@ class Result:
     variant: str        # how it was computed, e.g. "rocch", "kaldi", "ge2e-cosine"; "" when unique
     value: float | str  # a number, or a tag such as a ZEBRA category
     unit: str           # "%", "bits", "log10", "dB", "" (dimensionless)
+    attacker: str = ""  # "ignorant", "lazy-informed", "semi-informed"; "" where no attacker applies (o-o, WER)
+    model: str = ""     # the model that produced the number, e.g. "ge2e", "ecapa:asv_b2 (sha256 1f2e...)"
 
     @property
     def label(self) -> str:
         variant = f" ({self.variant})" if self.variant else ""
-        return f"{self.metric}{variant} [{self.condition}]"
+        attacker = f", {self.attacker}" if self.attacker else ""
+        return f"{self.metric}{variant} [{self.condition}{attacker}]"
 
     def formatted(self, digits: int = 3) -> str:
         if isinstance(self.value, str):

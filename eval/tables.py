@@ -8,7 +8,7 @@ pipes, so it reads in a terminal and renders as GitHub Markdown. The HTML report
 Columns come in a fixed order: ASV privacy (EER, Cllr, linkability), then ZEBRA,
 voice similarity, utility, then metrics this module does not know (by name). Within
 a metric, variants then conditions follow their catalogue order (``o-o``, ``o-a``,
-``a-a``, ...). Rows keep the order in which sets first appear, with ``original``
+``a-a``, ...), then attackers (an a-a column per attacker: lazy-informed, semi-informed). Rows keep the order in which sets first appear, with ``original``
 first within a set. Missing cells show as ``-``.
 """
 from __future__ import annotations
@@ -86,14 +86,17 @@ def metric_style(metric: str) -> MetricStyle:
     return METRICS.get(metric, MetricStyle(metric, "other"))
 
 
-def column_title(metric: str, variant: str, condition: str, unit: str, *, show_condition: bool = True) -> str:
-    """E.g. ``EER kaldi o-a (%)``, ``Cllr min o-a (bits)``, ``tag o-a``, ``WER (%)``."""
+def column_title(metric: str, variant: str, condition: str, unit: str, *, show_condition: bool = True,
+                 attacker: str = "") -> str:
+    """E.g. ``EER kaldi o-a (%)``, ``EER speechbrain a-a semi-informed (%)``, ``tag o-a``, ``WER (%)``."""
     style = metric_style(metric)
     parts = [style.title]
     if variant:
         parts.append(variant)
     if show_condition and condition and condition != style.implied_condition:
         parts.append(condition)
+    if attacker:
+        parts.append(attacker)
     title = " ".join(parts)
     return f"{title} ({unit})" if unit else title
 
@@ -127,7 +130,7 @@ def validate_results(results: Iterable[Result]) -> list[Result]:
         if isinstance(result.value, bool) or not isinstance(result.value, (str, Real)):
             raise VoxanonError(f"result {index} ({result.set} / {result.system}, {result.label}): "
                                f"value must be a number or a tag, got {result.value!r}")
-        key = (result.set, result.system, result.condition, result.metric, result.variant)
+        key = (result.set, result.system, result.condition, result.metric, result.variant, result.attacker)
         if key in seen:
             raise VoxanonError(f"two results for {result.set} / {result.system}, {result.label}")
         seen.add(key)
@@ -135,6 +138,14 @@ def validate_results(results: Iterable[Result]) -> list[Result]:
     if not checked:
         raise VoxanonError("no results to tabulate")
     return checked
+
+
+ATTACKER_ORDER = ("", "ignorant", "lazy-informed", "semi-informed")
+
+
+def attacker_rank(attacker: str) -> tuple[int, str]:
+    return ((ATTACKER_ORDER.index(attacker), "") if attacker in ATTACKER_ORDER
+            else (len(ATTACKER_ORDER), attacker))
 
 
 def condition_rank(condition: str) -> tuple[int, str]:
@@ -150,7 +161,7 @@ def _column_key(result: Result) -> tuple:
     variant_rank = ((VARIANT_ORDER.index(result.variant), "") if result.variant in VARIANT_ORDER
                     else (len(VARIANT_ORDER), result.variant))
     return (GROUPS.index(style.group), metric_rank, result.metric, variant_rank, condition_rank(result.condition),
-            result.unit)
+            attacker_rank(result.attacker), result.unit)
 
 
 def _row_keys(results: Sequence[Result]) -> list[tuple[str, str]]:
@@ -177,18 +188,19 @@ def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits
         cells[row_index[(result.set, result.system)]][j] = format_value(result, digits)
         numeric[j] = numeric[j] and not isinstance(result.value, str)
     header = ("set", "system") + tuple(
-        column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition) for _, r in columns)
+        column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition, attacker=r.attacker)
+        for _, r in columns)
     return Table(header=header, rows=tuple((s, system, *row) for (s, system), row in zip(rows, cells)),
                  numeric=(False, False, *numeric))
 
 
 def long_table(results: Iterable[Result], *, digits: int | None = None) -> Table:
-    """One row per result, in the given order: set, system, condition, metric, variant, value, unit."""
+    """One row per result, in the given order: set, system, condition, attacker, model, metric, variant, value, unit."""
     results = validate_results(results)
-    rows = tuple((r.set, r.system, r.condition, r.metric, r.variant, format_value(r, digits), r.unit)
-                 for r in results)
-    return Table(header=("set", "system", "condition", "metric", "variant", "value", "unit"), rows=rows,
-                 numeric=(False,) * 5 + (True, False))
+    rows = tuple((r.set, r.system, r.condition, r.attacker, r.model, r.metric, r.variant, format_value(r, digits),
+                  r.unit) for r in results)
+    return Table(header=("set", "system", "condition", "attacker", "model", "metric", "variant", "value", "unit"),
+                 rows=rows, numeric=(False,) * 7 + (True, False))
 
 
 def condition_groups(results: Iterable[Result]) -> list[tuple[str, list[Result]]]:
@@ -200,11 +212,22 @@ def condition_groups(results: Iterable[Result]) -> list[tuple[str, list[Result]]
     return sorted(groups.items(), key=lambda item: condition_rank(item[0]))
 
 
-def condition_heading(condition: str) -> str:
+def condition_heading(condition: str, attackers: Iterable[str] = ()) -> str:
+    """E.g. ``o-a: original enrolment, anonymised trials (ignorant attacker)``; ``attackers`` (those a
+    group's results name) replace the catalogue's, e.g. ``(lazy-informed and semi-informed attackers)``."""
     if not condition:
         return "no condition"
     description = CONDITIONS.get(condition)
+    named = sorted({a for a in attackers if a}, key=attacker_rank)
+    if named:
+        sides = (description or "").split(" (")[0]
+        who = f"{' and '.join(named)} attacker{'s' if len(named) > 1 else ''}"
+        return f"{condition}: {sides} ({who})" if sides else f"{condition} ({who})"
     return f"{condition}: {description}" if description else condition
+
+
+def group_attackers(group: Iterable[Result]) -> list[str]:
+    return [r.attacker for r in group]
 
 
 def _escape_markdown(cell: str) -> str:
@@ -249,12 +272,25 @@ def table_notes(results: Iterable[Result]) -> list[str]:
     if any(metric == "min_cllr" for metric, _ in metrics):
         notes.append("Cllr min: Cllr after oracle PAV calibration on the very trials scored (the discrimination "
                      "part; calibrated Cllr minus Cllr min is the calibration loss left).")
+    notes += model_notes(results)
     published = sorted({r.system.split(")")[0] + ")" for r in results if r.system.startswith(PUBLISHED_PREFIX)})
     for label in published:
         notes.append(f"Rows '{label} ...' are figures published by the challenge for its baselines (data shipped "
                      "with voxanon, source in recipes/published/), not computed here; their a-a EER is the "
                      "semi-informed attacker's.")
     return notes
+
+
+def model_notes(results: Iterable[Result]) -> list[str]:
+    """Which model each condition and attacker used (the user's records; published rows say theirs in a note)."""
+    models: dict[tuple[str, str], set[str]] = {}
+    for r in results:
+        if r.model and not r.system.startswith(PUBLISHED_PREFIX):
+            models.setdefault((r.condition, r.attacker), set()).add(r.model)
+    return [f"{condition}{f' {attacker} attacker' if attacker else ''}: model {', '.join(sorted(names))}."
+            for (condition, attacker), names in sorted(models.items(),
+                                                       key=lambda item: (condition_rank(item[0][0]),
+                                                                         attacker_rank(item[0][1])))]
 
 
 def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> str:
@@ -265,7 +301,7 @@ def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> s
 def markdown_tables_by_condition(results: Iterable[Result], *, digits: int | None = None) -> str:
     """One narrower table per condition, its columns titled without the condition."""
     results = validate_results(results)
-    sections = [f"### {_escape_markdown(condition_heading(condition))}\n\n"
+    sections = [f"### {_escape_markdown(condition_heading(condition, group_attackers(group)))}\n\n"
                 + markdown(wide_table(group, show_condition=False, digits=digits))
                 for condition, group in condition_groups(results)]
     notes = table_notes(results)

@@ -4,8 +4,9 @@ from voxanon.eval.results import Result
 from voxanon.eval.tables import markdown_tables_by_condition
 
 
-def _value(rows, set_name, system, metric, variant):
-    found = [r.value for r in rows if (r.set, r.system, r.metric, r.variant) == (set_name, system, metric, variant)]
+def _value(rows, set_name, system, metric, variant, attacker=""):
+    found = [r.value for r in rows
+             if (r.set, r.system, r.metric, r.variant, r.attacker) == (set_name, system, metric, variant, attacker)]
     assert len(found) == 1, (set_name, system, metric, variant, found)
     return found[0]
 
@@ -18,11 +19,11 @@ def test_figures_and_their_source():
     rows = published.results
     label = "published (VPC 2024)"
     # B2 McAdams semi-informed a-a EER, WER and UAR as printed in result_for_rank_mcadams.
-    assert [_value(rows, f"libri_{s}_trials_{x}", f"{label} B2", "eer", "speechbrain semi-informed")
+    assert [_value(rows, f"libri_{s}_trials_{x}", f"{label} B2", "eer", "speechbrain", "semi-informed")
             for s in ("dev", "test") for x in "fm"] == [12.910, 2.045, 7.483, 1.557]
     assert _value(rows, "libri_dev_asr", f"{label} B2", "wer", "asr-wav2vec2-librispeech") == 10.442
     assert _value(rows, "IEMOCAP_test", f"{label} B2", "uar", "wav2vec2-iemocap") == 53.4914
-    assert _value(rows, "libri_test_trials_m", f"{label} B6", "eer", "speechbrain semi-informed") == 21.137
+    assert _value(rows, "libri_test_trials_m", f"{label} B6", "eer", "speechbrain", "semi-informed") == 21.137
     # Original speech: one row per distinct value; B4's file re-ran the original WER.
     assert _value(rows, "libri_dev_trials_f", f"{label} original", "eer", "speechbrain") == 10.511
     assert _value(rows, "libri_dev_asr", f"{label} original", "wer", "asr-wav2vec2-librispeech") == 1.807
