@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,6 +69,7 @@ import numpy as np
 import soundfile
 
 TARGET_SPEED_UP = 2.0
+CLI_TARGET = 1.3
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -211,6 +213,84 @@ def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def voxanon_command(*arguments: str) -> list[str]:
+    """The ``voxanon`` console script of this interpreter's environment (as users run it)."""
+    return [str(Path(sys.executable).with_name("voxanon")), *arguments]
+
+
+def install_random_ssl_sas(size: str) -> None:
+    """``voxanon models import ssl-sas --random-init`` into this run's ``VOXANON_HOME``."""
+    subprocess.run(voxanon_command("models", "import", "ssl-sas", "--random-init", "--size", size),
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def write_data_dir(directory: Path, sources: list[str]) -> Path:
+    """A Kaldi data directory over ``sources`` (one speaker), as ``voxanon anonymise --data`` reads it."""
+    directory.mkdir(parents=True)
+    utts = [f"spk-{Path(source).stem}" for source in sources]
+    (directory / "wav.scp").write_text("".join(f"{u} {s}\n" for u, s in zip(utts, sources)))
+    (directory / "utt2spk").write_text("".join(f"{u} spk\n" for u in utts))
+    return directory
+
+
+def cli_seconds(data: Path, out: Path, extra: tuple[str, ...] = ()) -> float:
+    """Wall seconds of ``voxanon anonymise --system resynth`` (default workers) in a new process: start-up,
+    model load, every utterance and its writing, the metadata."""
+    began = time.perf_counter()
+    run = subprocess.run(voxanon_command("anonymise", "--system", "resynth", "--data", str(data), "--out", str(out),
+                                         "--quiet", *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode:
+        raise RuntimeError(f"voxanon anonymise failed ({run.returncode}):\n{run.stderr}")
+    return time.perf_counter() - began
+
+
+def cli_head_to_head(args, work: Path, reference_pool: ProcessPoolExecutor) -> None:
+    """Part 3: the command as users run it against the reference's one-at-a-time compute, same audio."""
+    from voxanon.data_prep.audio import write_wav
+
+    waves = []
+    while sum(map(len, waves)) < args.cli_seconds * 16000:
+        waves = synthetic_utterances(len(waves) + 1, seed=7)
+    (work / "cli-in").mkdir()
+    sources = []
+    for i, wave in enumerate(waves):
+        sources.append(str(work / "cli-in" / f"c{i:03d}.wav"))
+        write_wav(sources[-1], wave / np.max(np.abs(wave)) * 0.9, 16000)
+    seconds_of_audio = sum(map(len, waves)) / 16000
+    data = write_data_dir(work / "cli-data", sources)
+    write_wav(work / "cli-in" / "one.wav", waves[0][:16000] / np.max(np.abs(waves[0][:16000])) * 0.9, 16000)
+    one = write_data_dir(work / "cli-one", [str(work / "cli-in" / "one.wav")])
+    print(f"\n3. The command end to end: voxanon anonymise --system resynth (default workers: {os.cpu_count()}), "
+          f"float32, a new process each time, wall time with start-up and model load, against the reference's "
+          f"one-at-a-time compute (its models loaded before its clock), on the same {len(waves)} synthetic "
+          f"utterances ({seconds_of_audio:.1f} s); {args.cli_rounds} rounds, the runs taking turns")
+    print(f"{'round':<8}{'reference RTF':>16}{'command RTF':>14}{'command / ref.':>16}{'start-up s':>12}")
+    ratios, references, commands, start_ups = [], [], [], []
+    for round_index in range(args.cli_rounds):
+        began = time.perf_counter()
+        reference_pool.submit(reference_anonymise, [(s, str(work / f"cli-ref{round_index}-{Path(s).name}"))
+                                                    for s in sources]).result()
+        references.append(time.perf_counter() - began)
+        commands.append(cli_seconds(data, work / f"cli-out{round_index}"))
+        start_ups.append(cli_seconds(one, work / f"cli-one-out{round_index}"))
+        ratios.append(references[-1] / commands[-1])
+        print(f"{round_index + 1:<8}{references[-1] / seconds_of_audio:>16.4f}{commands[-1] / seconds_of_audio:>14.4f}"
+              f"{'x' + format(ratios[-1], '.2f'):>16}{start_ups[-1]:>12.1f}")
+    name = f"spk-{Path(sources[0]).stem}.wav"
+    difference = max(int(np.max(np.abs(load_wav(work / f"cli-out{r}" / "cli-data_resynth" / "wav" / f"spk-{Path(s).stem}.wav")
+                                       .astype(np.int32) - load_wav(work / f"cli-ref{r}-{Path(s).name}").astype(np.int32))))
+                     for r in range(args.cli_rounds) for s in sources)
+    median = float(np.median(ratios))
+    print(f"median: reference RTF {np.median(references) / seconds_of_audio:.4f}, command RTF "
+          f"{np.median(commands) / seconds_of_audio:.4f}: x{median:.2f} (worst round x{min(ratios):.2f}); "
+          f"largest difference from the reference {difference} steps of 16 bits ({name} and the rest)")
+    print(f"neural anonymise start-up (the command over one 1 s utterance, everything "
+          f"included; median of {args.cli_rounds}): {np.median(start_ups):.1f} s")
+    verdict = "MET" if median >= CLI_TARGET else "NOT MET"
+    print(f"target: the command at least x{CLI_TARGET} the reference's compute on {seconds_of_audio:.0f} s of audio, "
+          f"float32: {verdict} (median x{median:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--utterances", type=int, default=16, help="utterances of the stage table")
@@ -223,6 +303,10 @@ def main() -> None:
     parser.add_argument("--parallel-batch-size", type=int, default=1)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--parts", nargs="+", choices=("table", "head-to-head", "command"),
+                        default=["table", "head-to-head", "command"], help="which parts to run (default: all)")
+    parser.add_argument("--cli-rounds", type=int, default=3, help="rounds of part 3 (medians are printed)")
+    parser.add_argument("--cli-seconds", type=float, default=160.0, help="seconds of audio in part 3")
     parser.add_argument("--huge-pages", action="store_true",
                         help="also time the workers with THP_MEM_ALLOC_ENABLE=1 (torch's large CPU buffers in "
                              "transparent huge pages: fewer page faults; the runner does not set it)")
@@ -235,13 +319,10 @@ def main() -> None:
     import torch
 
     from voxanon.data_prep.audio import write_wav
-    from voxanon.models.checkpoints import random_ssl_sas
-    from voxanon.models.registry import write_model_set
     from voxanon.pipeline.runner import Job, _worker_process, process_jobs
     from voxanon.pipeline.systems import build_system, load_system_config, precision_overrides
 
-    components, model_config = random_ssl_sas(args.size)
-    write_model_set("ssl-sas", components, model_config, source="benchmark", random=True)
+    install_random_ssl_sas(args.size)
     # Separate utterances for the table and for each round: every run meets each utterance
     # (and its length, for which oneDNN builds new kernels) once, as in a corpus run.
     needed = 1 + args.utterances + args.round_utterances * args.rounds
@@ -268,111 +349,120 @@ def main() -> None:
           "by default")
     print(f"load average (1, 5, 15 min) before: {load_average()}")
 
-    stage_table(system, table_waves, 1)  # load the models, build every length's kernels
-    print(f"\n1. Stage real-time factors in one process ({torch.get_num_threads()} torch threads), "
-          f"{len(table_waves)} utterances ({table_seconds:.0f} s), after a pass over the same utterances")
-    names = [stage.name for stage in system.stages]
-    print(f"{'batch':<7}" + "".join(f"{name:>15}" for name in names) + f"{'chain':>9}{'max |diff| vs batch 1':>24}")
-    first_outputs = None
-    for batch_size in args.batch_sizes:
-        timings, outputs = stage_table(system, table_waves, batch_size)
-        first_outputs = first_outputs or outputs
-        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, first_outputs))
-        print(f"{batch_size:<7}" + "".join(f"{timings[n] / table_seconds:>15.4f}" for n in names)
-              + f"{sum(timings.values()) / table_seconds:>9.4f}{worst:>24.1e}")
-
-    print(f"\n2. Head to head: {args.rounds} rounds of {args.round_utterances} new utterances each, the runs taking "
-          "turns (wall-clock RTF)")
-    runs = ("reference", "ours, 1 worker", f"ours, {args.workers} workers")
-    if args.huge_pages:
-        runs += (f"ours, {args.workers} w. + THP",)
-    bf16_run = f"ours, {args.workers} workers, bf16"
-    runs += (bf16_run,)
-    out_dirs = {run: work / f"out{i}" for i, run in enumerate(runs)}
-    for directory in out_dirs.values():
-        directory.mkdir()
-
-    def jobs(run: str, group: list[str]) -> list[Job]:
-        return [Job(Path(s).stem, "spk", None, s, str(out_dirs[run] / Path(s).name)) for s in group]
-
-    def batches(run: str, group: list[str], size: int) -> list[list[Job]]:
-        every = jobs(run, group)
-        return [every[i:i + size] for i in range(0, len(every), size)]
-
-    start_up = {}
-    began = time.perf_counter()
-    reference_pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
-    reference_threads = reference_pool.submit(reference_setup).result()
-    reference_pool.submit(reference_anonymise, [(warm_up_source, str(work / "warm-up.wav"))]).result()
-    start_up[runs[0]] = time.perf_counter() - began
-    began = time.perf_counter()
-    pools = {runs[2]: warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]), {})}
-    start_up[runs[2]] = time.perf_counter() - began
-    if args.huge_pages:
+    if "head-to-head" in args.parts or "command" in args.parts:
         began = time.perf_counter()
-        pools[runs[3]] = warm_worker_pool(config, args.workers, jobs(runs[3], [warm_up_source]),
-                                          {"THP_MEM_ALLOC_ENABLE": "1"})
-        start_up[runs[3]] = time.perf_counter() - began
-    bf16_config = load_system_config("resynth", precision_overrides(config, "bfloat16"))  # --precision bfloat16
-    began = time.perf_counter()
-    pools[bf16_run] = warm_worker_pool(bf16_config, args.workers, jobs(bf16_run, [warm_up_source]), {})
-    start_up[bf16_run] = time.perf_counter() - began
-    print("start-up before the clock (spawn, imports, model load, warm-up utterance with the vocoder's window "
-          "kernels): " + ", ".join(f"{run} {seconds:.1f} s" for run, seconds in start_up.items()))
+        reference_pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+        reference_threads = reference_pool.submit(reference_setup).result()
+        reference_pool.submit(reference_anonymise, [(warm_up_source, str(work / "warm-up.wav"))]).result()
+        reference_start_up = time.perf_counter() - began
+        print(f"reference process start-up (spawn, imports, model load, one utterance): "
+              f"{reference_start_up:.1f} s")
 
-    def run_reference(group: list[str]):
-        reference_pool.submit(reference_anonymise, [(j.source, j.out_path) for j in jobs(runs[0], group)]).result()
+    if "table" in args.parts:
+        stage_table(system, table_waves, 1)  # load the models, build every length's kernels
+        print(f"\n1. Stage real-time factors in one process ({torch.get_num_threads()} torch threads), "
+              f"{len(table_waves)} utterances ({table_seconds:.0f} s), after a pass over the same utterances")
+        names = [stage.name for stage in system.stages]
+        print(f"{'batch':<7}" + "".join(f"{name:>15}" for name in names) + f"{'chain':>9}{'max |diff| vs batch 1':>24}")
+        first_outputs = None
+        for batch_size in args.batch_sizes:
+            timings, outputs = stage_table(system, table_waves, batch_size)
+            first_outputs = first_outputs or outputs
+            worst = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, first_outputs))
+            print(f"{batch_size:<7}" + "".join(f"{timings[n] / table_seconds:>15.4f}" for n in names)
+                  + f"{sum(timings.values()) / table_seconds:>9.4f}{worst:>24.1e}")
 
-    def run_one_worker(group: list[str]):
-        for batch in batches(runs[1], group, system.batch_size):
-            check(process_jobs(system, batch, False))
+    if "head-to-head" in args.parts:
+        print(f"\n2. Head to head: {args.rounds} rounds of {args.round_utterances} new utterances each, the runs taking "
+              "turns (wall-clock RTF)")
+        runs = ("reference", "ours, 1 worker", f"ours, {args.workers} workers")
+        if args.huge_pages:
+            runs += (f"ours, {args.workers} w. + THP",)
+        bf16_run = f"ours, {args.workers} workers, bf16"
+        runs += (bf16_run,)
+        out_dirs = {run: work / f"out{i}" for i, run in enumerate(runs)}
+        for directory in out_dirs.values():
+            directory.mkdir()
 
-    def parallel(run: str):
-        def run_pool(group: list[str]):
-            for outcomes in pools[run].map(_worker_process, batches(run, group, args.parallel_batch_size)):
-                check(outcomes)
-        return run_pool
+        def jobs(run: str, group: list[str]) -> list[Job]:
+            return [Job(Path(s).stem, "spk", None, s, str(out_dirs[run] / Path(s).name)) for s in group]
 
-    totals = dict.fromkeys(runs, 0.0)
-    print(f"{'round':<8}{'audio s':>8}" + "".join(f"{run:>24}" for run in runs))
-    for round_index, (group, seconds_of_audio) in enumerate(zip(round_sources, round_seconds)):
-        seconds = {}
-        for run, action in zip(runs, (run_reference, run_one_worker, *map(parallel, runs[2:]))):
+        def batches(run: str, group: list[str], size: int) -> list[list[Job]]:
+            every = jobs(run, group)
+            return [every[i:i + size] for i in range(0, len(every), size)]
+
+        start_up = {runs[0]: reference_start_up}
+        began = time.perf_counter()
+        pools = {runs[2]: warm_worker_pool(config, args.workers, jobs(runs[2], [warm_up_source]), {})}
+        start_up[runs[2]] = time.perf_counter() - began
+        if args.huge_pages:
             began = time.perf_counter()
-            action(group)
-            seconds[run] = time.perf_counter() - began
-            totals[run] += seconds[run]
-        print(f"{round_index + 1:<8}{seconds_of_audio:>8.1f}"
-              + "".join(f"{seconds[run] / seconds_of_audio:>24.4f}" for run in runs))
-    reference_pool.shutdown()
-    for pool in pools.values():
-        pool.shutdown()
+            pools[runs[3]] = warm_worker_pool(config, args.workers, jobs(runs[3], [warm_up_source]),
+                                              {"THP_MEM_ALLOC_ENABLE": "1"})
+            start_up[runs[3]] = time.perf_counter() - began
+        bf16_config = load_system_config("resynth", precision_overrides(config, "bfloat16"))  # --precision bfloat16
+        began = time.perf_counter()
+        pools[bf16_run] = warm_worker_pool(bf16_config, args.workers, jobs(bf16_run, [warm_up_source]), {})
+        start_up[bf16_run] = time.perf_counter() - began
+        print("start-up before the clock (spawn, imports, model load, warm-up utterance with the vocoder's window "
+              "kernels): " + ", ".join(f"{run} {seconds:.1f} s" for run, seconds in start_up.items()))
 
-    print(f"{'total':<8}{sum(round_seconds):>8.1f}"
-          + "".join(f"{totals[run] / sum(round_seconds):>24.4f}" for run in runs))
-    speed_ups = {run: totals[runs[0]] / totals[run] for run in runs}
-    print(f"{'speed-up':<16}" + "".join(f"{'x' + format(speed_ups[run], '.2f'):>24}" for run in runs))
-    round_names = [Path(s).name for group in round_sources for s in group]
-    differences = [max(int(np.max(np.abs(load_wav(out_dirs[run] / name).astype(np.int32)
-                                         - load_wav(out_dirs[runs[0]] / name).astype(np.int32))))
-                       for name in round_names) for run in runs[1:]]
-    print(f"{'max |diff| vs reference, 16-bit steps':<40}" + "".join(f"{d:>24}" for d in differences))
-    snrs = [min(snr_db(load_wav(out_dirs[runs[0]] / name), load_wav(out_dirs[run] / name)) for name in round_names)
-            for run in runs[1:]]
-    print(f"{'SNR vs reference, dB (worst utterance)':<40}" + "".join(f"{v:>24.1f}" for v in snrs))
-    print(f"reference torch threads: {reference_threads}; ours: {torch.get_num_threads()} (1 worker), "
-          f"1 per process ({args.workers} workers, batches of {args.parallel_batch_size})")
-    fp32_speed_up, bf16_speed_up = speed_ups[runs[2]], speed_ups[bf16_run]
-    if fp32_speed_up >= TARGET_SPEED_UP:
-        verdict = "MET in float32"
-    elif bf16_speed_up >= TARGET_SPEED_UP:
-        verdict = "NOT MET in float32; met only by the lower-precision bf16 configuration"
-    else:
-        verdict = "NOT MET (neither float32 nor bf16)"
-    print(f"target: at least x{TARGET_SPEED_UP:.0f} faster than one-at-a-time: {verdict} "
-          f"(float32: x{fp32_speed_up:.2f} with {args.workers} workers, x{speed_ups[runs[1]]:.2f} with 1; "
-          f"bf16 content+vocoder: x{bf16_speed_up:.2f} with {args.workers} workers, "
-          f"worst SNR {snrs[runs.index(bf16_run) - 1]:.1f} dB against the reference)")
+        def run_reference(group: list[str]):
+            reference_pool.submit(reference_anonymise, [(j.source, j.out_path) for j in jobs(runs[0], group)]).result()
+
+        def run_one_worker(group: list[str]):
+            for batch in batches(runs[1], group, system.batch_size):
+                check(process_jobs(system, batch, False))
+
+        def parallel(run: str):
+            def run_pool(group: list[str]):
+                for outcomes in pools[run].map(_worker_process, batches(run, group, args.parallel_batch_size)):
+                    check(outcomes)
+            return run_pool
+
+        totals = dict.fromkeys(runs, 0.0)
+        print(f"{'round':<8}{'audio s':>8}" + "".join(f"{run:>24}" for run in runs))
+        for round_index, (group, seconds_of_audio) in enumerate(zip(round_sources, round_seconds)):
+            seconds = {}
+            for run, action in zip(runs, (run_reference, run_one_worker, *map(parallel, runs[2:]))):
+                began = time.perf_counter()
+                action(group)
+                seconds[run] = time.perf_counter() - began
+                totals[run] += seconds[run]
+            print(f"{round_index + 1:<8}{seconds_of_audio:>8.1f}"
+                  + "".join(f"{seconds[run] / seconds_of_audio:>24.4f}" for run in runs))
+        for pool in pools.values():
+            pool.shutdown()
+
+        print(f"{'total':<8}{sum(round_seconds):>8.1f}"
+              + "".join(f"{totals[run] / sum(round_seconds):>24.4f}" for run in runs))
+        speed_ups = {run: totals[runs[0]] / totals[run] for run in runs}
+        print(f"{'speed-up':<16}" + "".join(f"{'x' + format(speed_ups[run], '.2f'):>24}" for run in runs))
+        round_names = [Path(s).name for group in round_sources for s in group]
+        differences = [max(int(np.max(np.abs(load_wav(out_dirs[run] / name).astype(np.int32)
+                                             - load_wav(out_dirs[runs[0]] / name).astype(np.int32))))
+                           for name in round_names) for run in runs[1:]]
+        print(f"{'max |diff| vs reference, 16-bit steps':<40}" + "".join(f"{d:>24}" for d in differences))
+        snrs = [min(snr_db(load_wav(out_dirs[runs[0]] / name), load_wav(out_dirs[run] / name)) for name in round_names)
+                for run in runs[1:]]
+        print(f"{'SNR vs reference, dB (worst utterance)':<40}" + "".join(f"{v:>24.1f}" for v in snrs))
+        print(f"reference torch threads: {reference_threads}; ours: {torch.get_num_threads()} (1 worker), "
+              f"1 per process ({args.workers} workers, batches of {args.parallel_batch_size})")
+        fp32_speed_up, bf16_speed_up = speed_ups[runs[2]], speed_ups[bf16_run]
+        if fp32_speed_up >= TARGET_SPEED_UP:
+            verdict = "MET in float32"
+        elif bf16_speed_up >= TARGET_SPEED_UP:
+            verdict = "NOT MET in float32; met only by the lower-precision bf16 configuration"
+        else:
+            verdict = "NOT MET (neither float32 nor bf16)"
+        print(f"target: at least x{TARGET_SPEED_UP:.0f} faster than one-at-a-time: {verdict} "
+              f"(float32: x{fp32_speed_up:.2f} with {args.workers} workers, x{speed_ups[runs[1]]:.2f} with 1; "
+              f"bf16 content+vocoder: x{bf16_speed_up:.2f} with {args.workers} workers, "
+              f"worst SNR {snrs[runs.index(bf16_run) - 1]:.1f} dB against the reference)")
+    if "command" in args.parts:
+        cli_head_to_head(args, work, reference_pool)
+    if "head-to-head" in args.parts or "command" in args.parts:
+        reference_pool.shutdown()
     print(f"load average (1, 5, 15 min) after: {load_average()}")
 
 

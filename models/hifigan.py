@@ -10,8 +10,8 @@ Batching: utterances of different lengths are zero-padded to the longest one, an
 every convolution's input is zeroed beyond each item's own length. A convolution then
 sees exactly the zeros the single-utterance reference pads with, so each item's output
 equals its one-at-a-time output (to float rounding) whatever else is in the batch.
-:meth:`Vocoder.synthesise` uses that padded pass on a GPU; on CPU it is slower than running
-the utterances one after the other.
+:meth:`Vocoder.synthesise` uses that padded pass on a GPU (:meth:`Vocoder.synthesise_padded`, in groups
+of similar length); on CPU it is slower than running the utterances one after the other.
 
 Windows: an output sample depends on the input frames within
 :func:`receptive_field_frames` of it, so an utterance can be synthesised in overlapping
@@ -33,8 +33,9 @@ from torch import nn
 
 LRELU_SLOPE = 0.1
 CPU_WINDOW_FRAMES = (64, 96, 128, 192, 256)
-"""Window lengths (frames) of CPU synthesis, whose oneDNN kernels are built once per process
-(:meth:`Vocoder.warm_up`). Adding 384 and 512 doubled that start-up for no gain over 1-12 s utterances
+"""Window lengths (frames) of CPU synthesis, whose oneDNN kernels each process builds once, the first
+time it meets each length (0.2-0.4 s each; running every length at start-up instead cost about 4 s of
+synthesis per process on one thread). Adding 384 and 512 gave no gain over 1-12 s utterances
 (float32 and bfloat16 alike): a window wider than its utterance is wasted work."""
 
 
@@ -347,13 +348,13 @@ class Vocoder:
         rounding). oneDNN builds new kernels for every new input length, which costs more than
         the synthesis itself in bfloat16 (about four times) and a third of it in float32, so whole
         utterances, nearly all of different lengths, would each pay for their own; the windows'
-        kernels are built once per process (:meth:`warm_up`). Measured on the full-size generator
-        over 1-12 s utterances of new lengths, one thread: float32 0.22-0.24 s per second of audio in
+        kernels are built once per process, the first time each window length is met. Measured on
+        the full-size generator over 1-12 s utterances of new lengths, one thread: float32 0.22-0.24 s per second of audio in
         windows against 0.27-0.34 whole, bfloat16 (AMX) 0.066. A padded batch does not
         help on CPU: the convolutions already keep the cores busy on one utterance, and padding
         adds work and masking passes (padded batches of four 3-5 s utterances took twice as long as
-        one by one). On a GPU the batch runs as one padded, length-masked pass; each output again
-        equals the utterance's one-at-a-time output.
+        one by one). On a GPU, utterances of similar length run as padded, length-masked batches
+        (:meth:`synthesise_padded`); each output again equals the utterance's one-at-a-time output.
 
         ``dtype`` other than float32 runs the generator under that autocast (the conditioning
         frames, with their layer norms, are still built in float32). On random full-size SSL-SAS
@@ -361,17 +362,34 @@ class Vocoder:
         6e-4, i.e. 20 steps of 16 bits).
         """
         device = next(self.generator.parameters()).device
+        if device.type != "cpu":
+            return self.synthesise_padded(items, dtype)
         lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
                            else contextlib.nullcontext())
-        if device.type == "cpu":
-            frames = [self.layout.frames(*item) for item in items]
-            with lower_precision:
-                return [self._synthesise_in_windows(f) for f in frames]
-        hop = self.generator.config.hop_length
-        frames, lengths = self.layout.batch(items)
+        frames = [self.layout.frames(*item) for item in items]
         with lower_precision:
-            audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
-        return [audio[i, :int(n) * hop].numpy().astype(np.float32) for i, n in enumerate(lengths)]
+            return [self._synthesise_in_windows(f) for f in frames]
+
+    @torch.inference_mode()
+    def synthesise_padded(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                          dtype: torch.dtype = torch.float32, max_items: int | None = None) -> list[np.ndarray]:
+        """:meth:`synthesise` on whatever device the generator is on, as padded, length-masked batches of
+        utterances of similar length (:func:`~voxanon.models.precision.length_groups`, at most
+        ``max_items`` each): the GPU path. On CPU it computes the same values (how it is tested)."""
+        from voxanon.models.precision import length_groups
+
+        device = next(self.generator.parameters()).device
+        lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
+                           else contextlib.nullcontext())
+        hop = self.generator.config.hop_length
+        waves: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
+        for group in length_groups([int(item[1].shape[0]) for item in items], max_items):
+            frames, lengths = self.layout.batch([items[i] for i in group])
+            with lower_precision:
+                audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
+            for row, (i, n) in enumerate(zip(group, lengths)):
+                waves[i] = audio[row, :int(n) * hop].numpy().astype(np.float32)
+        return waves
 
     def _synthesise_in_windows(self, frames: torch.Tensor, sizes: Sequence[int] = CPU_WINDOW_FRAMES) -> np.ndarray:
         """One utterance's (channels, T) frames -> its waveform, window by window."""
@@ -386,13 +404,3 @@ class Vocoder:
             kept = slice((window.keep_from - window.start) * hop, (window.keep_to - window.start) * hop)
             wave[window.keep_from * hop:window.keep_to * hop] = audio[kept].float().numpy()
         return wave
-
-    @torch.inference_mode()
-    def warm_up(self, dtype: torch.dtype = torch.float32) -> None:
-        """Build the CPU kernels of every window length for ``dtype`` now, once per process, so that
-        no utterance pays for them (full-size generator, one thread: about 2.5 s). Nothing to do on a GPU."""
-        if next(self.generator.parameters()).device.type != "cpu":
-            return
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-            for size in CPU_WINDOW_FRAMES:
-                self.generator(torch.zeros(1, self.layout.channels, size))

@@ -143,10 +143,10 @@ def content_encoder(model_set) -> nn.Module:
     """The content encoder a model set describes: HuBERT-soft units when its config says
     ``content_kind: hubert-soft``, else the SSL-SAS 200-centroid soft content. Both have ``encode(waves)``."""
     from voxanon.models.hubert import SoftContentEncoder
+    from voxanon.models.precision import built_with_weights
 
     if model_set.config.get("content_kind") == CONTENT_KIND:
-        encoder = HubertSoftEncoder(HubertSoftConfig.from_dict(model_set.config["content"]))
-    else:
-        encoder = SoftContentEncoder(SoftContentConfig.from_dict(model_set.config["content"]))
-    encoder.load_state_dict(model_set.tensors("content"))
-    return encoder.eval()
+        config = HubertSoftConfig.from_dict(model_set.config["content"])
+        return built_with_weights(lambda: HubertSoftEncoder(config), model_set.tensors("content"))
+    config = SoftContentConfig.from_dict(model_set.config["content"])
+    return built_with_weights(lambda: SoftContentEncoder(config), model_set.tensors("content"))

@@ -1,4 +1,5 @@
-"""Lower-precision (bfloat16) inference helpers shared by the content encoders and the vocoder.
+"""Inference helpers shared by the content encoders and the vocoder: loading without random
+initialisation, lower precision (bfloat16, float16), and grouping utterances by length for a GPU.
 
 Under CPU autocast a float32 weight is cast to bfloat16 on every call, and the cast
 copies are dropped when the context ends: for HuBERT-base that is 95 M values per
@@ -45,3 +46,34 @@ def float32_normalisations(model: nn.Module):
     finally:
         for handle in handles:
             handle.remove()
+
+
+def built_with_weights(build, state: dict[str, torch.Tensor]) -> nn.Module:
+    """``build()`` made on the meta device (no parameter initialisation), then given ``state``'s tensors
+    themselves (``load_state_dict(assign=True)``, strict): a full-size HuBERT skips about 2 s of random
+    initialisation and a copy. Every parameter and buffer must come from ``state``."""
+    with torch.device("meta"):
+        module = build()
+    module.load_state_dict(state, assign=True)
+    left = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
+    if left:
+        raise RuntimeError(f"{type(module).__name__}: no weights given for {left[:4]}")
+    return module.eval()
+
+
+def length_groups(lengths: list[int], max_items: int | None = None, max_padding: float = 0.25) -> list[list[int]]:
+    """Indices of ``lengths`` in groups to run as padded batches: longest first, at most ``max_items`` per
+    group (no limit for None), and a new group whenever padding to the group's longest would exceed
+    ``max_padding`` of it."""
+    max_items = len(lengths) if max_items is None else max_items
+    if max_items < 1 and lengths:
+        raise ValueError(f"max_items must be at least 1, got {max_items}")
+    groups: list[list[int]] = []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        group = groups[-1] if groups else None
+        if (group is None or len(group) >= max_items
+                or lengths[index] < (1 - max_padding) * lengths[group[0]]):
+            groups.append([index])
+        else:
+            group.append(index)
+    return groups

@@ -11,9 +11,15 @@ Data flow per utterance (``features`` keys in brackets):
 4. ``speaker``: ECAPA vector of the utterance itself [``speaker``] (copy-synthesis).
 5. ``vocoder``: HiFi-GAN on [content ×2 | F0 | speaker] -> L samples.
 
-torch and the models load lazily on the first batch, so systems that do not use these
-stages never import torch. Model sets come from the models directory
-(:mod:`voxanon.models.registry`); each process loads a set once.
+torch and the models load lazily (:meth:`Stage.load_models`, or the first batch), so systems that
+do not use these stages never import torch. Model sets come from the models directory
+(:mod:`voxanon.models.registry`); each process loads a set once, and the runner's forked workers
+share the CPU models their parent loaded.
+
+``device`` on the content, speaker and vocoder stages (``voxanon anonymise --device cpu|cuda|auto``;
+default ``cpu``; ``auto`` is CUDA when the process running the stage sees one): off the CPU, content
+and vocoder run the runner's batch as padded groups of similar length, and ``precision`` may also
+be ``float16``.
 
 ``precision: bfloat16`` on the content and vocoder stages (opt-in, ``voxanon anonymise --precision
 bfloat16``; ``float32``, the default, is unchanged) runs their matrix products and convolutions in
@@ -37,10 +43,10 @@ SSL_SAS_MULTIPLE = 320
 MIN_SAMPLES = 640
 
 _loaded: dict[tuple[str, ...], Any] = {}
-_warmed_vocoders: set[tuple[str, str]] = set()
 COMPONENTS = ("content", "speaker", "vocoder")
 _CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "auto")
 
 
 def _checked_precision(stage: str, precision: str) -> str:
@@ -49,7 +55,25 @@ def _checked_precision(stage: str, precision: str) -> str:
     return precision
 
 
-def load_model(name: str, component: str, precision: str = "float32"):
+def _checked_device(stage: str, device: str) -> str:
+    if device not in DEVICES and not str(device).startswith("cuda:"):
+        raise ValueError(f"{stage}.device must be one of {', '.join(DEVICES)} (or cuda:N), got {device!r}")
+    return device
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a CUDA device, else ``cpu``; other names unchanged.
+
+    Resolved in the process that runs the stage (a worker, a Ray actor on a GPU node), not where
+    the run was configured."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(name: str, component: str, precision: str = "float32", device: str = "cpu"):
     """One component of an installed model set, loaded once per process.
 
     ``content`` is the set's content encoder (SSL-SAS soft content, or bshall HuBERT-soft units
@@ -59,25 +83,32 @@ def load_model(name: str, component: str, precision: str = "float32"):
 
     A ``precision`` other than float32 (content and vocoder) gives a copy whose matrix-product and
     convolution weights are already in it (:func:`voxanon.models.precision.lower_precision_copy`),
-    cached beside the float32 model, which stays as it was.
+    and a ``device`` other than ``cpu`` a copy on that device (``auto`` resolved here:
+    :func:`resolve_device`); each is cached beside the float32 CPU model, which stays as it was.
+    The set's checksums are verified once per process, when it is first loaded.
     """
     from voxanon.models.registry import load_model_set, models_dir
 
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
-    if precision != "float32":
-        if component == "speaker":
+    device = resolve_device(_checked_device(component, device))
+    if precision != "float32" or device != "cpu":
+        if component == "speaker" and precision != "float32":
             raise ValueError("the speaker encoder runs in float32 only")
-        key = (str(models_dir()), name, component, _checked_precision(component, precision))
+        key = (str(models_dir()), name, component, _checked_precision(component, precision), device)
         if key not in _loaded:
+            import copy
+
             import torch
 
             from voxanon.models.hifigan import Vocoder
             from voxanon.models.precision import lower_precision_copy
 
-            model, dtype = load_model(name, component), getattr(torch, precision)
-            _loaded[key] = (Vocoder(lower_precision_copy(model.generator, dtype), model.layout)
-                            if component == "vocoder" else lower_precision_copy(model, dtype))
+            model = load_model(name, component)
+            module = model.generator if component == "vocoder" else model
+            module = (copy.deepcopy(module) if precision == "float32"
+                      else lower_precision_copy(module, getattr(torch, precision))).to(device).eval()
+            _loaded[key] = Vocoder(module, model.layout) if component == "vocoder" else module
         return _loaded[key]
     home = str(models_dir())
     if (home, name) not in _loaded:
@@ -102,9 +133,11 @@ def load_model(name: str, component: str, precision: str = "float32"):
         else:
             from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
 
-            generator = HifiganGenerator(GeneratorConfig.from_dict(model_set.config["generator"]))
-            generator.load_state_dict(model_set.tensors("generator"))
-            _loaded[key] = Vocoder(generator.eval(), ConditioningLayout.from_dict(model_set.config["layout"]))
+            from voxanon.models.precision import built_with_weights
+
+            config = GeneratorConfig.from_dict(model_set.config["generator"])
+            generator = built_with_weights(lambda: HifiganGenerator(config), model_set.tensors("generator"))
+            _loaded[key] = Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))
     return _loaded[key]
 
 
@@ -162,21 +195,37 @@ class ContentStage(Stage):
     norms and the SSL-SAS time normalisation in float32 (:func:`voxanon.models.hubert.encode_lower_precision`):
     about 1.5x faster on an AMX CPU; cost, against float32 on random HuBERT-base weights, about 37 dB
     content SNR, per-frame cosine similarity above 0.9998. Features are float32 either way.
+
+    ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when there is one): off the CPU the batch's
+    utterances run in padded groups of similar length (:func:`voxanon.models.hubert.encode_on_device`),
+    each equal to its one-at-a-time output to float rounding; ``float16`` is a precision there too.
     """
 
     name = "content"
 
-    def __init__(self, models: str = "ssl-sas", precision: str = "float32"):
+    def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
         self.models = models
         self.precision = _checked_precision("content", precision)
+        self.device = _checked_device("content", device)
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
 
+    def load_models(self) -> None:
+        if self.device == "cpu":
+            load_model(self.models, "content", self.precision)
+
     def process_batch(self, batch: list[Utterance]) -> None:
-        content = load_model(self.models, "content", self.precision)
+        device = resolve_device(self.device)
+        content = load_model(self.models, "content", self.precision, device)
         waves = [u.audio for u in batch]
-        if self.precision == "float32":
+        if device != "cpu":
+            import torch
+
+            from voxanon.models.hubert import encode_on_device
+
+            encoded = encode_on_device(content, waves, getattr(torch, self.precision))
+        elif self.precision == "float32":
             encoded = content.encode(waves)
         else:
             import torch
@@ -189,27 +238,46 @@ class ContentStage(Stage):
 
 
 class SpeakerStage(Stage):
-    """The ECAPA vector of the utterance itself (copy-synthesis keeps the source speaker)."""
+    """The ECAPA vector of the utterance itself (copy-synthesis keeps the source speaker).
+
+    ``device`` as the content stage's; on any device one utterance at a time, in float32: ECAPA's
+    convolutions pad each utterance's edges by reflection, which a zero-padded batch cannot
+    reproduce, and it is about 5 % of the chain.
+    """
 
     name = "speaker"
 
-    def __init__(self, models: str = "ssl-sas"):
+    def __init__(self, models: str = "ssl-sas", device: str = "cpu"):
         self.models = models
+        self.device = _checked_device("speaker", device)
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
 
+    def load_models(self) -> None:
+        if self.device == "cpu":
+            load_model(self.models, "speaker")
+
     def process_batch(self, batch: list[Utterance]) -> None:
-        speaker = load_model(self.models, "speaker")
-        for utt, vector in zip(batch, speaker.embed([u.audio for u in batch])):
+        device = resolve_device(self.device)
+        speaker = load_model(self.models, "speaker", device=device)
+        if device == "cpu":
+            vectors = speaker.embed([u.audio for u in batch])
+        else:
+            import torch
+
+            with torch.inference_mode():
+                vectors = [speaker(torch.from_numpy(np.ascontiguousarray(u.audio, dtype=np.float32))[None]
+                                   .to(device))[0].cpu().numpy() for u in batch]
+        for utt, vector in zip(batch, vectors):
             utt.features["speaker"] = vector
 
 
 class VocoderStage(Stage):
     """HiFi-GAN from content, F0 and speaker features (:meth:`Vocoder.synthesise`: on CPU one utterance
-    after the other, in windows of a few fixed lengths whose kernels each process builds before its
-    first utterance, :meth:`Vocoder.warm_up`; one padded, length-masked pass on a GPU; the same
-    outputs, to float rounding, either way).
+    after the other, in windows of a few fixed lengths whose kernels each process builds the first time
+    it meets them; off the CPU (``device``, as the content stage's) padded, length-masked batches of
+    utterances of similar length; the same outputs, to float rounding, either way).
 
     ``layout`` overrides fields of the model set's conditioning layout (e.g. ``standardise_content``),
     for vocoders trained with a layout the set's config does not record.
@@ -223,9 +291,10 @@ class VocoderStage(Stage):
     name = "vocoder"
 
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
-                 precision: str = "float32"):
+                 precision: str = "float32", device: str = "cpu"):
         self.models = models
         self.precision = _checked_precision("vocoder", precision)
+        self.device = _checked_device("vocoder", device)
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
 
@@ -243,10 +312,14 @@ class VocoderStage(Stage):
                                f"{sorted(ConditioningLayout.__dataclass_fields__)}")
         return {}
 
+    def load_models(self) -> None:
+        if self.device == "cpu":
+            load_model(self.models, "vocoder", self.precision)
+
     def _vocoder(self):
         from voxanon.models.hifigan import Vocoder
 
-        vocoder = load_model(self.models, "vocoder", self.precision)
+        vocoder = load_model(self.models, "vocoder", self.precision, resolve_device(self.device))
         if not self.layout:
             return vocoder
         return Vocoder(vocoder.generator, dataclasses.replace(vocoder.layout, **self.layout))
@@ -255,9 +328,6 @@ class VocoderStage(Stage):
         import torch
 
         vocoder = self._vocoder()
-        if (self.models, self.precision) not in _warmed_vocoders:
-            vocoder.warm_up(getattr(torch, self.precision))
-            _warmed_vocoders.add((self.models, self.precision))
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("content", "f0", "speaker") if k not in u.features]
         if missing:
             raise VoxanonError(f"vocoder needs content, f0 and speaker features; missing {missing[:4]} "

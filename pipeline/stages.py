@@ -79,6 +79,11 @@ class Stage:
         names that change with their content, so the configuration hash does too."""
         return {}
 
+    def load_models(self) -> None:
+        """Load in this process what ``process_batch`` will need (the runner calls it once before it forks
+        its workers, which then share what was loaded). Models for a GPU are left to each worker: a CUDA
+        context does not survive a fork."""
+
     def process(self, utt: Utterance) -> None:
         raise TypeError(f"stage {self.name!r} defines neither process nor process_batch")
 

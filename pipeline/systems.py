@@ -141,6 +141,17 @@ def precision_overrides(config: dict, precision: str) -> list[str]:
     return [f"{name}.precision={precision}" for name in stages]
 
 
+def device_overrides(config: dict, device: str) -> list[str]:
+    """``STAGE.device=VALUE`` for every stage of the system that has a device setting (the neural
+    content, speaker and vocoder stages)."""
+    stages = [name for name in config.get("stages", [])
+              if name in STAGES and "device" in inspect.signature(STAGES[name].__init__).parameters]
+    if not stages:
+        raise VoxanonError(f"system {config['name']!r} has no stage with a device setting (only the neural "
+                           "content, speaker and vocoder stages have one)")
+    return [f"{name}.device={device}" for name in stages]
+
+
 def config_hash(config: dict) -> str:
     """Identity of everything that shapes the output (the description does not)."""
     relevant = {k: v for k, v in config.items() if k != "description"}

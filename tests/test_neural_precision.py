@@ -156,14 +156,14 @@ def test_lower_precision_copy_gives_autocast_outputs_bit_for_bit(voxanon_home):
 
 
 @pytest.mark.parametrize("stage", [ContentStage, VocoderStage])
-@pytest.mark.parametrize("value", ["fp16", "bf16", "float16", None])
+@pytest.mark.parametrize("value", ["fp16", "bf16", "half", None])
 def test_unknown_precision_is_refused(stage, value):
-    with pytest.raises(ValueError, match=r"precision must be one of float32, bfloat16"):
+    with pytest.raises(ValueError, match=r"precision must be one of float32, bfloat16, float16"):
         stage(precision=value)
 
 
 def test_recipe_override_with_a_bad_precision_names_the_stage():
-    with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, bfloat16, got 'half'"):
+    with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, bfloat16, float16, got 'half'"):
         build_system(load_system_config("resynth", ["vocoder.precision=half"]))
 
 

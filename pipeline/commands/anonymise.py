@@ -8,7 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
-from voxanon.pipeline.systems import available_systems, load_system_config, precision_overrides
+from voxanon.pipeline.systems import available_systems, device_overrides, load_system_config, precision_overrides
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,10 +39,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--suffix", help="appended to each set's name (default: _<system>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
-    parser.add_argument("--precision", choices=("float32", "bfloat16"),
+    parser.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
                         help="precision of the neural stages that have the setting (content, vocoder; default: "
                              "the recipe's, float32). bfloat16 is about 1.7x faster on CPUs with AMX, at about "
-                             "36 dB SNR against float32: not the published systems' exact output")
+                             "36 dB SNR against float32: not the published systems' exact output. float16 is for "
+                             "GPUs (--device cuda)")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"),
+                        help="where the neural stages run (content, speaker, vocoder; default: the recipe's, cpu). "
+                             "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
+                             "similar length run as padded batches of up to the batch size (--batch-size); "
+                             "outputs differ from CPU ones by float rounding")
     parser.add_argument("--seed", type=int, help="run seed (default: the recipe's); per-utterance seeds derive from it")
     parser.add_argument("--no-resume", dest="resume", action="store_false",
                         help="redo every utterance instead of skipping verified finished ones")
@@ -60,8 +66,10 @@ def run(args: argparse.Namespace) -> int:
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
     backend = backend_from_args(args)
     config = load_system_config(args.system, overrides)
-    if args.precision is not None:
-        config = load_system_config(args.system, precision_overrides(config, args.precision) + overrides)
+    chosen = ((precision_overrides(config, args.precision) if args.precision is not None else [])
+              + (device_overrides(config, args.device) if args.device is not None else []))
+    if chosen:  # explicit --set overrides come last and win
+        config = load_system_config(args.system, chosen + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     any_failed = False
     for data_path in args.data:
