@@ -296,7 +296,10 @@ def wav2vec2_config_from_state(state: dict):
                                   state.get("encoder.pos_conv_embed.conv.weight_v")))
         if pos is None:
             raise KeyError("encoder.pos_conv_embed.conv.weight")
-        strides = STANDARD_CONV_STRIDES if n_conv == len(STANDARD_CONV_STRIDES) else (2,) * n_conv
+        if n_conv != len(STANDARD_CONV_STRIDES):
+            raise ModelDirError(f"a {n_conv}-layer feature extractor: its strides cannot be read off the weights "
+                                "(only the standard 7-layer one is known); give the wav2vec2 source's config.json")
+        strides = STANDARD_CONV_STRIDES
         return Wav2Vec2Config(
             hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=max(1, hidden // 64),
             intermediate_size=int(state["encoder.layers.0.feed_forward.intermediate_dense.weight"].shape[0]),
@@ -329,7 +332,11 @@ def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str 
 
         config = Wav2Vec2Config.from_dict(json.loads(config_file.read_text(encoding="utf-8")))
     else:
-        config = wav2vec2_config_from_state(model_state)
+        try:
+            config = wav2vec2_config_from_state(model_state)
+        except ModelDirError as error:
+            raise ModelDirError(f"{path}: no configuration found for wav2vec2 source {source!r} (a local folder, "
+                                f"the speechbrain save_path or the Hugging Face cache), and {error}") from None
     preprocessor = _hf_cached(source, "preprocessor_config.json", directory, save_path) if source else None
     normalize_wav = bool(json.loads(preprocessor.read_text(encoding="utf-8")).get("do_normalize", True)) \
         if preprocessor is not None else True

@@ -22,7 +22,7 @@ output_neurons: {n_tokens}
 blank_index: 0
 
 enc: !new:speechbrain.nnet.containers.Sequential
-    input_shape: [null, null, 32]
+    input_shape: [null, null, 64]
     linear1: !name:speechbrain.nnet.linear.Linear
         n_neurons: !ref <dnn_neurons>
         bias: True
@@ -88,7 +88,7 @@ sample_rate: 16000
 wav2vec2_hub: {hub}
 wav2vec2_folder: {save}
 pretrained_path: {pretrained}
-encoder_dim: 32
+encoder_dim: 64
 out_n_neurons: 4
 
 wav2vec2: !new:speechbrain.lobes.models.huggingface_transformers.wav2vec2.Wav2Vec2
@@ -133,11 +133,12 @@ IEMOCAP_LABELS = ("neu", "ang", "hap", "sad")
 
 
 def tiny_wav2vec2_config(large_style: bool):
-    """lv60-style (layer-norm extractor, pre-norm, conv bias) for the ASR, base-style for SER."""
+    """lv60-style (layer-norm extractor, pre-norm, conv bias) for the ASR, base-style for SER;
+    64-dimensional attention heads as in every published wav2vec2."""
     from transformers import Wav2Vec2Config
 
-    return Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=40,
-                          conv_dim=[16, 16, 16], conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2],
+    return Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=1, intermediate_size=80,
+                          conv_dim=[16] * 7, conv_kernel=[10, 3, 3, 3, 3, 2, 2], conv_stride=[5, 2, 2, 2, 2, 2, 2],
                           conv_bias=large_style, feat_extract_norm="layer" if large_style else "group",
                           do_stable_layer_norm=large_style, num_conv_pos_embeddings=16,
                           num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0,
@@ -195,7 +196,7 @@ def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS) ->
                                                                n_tokens=n_tokens))
     torch.save(wrapper_state(True, seed), directory / "wav2vec2.ckpt")
     torch.manual_seed(seed + 1)
-    enc = Sequential(input_shape=[None, None, 32])
+    enc = Sequential(input_shape=[None, None, 64])
     for i in (1, 2, 3):
         suffix = "" if i == 1 else str(i)
         enc.append(Linear, n_neurons=24, bias=True, layer_name=f"linear{i}")
@@ -212,6 +213,8 @@ def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS) ->
                 module.bias.normal_(0, 0.2)
                 module.num_batches_tracked.fill_(1000)
     ctc_lin = Linear(input_size=24, n_neurons=n_tokens)
+    with torch.no_grad():  # a blank that does not win every frame, so transcripts are not empty
+        ctc_lin.w.bias[0] = -3.0
     torch.save(torch.nn.ModuleList([enc, ctc_lin]).state_dict(), directory / "asr.ckpt")
     return directory
 
@@ -236,7 +239,7 @@ def write_ser_dir(directory: Path, seed: int = 0) -> Path:
         hub=hub, save=directory.parent / "w2v-save", pretrained=directory))
     torch.save(wrapper_state(False, seed), directory / "wav2vec2.ckpt")
     torch.manual_seed(seed + 1)
-    output_mlp = Linear(input_size=32, n_neurons=4, bias=False)
+    output_mlp = Linear(input_size=64, n_neurons=4, bias=False)
     with torch.no_grad():
         output_mlp.w.weight.mul_(20.0)  # pooled features are small: spread the classes
     torch.save(torch.nn.ModuleList([output_mlp]).state_dict(), directory / "model.ckpt")

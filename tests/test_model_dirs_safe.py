@@ -114,10 +114,24 @@ def test_wav2vec2_config_read_off_the_weights_when_no_source_is_at_hand(asr_dir)
     state = {k[len("model."):]: v for k, v in torch.load(asr_dir / "wav2vec2.ckpt").items()}
     inferred = wav2vec2_config_from_state(state)
     reference = tiny_wav2vec2_config(large_style=True)
-    for name in ("hidden_size", "num_hidden_layers", "intermediate_size", "conv_dim", "conv_kernel", "conv_bias",
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "conv_dim", "conv_kernel", "conv_bias",
                  "feat_extract_norm", "do_stable_layer_norm", "num_conv_pos_embeddings",
                  "num_conv_pos_embedding_groups"):
         assert list(np.atleast_1d(getattr(inferred, name))) == list(np.atleast_1d(getattr(reference, name))), name
+
+
+def test_asr_without_its_wav2vec2_source_reads_the_configuration_off_the_weights(tmp_path, asr_dir):
+    import shutil
+
+    offline = tmp_path / "offline"
+    shutil.copytree(asr_dir, offline)
+    text = (offline / "hyperparams.yaml").read_text()
+    hub = text.split("wav2vec2_hub: ", 1)[1].split("\n", 1)[0]
+    (offline / "hyperparams.yaml").write_text(text.replace(hub, "facebook/no-such-model-in-any-cache"))
+    wavs = torch.from_numpy(SIGNALS[0])[None]
+    with torch.inference_mode():
+        inferred, configured = load_asr(offline)._model(wavs, torch.ones(1)), load_asr(asr_dir)._model(wavs, torch.ones(1))
+    assert torch.allclose(inferred, configured, atol=1e-6)
 
 
 def test_asr_dir_missing_a_file_names_it(tmp_path):
@@ -134,3 +148,16 @@ def test_published_style_yamls_are_on_the_allow_list(tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(text.format(hub="h", save="s", n_tokens=5, pretrained="p"))
         assert disallowed_tags(read_hparams(path)) == [], name
+
+
+def test_nonstandard_feature_extractor_without_config_is_a_clear_error():
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    from voxanon.models.speechbrain_dirs import ModelDirError
+
+    small = Wav2Vec2Model(Wav2Vec2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
+                                         intermediate_size=8, conv_dim=[8, 8], conv_kernel=[4, 2],
+                                         conv_stride=[4, 2], num_conv_pos_embeddings=4,
+                                         num_conv_pos_embedding_groups=1))
+    with pytest.raises(ModelDirError, match="2-layer feature extractor: its strides cannot be read"):
+        wav2vec2_config_from_state(small.state_dict())
