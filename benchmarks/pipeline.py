@@ -233,12 +233,17 @@ def write_data_dir(directory: Path, sources: list[str]) -> Path:
     return directory
 
 
-def cli_seconds(data: Path, out: Path, extra: tuple[str, ...] = ()) -> float:
+def cli_seconds(data: Path, out: Path, checkout: Path | None = None) -> float:
     """Wall seconds of ``voxanon anonymise --system resynth`` (default workers) in a new process: start-up,
-    model load, every utterance and its writing, the metadata."""
+    model load, every utterance and its writing, the metadata. ``checkout``: a folder holding another
+    ``voxanon`` package (e.g. an older commit, extracted) to run instead of the installed one."""
+    arguments = ("anonymise", "--system", "resynth", "--data", str(data), "--out", str(out), "--quiet")
+    command, environment = voxanon_command(*arguments), None
+    if checkout is not None:
+        command = [sys.executable, "-m", "voxanon.pipeline.cli", *arguments]
+        environment = {**os.environ, "PYTHONPATH": str(checkout)}
     began = time.perf_counter()
-    run = subprocess.run(voxanon_command("anonymise", "--system", "resynth", "--data", str(data), "--out", str(out),
-                                         "--quiet", *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment)
     if run.returncode:
         raise RuntimeError(f"voxanon anonymise failed ({run.returncode}):\n{run.stderr}")
     return time.perf_counter() - began
@@ -264,8 +269,9 @@ def cli_head_to_head(args, work: Path, reference_pool: ProcessPoolExecutor) -> N
           f"float32, a new process each time, wall time with start-up and model load, against the reference's "
           f"one-at-a-time compute (its models loaded before its clock), on the same {len(waves)} synthetic "
           f"utterances ({seconds_of_audio:.1f} s); {args.cli_rounds} rounds, the runs taking turns")
-    print(f"{'round':<8}{'reference RTF':>16}{'command RTF':>14}{'command / ref.':>16}{'start-up s':>12}")
-    ratios, references, commands, start_ups = [], [], [], []
+    print(f"{'round':<8}{'reference RTF':>16}{'command RTF':>14}{'command / ref.':>16}{'start-up s':>12}"
+          + (f"{'--compare-with RTF':>20}{'its / ref.':>12}" if args.compare_with else ""))
+    ratios, references, commands, start_ups, others = [], [], [], [], []
     for round_index in range(args.cli_rounds):
         began = time.perf_counter()
         reference_pool.submit(reference_anonymise, [(s, str(work / f"cli-ref{round_index}-{Path(s).name}"))
@@ -274,8 +280,12 @@ def cli_head_to_head(args, work: Path, reference_pool: ProcessPoolExecutor) -> N
         commands.append(cli_seconds(data, work / f"cli-out{round_index}"))
         start_ups.append(cli_seconds(one, work / f"cli-one-out{round_index}"))
         ratios.append(references[-1] / commands[-1])
+        other = ""
+        if args.compare_with:
+            others.append(cli_seconds(data, work / f"cli-other{round_index}", args.compare_with))
+            other = f"{others[-1] / seconds_of_audio:>20.4f}{'x' + format(references[-1] / others[-1], '.2f'):>12}"
         print(f"{round_index + 1:<8}{references[-1] / seconds_of_audio:>16.4f}{commands[-1] / seconds_of_audio:>14.4f}"
-              f"{'x' + format(ratios[-1], '.2f'):>16}{start_ups[-1]:>12.1f}")
+              f"{'x' + format(ratios[-1], '.2f'):>16}{start_ups[-1]:>12.1f}" + other)
     name = f"spk-{Path(sources[0]).stem}.wav"
     difference = max(int(np.max(np.abs(load_wav(work / f"cli-out{r}" / "cli-data_resynth" / "wav" / f"spk-{Path(s).stem}.wav")
                                        .astype(np.int32) - load_wav(work / f"cli-ref{r}-{Path(s).name}").astype(np.int32))))
@@ -284,6 +294,9 @@ def cli_head_to_head(args, work: Path, reference_pool: ProcessPoolExecutor) -> N
     print(f"median: reference RTF {np.median(references) / seconds_of_audio:.4f}, command RTF "
           f"{np.median(commands) / seconds_of_audio:.4f}: x{median:.2f} (worst round x{min(ratios):.2f}); "
           f"largest difference from the reference {difference} steps of 16 bits ({name} and the rest)")
+    if args.compare_with:
+        print(f"--compare-with {args.compare_with}: median command RTF {np.median(others) / seconds_of_audio:.4f}, "
+              f"x{np.median([r / o for r, o in zip(references, others)]):.2f} the reference")
     print(f"neural anonymise start-up (the command over one 1 s utterance, everything "
           f"included; median of {args.cli_rounds}): {np.median(start_ups):.1f} s")
     verdict = "MET" if median >= CLI_TARGET else "NOT MET"
@@ -307,6 +320,9 @@ def main() -> None:
                         default=["table", "head-to-head", "command"], help="which parts to run (default: all)")
     parser.add_argument("--cli-rounds", type=int, default=3, help="rounds of part 3 (medians are printed)")
     parser.add_argument("--cli-seconds", type=float, default=160.0, help="seconds of audio in part 3")
+    parser.add_argument("--compare-with", type=Path, metavar="DIR",
+                        help="part 3 also times the command from DIR/voxanon, another checkout (e.g. an older "
+                             "commit: git archive COMMIT | tar -x -C DIR/voxanon), in the same rounds")
     parser.add_argument("--huge-pages", action="store_true",
                         help="also time the workers with THP_MEM_ALLOC_ENABLE=1 (torch's large CPU buffers in "
                              "transparent huge pages: fewer page faults; the runner does not set it)")
