@@ -18,16 +18,13 @@ API at fetch time, which gives each file's name, size and md5.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import os
 import shutil
 import tarfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 import dataclasses
 from dataclasses import dataclass
@@ -118,12 +115,17 @@ def catalogue_entry(name: str) -> CatalogueEntry:
 
 
 def _open(url: str, headers: dict[str, str] | None = None):
+    # The HTTP and TLS modules load when something is downloaded, not with the command line.
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
     return urllib.request.urlopen(request, timeout=TIMEOUT_S)
 
 
 def zenodo_files(api_url: str) -> tuple[RemoteFile, ...]:
     """The files of a Zenodo record, from its API JSON (current and legacy field names)."""
+    import urllib.error
+
     try:
         with _open(api_url, {"Accept": "application/json"}) as response:
             record = json.loads(response.read().decode("utf-8"))
@@ -208,6 +210,8 @@ def _check(path: Path, remote: RemoteFile) -> str:
 
 def _receive(remote: RemoteFile, part: Path, progress: bool) -> None:
     """One request: append to ``part`` from its current size (or restart it); raises on a short body."""
+    import urllib.error
+
     from tqdm import tqdm
 
     offset = part.stat().st_size if part.exists() else 0
@@ -255,6 +259,9 @@ def download(remote: RemoteFile, folder: Path, *, attempts: int = 4, progress: b
     A file already there is checked again instead of downloaded. A checksum mismatch deletes
     the partial file. Returns the path; its sha256 is in ``<path>.sha256``.
     """
+    import http.client
+    import urllib.error
+
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / remote.filename
     part = folder / f"{remote.filename}.part"
