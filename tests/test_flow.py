@@ -1,8 +1,10 @@
 import math
 import os
 import pickle
+import pickletools
 import sys
-import textwrap
+import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -10,12 +12,14 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.stats import multivariate_normal
 from sklearn.datasets import make_moons
+from torch import nn
 
+from tests import reference_flow
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import min_cllr
-from voxanon.models.checkpoints import UnsafeCheckpointError
-from voxanon.models.flow import (FlowConfig, TrainingConfig, ZeroLLRFlow, import_reference_flow, load_flow,
-                                 mu_mle, save_flow, train_zero_llr_flow)
+from voxanon.models.checkpoints import UnsafeCheckpointError, generator_families
+from voxanon.models.flow import (FlowConfig, TrainingConfig, ZeroLLRFlow, flow_from_reference_state_dict,
+                                 import_reference_flow, load_flow, mu_mle, save_flow, train_zero_llr_flow)
 from voxanon.models.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
 
 
@@ -187,72 +191,140 @@ def test_training_inputs_are_checked():
                             progress=False)
 
 
-REFERENCE_CLASSES = textwrap.dedent("""
-    import torch
-    from torch import nn
+ZLLR_VC_GLOBALS = {("classes", "RealNVP"), ("classes", "CouplingLayer"), ("classes", "Rescale"), ("classes", "Linear"),
+                   ("torch.nn.modules.container", "ModuleList"), ("torch.nn.modules.container", "Sequential"),
+                   ("torch.nn.modules.linear", "Linear"), ("torch.nn.modules.activation", "LeakyReLU"),
+                   ("torch.nn.modules.activation", "Tanh")}
+"""The module classes a ``torch.save`` of the ICASSP 2023 ``classes.RealNVP`` names."""
+BRIDGE_GLOBALS = ZLLR_VC_GLOBALS - {("classes", "Rescale"), ("classes", "Linear")}
+"""The ICASSP 2022 bridge-features-evidence ``RealNVP``: no Rescale, torch's Linear at the end of ``t``."""
 
-    class Rescale(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.weight = nn.Parameter(torch.randn(dim))
 
-        def forward(self, x):
-            return self.weight * x
+def published_keys(layers: int, zllr_vc: bool) -> list[str]:
+    """``RealNVP.state_dict()`` keys in order, as the releases' ``classes.py`` defines them."""
+    keys = ["lmu"] if zllr_vc else []
+    for k in range(layers):
+        linear = [f"{index}.{kind}" for index in (0, 2, 4) for kind in ("weight", "bias")]
+        keys += [f"cpl.{k}.mask", *(f"cpl.{k}.s.{name}" for name in linear)]
+        keys += [f"cpl.{k}.s.6.weight"] if zllr_vc else []
+        keys += [f"cpl.{k}.t.{name}" for name in linear]
+    return keys
 
-    def net(d, h, scale):
-        layers = [nn.Linear(d, h), nn.LeakyReLU(), nn.Linear(h, h), nn.LeakyReLU(), nn.Linear(h, d)]
-        return nn.Sequential(*layers, nn.Tanh(), Rescale(d)) if scale else nn.Sequential(*layers)
 
-    class RealNVP(nn.Module):
-        def __init__(self, d, h):
-            super().__init__()
-            half = torch.tensor([1.0] * (d // 2) + [0.0] * (d - d // 2))
-            self.mask = nn.Parameter(torch.stack([half, 1 - half] * 3), requires_grad=False)
-            self.s = nn.ModuleList([net(d, h, True) for _ in range(6)])
-            self.t = nn.ModuleList([net(d, h, False) for _ in range(6)])
-            self.lmu = nn.Parameter(torch.tensor(1.7))
-            self.prior = torch.distributions.Normal(torch.zeros(d), torch.ones(d))
+def module_classes(path) -> set[tuple[str, str]]:
+    """The ``classes`` and ``torch.nn`` globals a ``torch.save`` archive's pickle names."""
+    with zipfile.ZipFile(path) as archive:
+        data = archive.read(next(name for name in archive.namelist() if name.endswith("/data.pkl")))
+    named = {tuple(arg.split(" ", 1)) for opcode, arg, _ in pickletools.genops(data) if opcode.name == "GLOBAL"}
+    return {(module, name) for module, name in named if module == "classes" or module.startswith("torch.nn.")}
 
-        def f(self, x):
-            for m, s, t in zip(self.mask, self.s, self.t):
-                x1 = x * m
-                x = x1 + (1 - m) * (x * torch.exp(s(x1)) + t(x1))
-            return x
 
-        def g(self, y):
-            for m, s, t in zip(reversed(self.mask), reversed(self.s), reversed(self.t)):
-                y1 = y * m
-                y = y1 + (1 - m) * (y - t(y1)) * torch.exp(-s(y1))
-            return y
-""")
+def tree(module) -> tuple[set[str], list[str], list[str]]:
+    """Plain attributes, parameters and submodules, as pickled in the module's ``__dict__``."""
+    plain = {name for name in vars(module) if not name.startswith("_") and name != "training"}
+    return plain, list(module._parameters), list(module._modules)
 
 
 @pytest.fixture
-def reference_module(tmp_path, monkeypatch):
-    (tmp_path / "classes.py").write_text(REFERENCE_CLASSES)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("classes", None)
-    import classes
-    yield classes
-    sys.modules.pop("classes", None)
+def reference_module():
+    """The releases' ``classes`` (stand-ins) importable as ``classes``, so ``torch.save`` pickles them as they do."""
+    with reference_flow.installed_as_classes() as module:
+        yield module
 
 
-def test_import_of_the_pickled_reference_flow(tmp_path, reference_module):
-    torch.manual_seed(0)
-    reference = reference_module.RealNVP(6, 12)
-    torch.save(reference, tmp_path / "model.pt")
-    sys.modules.pop("classes", None)
-    model = import_reference_flow(tmp_path / "model.pt", l2_normalise_input=False)
-    x = torch.randn(7, 6)
+@pytest.mark.parametrize("zllr_vc", [True, False])
+def test_stand_ins_have_the_published_module_tree(tmp_path, zllr_vc):
+    model = reference_flow.RealNVP(6, 12, zllr_vc=zllr_vc)
+    assert tree(model) == ({"input_dim", "masks"}, ["lmu"] if zllr_vc else [], ["cpl"])
+    assert list(model.state_dict()) == published_keys(6, zllr_vc)
+    layer = model.cpl[3]
+    assert tree(layer) == ({"input_dim", "hidden_dim"}, ["mask"], ["s", "t"])
+    assert not layer.mask.requires_grad and torch.equal(layer.mask, model.masks[3])
+    scale = [type(m).__module__ + "." + type(m).__name__ for m in layer.s]
+    translation = [type(m).__module__ + "." + type(m).__name__ for m in layer.t]
+    torch_nn = ["torch.nn.modules.linear.Linear", "torch.nn.modules.activation.LeakyReLU"] * 2
+    assert scale == [*torch_nn, "torch.nn.modules.linear.Linear", "torch.nn.modules.activation.Tanh",
+                     *(["classes.Rescale"] if zllr_vc else [])]
+    assert translation == [*torch_nn, "classes.Linear" if zllr_vc else "torch.nn.modules.linear.Linear"]
+    if zllr_vc:
+        assert tree(layer.s[6]) == (set(), ["weight"], []) and not layer.s[6].weight.any()
+        assert tree(layer.t[4]) == ({"in_features", "out_features"}, ["weight", "bias"], [])
+        assert not layer.t[4].weight.any() and not layer.t[4].bias.any()
+    reference_flow.save(model, tmp_path / "model.pt")
+    assert module_classes(tmp_path / "model.pt") == (ZLLR_VC_GLOBALS if zllr_vc else BRIDGE_GLOBALS)
+    assert "classes" not in sys.modules
+
+
+def assert_same_maps(model, reference, dim=6):
+    """Our z, log-determinant and zero-LLR vector against the reference's ``f`` and ``g``."""
+    x = torch.randn(7, dim, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        z = reference.f(x)
+        z, log_det = reference.f(x)
         zeroed = z.clone()
         zeroed[:, 0] = 0
-        expected = reference.g(zeroed)
+        protected = reference.g(zeroed)
+        ours_z, ours_log_det = model.to_base(x)
+        assert torch.max(torch.abs(z - x)) > 0.1 and torch.max(torch.abs(log_det)) > 0.1
+        torch.testing.assert_close(ours_z, z, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours_log_det, log_det, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(model.llr(x), z[:, 0], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(model.protect(x), expected, atol=1e-5, rtol=1e-5)
-    assert model.mu == pytest.approx(math.exp(1.7), rel=1e-6)
-    assert import_reference_flow(tmp_path / "model.pt").config.l2_normalise_input
+        torch.testing.assert_close(model.protect(x), protected, atol=1e-5, rtol=1e-5)
+
+
+RANDOM_MASKS = torch.tensor([[1, 0, 0, 1, 1, 0], [0, 1, 1, 0, 0, 1], [1, 1, 0, 0, 0, 1],
+                             [0, 0, 1, 1, 1, 0], [0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("zllr_vc", [True, False])
+def test_import_of_the_pickled_reference_flow(tmp_path, zllr_vc):
+    reference = reference_flow.randomise(reference_flow.RealNVP(6, 12, RANDOM_MASKS, muinit=2.5, zllr_vc=zllr_vc))
+    reference_flow.save(reference, tmp_path / "model.pt")
+    mu = None if zllr_vc else 9.0
+    model = import_reference_flow(tmp_path / "model.pt", l2_normalise_input=False, mu=mu)
+    assert "classes" not in sys.modules
+    assert_same_maps(model, reference)
+    assert torch.equal(torch.stack([layer.mask for layer in model.layers]), RANDOM_MASKS)
+    assert model.config.hidden == 12 and model.config.negative_slope == 0.01
+    assert model.mu == pytest.approx(2.5 if zllr_vc else 9.0, rel=1e-6)
+    assert import_reference_flow(tmp_path / "model.pt", mu=mu).config.l2_normalise_input
+    with pytest.raises(VoxanonError, match="mu.txt" if mu else "holds lmu"):
+        import_reference_flow(tmp_path / "model.pt", mu=None if mu else 3.0)
+    with reference_flow.installed_as_classes():
+        torch.save(reference, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_same_maps(import_reference_flow(tmp_path / "legacy.pt", mu=mu), reference)
+
+
+def test_flow_inside_a_zllr_vc_generator_is_the_same_state_dict():
+    reference = reference_flow.randomise(reference_flow.RealNVP(6, 12, RANDOM_MASKS, muinit=2.5), seed=3)
+    checkpoint = {"generator": {f"xv_dis_model.{key}": value for key, value in reference.state_dict().items()}}
+    families = generator_families(checkpoint, "g_00100000", sex_flow=True)
+    assert not families["unknown"] and len(families["sex_flow"]) == len(published_keys(6, True))
+    model = flow_from_reference_state_dict(families["sex_flow"], l2_normalise_input=False, source="g_00100000")
+    assert_same_maps(model, reference)
+    assert model.mu == pytest.approx(2.5, rel=1e-6)
+    damaged = {key: value for key, value in families["sex_flow"].items() if key != "cpl.2.t.4.bias"}
+    with pytest.raises(VoxanonError, match=r"g_00100000: .*missing cpl\.2\.t\.4\.bias"):
+        flow_from_reference_state_dict(damaged, source="g_00100000")
+    with pytest.raises(VoxanonError, match="unexpected cpl.0.s.8.weight"):
+        flow_from_reference_state_dict({**families["sex_flow"], "cpl.0.s.8.weight": torch.zeros(6)})
+
+
+def test_other_module_trees_are_refused(tmp_path):
+    reference = reference_flow.RealNVP(6, 8)
+    reference.cpl[1].s[5] = nn.Sigmoid()
+    reference_flow.save(reference, tmp_path / "sigmoid.pt")
+    with pytest.raises(VoxanonError, match="sigmoid.pt: .*coupling layer 1 has s = .*Sigmoid"):
+        import_reference_flow(tmp_path / "sigmoid.pt")
+    reference = reference_flow.RealNVP(6, 8)
+    reference.masks = reference.masks[:4]
+    reference_flow.save(reference, tmp_path / "masks.pt")
+    with pytest.raises(VoxanonError, match="masks.pt: RealNVP.masks"):
+        import_reference_flow(tmp_path / "masks.pt")
+    torch.save(nn.Linear(3, 3), tmp_path / "linear.pt")
+    with pytest.raises(VoxanonError, match="holds torch.nn.modules.linear.Linear"):
+        import_reference_flow(tmp_path / "linear.pt")
 
 
 class _Exploit:
