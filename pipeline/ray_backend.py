@@ -38,6 +38,7 @@ BACKENDS = ("local", "ray")
 # The driver's settings a worker must share: where models live, offline hubs.
 SHARED_ENVIRONMENT = ("VOXANON_HOME", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")
 ATTEMPTS = 3
+IN_FLIGHT = 2          # batches queued on one actor at a time
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -209,18 +210,39 @@ class RayBackend:
             num_cpus=self.options.cpus_per_worker, num_gpus=self.options.gpus_per_worker,
             max_restarts=-1, max_task_retries=0, runtime_env={"env_vars": env_vars})
         # ``make`` goes by value (small: a configuration), so a restarted actor never misses it.
+        created = time.time()
         actors = [actor_class.remote(make) for _ in range(self._worker_count(len(batches)))]
+        started_once: set[int] = set()
         probes = {actor.ready.remote(shared_path): actor for actor in actors}
         probe_failures = {id(actor): 0 for actor in actors}
         start_error = ""
-        idle: list = []
+        ready: dict[int, object] = {}                    # actors up, by id
+        in_flight = {id(actor): 0 for actor in actors}
         running: dict = {}
         queue = deque(_Task(batch) for batch in batches)
+
+        def dispatch() -> None:
+            # A second batch queued on a busy actor hides the driver's round trip; near the end of the
+            # queue only idle actors get work, so no batch waits behind another while an actor idles.
+            while queue:
+                free = [actor for key, actor in ready.items() if in_flight[key] < IN_FLIGHT]
+                if not free:
+                    return
+                actor = min(free, key=lambda candidate: in_flight[id(candidate)])
+                if in_flight[id(actor)] and len(queue) <= len(ready):
+                    return
+                task = queue.popleft()
+                running[actor.work.remote(task.batch)] = (actor, task)
+                in_flight[id(actor)] += 1
+
+        def probe(actor) -> None:
+            ready.pop(id(actor), None)
+            if actor not in probes.values():
+                probes[actor.ready.remote(shared_path)] = actor
+
         try:
             while queue or running:
-                while idle and queue:
-                    actor, task = idle.pop(), queue.popleft()
-                    running[actor.work.remote(task.batch)] = (actor, task)
+                dispatch()
                 if not running and not probes:
                     raise VoxanonError(f"every Ray worker failed to start ({len(queue)} batch(es) left): "
                                        f"{start_error}")
@@ -232,7 +254,7 @@ class RayBackend:
                     except (RayActorError, RayTaskError) as error:
                         probe_failures[id(actor)] += 1
                         if probe_failures[id(actor)] < ATTEMPTS:
-                            probes[actor.ready.remote(shared_path)] = actor
+                            probe(actor)
                         else:
                             start_error = _first_line(error)
                             log.warning("a Ray worker could not start: %s", start_error)
@@ -241,9 +263,14 @@ class RayBackend:
                         raise VoxanonError(f"Ray node {info['node']} does not see {shared_path}: inputs and outputs "
                                            "must be on storage every node mounts at the same path")
                     probe_failures[id(actor)] = 0
-                    idle.append(actor)
+                    ready[id(actor)] = actor
+                    if id(actor) not in started_once:
+                        started_once.add(id(actor))
+                        if len(started_once) == len(actors):
+                            log.info("%d Ray worker(s) up after %.1f s", len(actors), time.time() - created)
                     continue
                 actor, task = running.pop(ref)
+                in_flight[id(actor)] = max(0, in_flight[id(actor)] - 1)
                 try:
                     results = ray.get(ref)
                 except (RayActorError, WorkerCrashedError, RayTaskError) as error:
@@ -251,10 +278,8 @@ class RayBackend:
                     message = _first_line(error)
                     log.warning("Ray worker lost a batch of %d (attempt %d): %s", len(task.batch), task.attempts,
                                 message)
-                    if isinstance(error, RayTaskError):
-                        idle.append(actor)          # the actor is alive; the batch itself failed
-                    else:
-                        probes[actor.ready.remote(shared_path)] = actor    # back once restarted
+                    if not isinstance(error, RayTaskError):   # else the actor lives; the batch itself failed
+                        probe(actor)                          # back once restarted
                     if task.attempts < ATTEMPTS:
                         queue.appendleft(task)
                     elif len(task.batch) > 1:
@@ -262,7 +287,6 @@ class RayBackend:
                     else:
                         yield task.batch, None, f"worker lost it {task.attempts} times: {message}"
                     continue
-                idle.append(actor)
                 yield task.batch, results, None
         finally:
             for actor in actors:
