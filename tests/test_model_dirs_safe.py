@@ -161,3 +161,16 @@ def test_nonstandard_feature_extractor_without_config_is_a_clear_error():
                                          num_conv_pos_embedding_groups=1))
     with pytest.raises(ModelDirError, match="2-layer feature extractor: its strides cannot be read"):
         wav2vec2_config_from_state(small.state_dict())
+
+
+def test_trust_model_code_flag_reaches_the_asr_loader(tmp_path):
+    from test_asr import write_tiny_encoder_asr
+    from voxanon.pipeline.commands.evaluate import make_transcriber
+
+    model = write_tiny_encoder_asr(tmp_path / "custom", favoured_label="B")
+    with open(model / "hyperparams.yaml", "a") as handle:
+        handle.write("extra: !new:collections.OrderedDict\n")  # harmless, but not on the allow-list
+    wave = [0.1 * np.ones(8000, dtype=np.float32)]
+    with pytest.raises(UnsafeModelCodeError, match="collections.OrderedDict"):
+        make_transcriber(str(model)).compute(wave)
+    assert make_transcriber(str(model), trust_model_code=True).compute(wave) == ["B"]
