@@ -23,7 +23,8 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
   left with no usable utterance, or fewer than two speakers, is an error;
 * optimisation: Adam with speechbrain's triangular ``CyclicLRScheduler`` stepped before each
   optimiser step (batch k is taken with ``lr(k)``), batches of ``batch_size`` (the last one of
-  an epoch may be smaller, as speechbrain's loader keeps it).
+  an epoch may be smaller, as speechbrain's loader keeps it; a last batch of one utterance joins
+  the one before, since ECAPA's batch norm after pooling cannot train on a single item).
 
 Output folder (speechbrain's ``EncoderClassifier`` layout; voxanon loads it as ``ecapa:DIR``):
 ``hyperparams.yaml``, ``embedding_model.ckpt``, ``classifier.ckpt``, ``label_encoder.txt``
@@ -104,7 +105,10 @@ def _is_count(value, allow_zero: bool = False) -> bool:
 
 def check_hparams(h: dict) -> None:
     problems = []
-    for key in ("batch_size", "n_mels", "lin_neurons", "attention_channels", "res2net_scale", "se_channels"):
+    if not _is_count(h["batch_size"]) or h["batch_size"] < 2:
+        problems.append(f"batch_size must be an integer >= 2 (ECAPA's batch norm cannot train on one item), "
+                        f"got {h['batch_size']!r}")
+    for key in ("n_mels", "lin_neurons", "attention_channels", "res2net_scale", "se_channels"):
         if not _is_count(h[key]):
             problems.append(f"{key} must be a positive integer, got {h[key]!r}")
     if not _is_count(h["number_of_epochs"], allow_zero=True):
@@ -371,7 +375,12 @@ def epoch_batches(n_items: int, choices: np.ndarray, batch_size: int, seed: int,
     order = rng.permutation(n_items)
     starts = (rng.random(n_items) * choices).astype(np.int64)
     pairs = [(int(i), int(starts[i])) for i in order]
-    return [pairs[k:k + batch_size] for k in range(0, n_items, batch_size)]
+    batches = [pairs[k:k + batch_size] for k in range(0, n_items, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        # ECAPA's batch norm after pooling cannot train on one item: it joins the batch before.
+        last = batches.pop()
+        batches[-1] = batches[-1] + last
+    return batches
 
 
 class ChunkBatches:

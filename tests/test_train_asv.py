@@ -288,3 +288,16 @@ def test_cyclic_learning_rate_is_speechbrains():
     for step in range(1, 15):
         scheduler.on_batch_end(optimizer)
         assert cyclic_learning_rate(step, 1e-8, 0.01, 3) == pytest.approx(optimizer.param_groups[0]["lr"], abs=1e-15)
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only_and_never_leaves_one_utterance_alone():
+    from voxanon.pipeline.asv_training import epoch_batches
+
+    choices = np.full(33, 1000.0)
+    batches = epoch_batches(33, choices, 16, seed=5, epoch=2)
+    assert [len(b) for b in batches] == [16, 17]
+    assert sorted(i for b in batches for i, _ in b) == list(range(33))
+    assert batches == epoch_batches(33, choices, 16, seed=5, epoch=2) != epoch_batches(33, choices, 16, 5, 3)
+    assert all(0 <= start < 1000 for b in batches for _, start in b)
+    with pytest.raises(VoxanonError, match="batch_size must be an integer >= 2"):
+        resolve_hparams({"batch_size": 1})
