@@ -124,15 +124,22 @@ def read_hparams(path: str | Path) -> dict:
     return data
 
 
-def _walk(value):
-    yield value
-    inner = value.value if isinstance(value, Tagged) else value
-    if isinstance(inner, dict):
-        for item in list(inner.keys()) + list(inner.values()):
-            yield from _walk(item)
-    elif isinstance(inner, list):
-        for item in inner:
-            yield from _walk(item)
+def _node_tags(text: str) -> set[str]:
+    """Every local (``!``) tag of the YAML text, from its node graph: duplicate keys, anchors and
+    merges included, whatever a constructor would keep."""
+    tags, seen, stack = set(), set(), [yaml.compose(text, Loader=_InertLoader)]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.tag.startswith("!"):
+            tags.add(node.tag)
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(item for pair in node.value for item in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return tags
 
 
 def is_allowed_callable(target: str) -> bool:
@@ -165,18 +172,19 @@ def is_allowed_callable(target: str) -> bool:
     return defined_in.startswith(ALLOWED_CALLABLE_PREFIXES)
 
 
-def disallowed_tags(hparams: dict) -> list[str]:
-    """Every tag of ``hparams`` that could import or call code outside the allow-list, sorted."""
+def disallowed_tags(text: str) -> list[str]:
+    """Every tag of a hyperparams.yaml text that could import or call code outside the allow-list, sorted."""
     refused = set()
-    for node in _walk(hparams):
-        if not isinstance(node, Tagged) or node.tag in INERT_TAGS:
+    for tag in _node_tags(text):
+        if tag in INERT_TAGS:
             continue
-        target = node.target
-        if node.tag.startswith(("!new:", "!name:")) and is_allowed_callable(target):
+        match = CODE_TAG.match(tag)
+        target = match.group(2) if match else ""
+        if tag.startswith(("!new:", "!name:")) and is_allowed_callable(target):
             continue
-        if node.tag.startswith("!apply:") and target in ALLOWED_CALLABLES:
+        if tag.startswith("!apply:") and target in ALLOWED_CALLABLES:
             continue
-        refused.add(node.tag)
+        refused.add(tag)
     return sorted(refused)
 
 
@@ -184,7 +192,7 @@ def check_model_code(directory: str | Path, trust_model_code: bool) -> dict:
     """The directory's hyperparams, read inertly; raises unless every code tag is allow-listed or trusted."""
     path = Path(directory) / HPARAMS_FILE
     hparams = read_hparams(path)
-    refused = disallowed_tags(hparams)
+    refused = disallowed_tags(path.read_text(encoding="utf-8"))
     if refused and not trust_model_code:
         shown = ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
         raise UnsafeModelCodeError(

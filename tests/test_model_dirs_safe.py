@@ -33,7 +33,7 @@ def test_reader_keeps_tags_as_data_and_runs_nothing(tmp_path):
     hparams = read_hparams(path)
     assert hparams["hacked"] == Tagged("!apply:os.system", [f"touch {marker}"])
     assert hparams["layer"].target == "torch.nn.Linear"
-    assert disallowed_tags(hparams) == ["!apply:os.system"]
+    assert disallowed_tags(path.read_text()) == ["!apply:os.system"]
     with pytest.raises(UnsafeModelCodeError, match=r"hyperparams.yaml: refers to code .*!apply:os.system"
                                                    r".*--trust-model-code"):
         check_model_code(tmp_path, trust_model_code=False)
@@ -53,6 +53,16 @@ def test_allow_list_refuses_code_outside_it(tmp_path, tag):
     (tmp_path / "hyperparams.yaml").write_text(f"x: {tag} []\nok: !new:speechbrain.nnet.linear.Linear\n")
     with pytest.raises(UnsafeModelCodeError, match=re.escape(tag)):
         check_model_code(tmp_path, trust_model_code=False)
+
+
+@pytest.mark.parametrize("hidden", [
+    "x: !apply:os.system [a]\nx: 1\n",                      # a duplicate key a constructor would drop
+    "base: &b {cmd: !apply:os.system [a]}\nother:\n  <<: *b\n",  # behind an anchor and a merge
+    "%TAG !e! !apply:\n---\nx: !e!os.system [a]\n",         # a tag handle spelling the prefix
+    "x: !<!apply:os.system> [a]\n",                        # a verbatim tag
+])
+def test_tags_are_found_however_they_are_written(hidden):
+    assert disallowed_tags(hidden) == ["!apply:os.system"]
 
 
 def test_generic_encoder_asr_with_os_system_is_refused_and_never_runs(tmp_path):
@@ -147,7 +157,7 @@ def test_published_style_yamls_are_on_the_allow_list(tmp_path):
     for name, text in (("asr", ASR_HPARAMS), ("ser", SER_HPARAMS)):
         path = tmp_path / f"{name}.yaml"
         path.write_text(text.format(hub="h", save="s", n_tokens=5, pretrained="p"))
-        assert disallowed_tags(read_hparams(path)) == [], name
+        assert disallowed_tags(path.read_text()) == [], name
 
 
 def test_nonstandard_feature_extractor_without_config_is_a_clear_error():
