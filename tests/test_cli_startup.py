@@ -120,3 +120,14 @@ def test_benchmark_prints_each_command_time_and_the_target_ratio():
         median, ratio = float(fields[-4]), float(fields[-1])
         assert 0 < median < 60 and abs(ratio - median / 0.5) < 0.01 + 1e-9, (name, fields)
     assert "target 0.5 s: worst median / target = " in completed.stdout
+
+
+def test_vocoder_layout_override_is_checked_when_the_set_is_prepared(tmp_path):
+    from voxanon.data_prep.errors import VoxanonError
+    from voxanon.pipeline.systems import build_system, load_system_config
+
+    system = build_system(load_system_config("resynth", ["vocoder.layout.not_a_field=true"]))
+    vocoder = system.stages[-1]
+    with pytest.raises(VoxanonError, match="vocoder.layout has no field.*not_a_field"):
+        vocoder.prepare_set(None, tmp_path)
+    assert build_system(load_system_config("zllr")).stages[-1].prepare_set(None, tmp_path) == {}
