@@ -272,14 +272,15 @@ WAV2VEC2_CTC_FILES = (SPEECHBRAIN_HPARAMS, "wav2vec2.ckpt", "asr.ckpt", "tokeniz
 
 
 def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
-    """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN,
+    """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN
+    (a ``Sequential`` of linear/batch-norm/LeakyReLU blocks, or the recipe's ``VanillaNN``),
     a ``ctc_lin`` output layer and a sentencepiece tokenizer."""
     from voxanon.models.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
 
     def target(name: str) -> str:
         node = hparams.get(name)
         return node.target if isinstance(node, Tagged) else ""
-    return (target("wav2vec2") in WAV2VEC2_WRAPPERS and target("enc").endswith(".Sequential")
+    return (target("wav2vec2") in WAV2VEC2_WRAPPERS and target("enc").endswith((".Sequential", ".VanillaNN"))
             and target("ctc_lin") == "speechbrain.nnet.linear.Linear"
             and target("tokenizer") == "sentencepiece.SentencePieceProcessor")
 
@@ -316,18 +317,42 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
         return self._model.greedy_decode(log_probs, lengths)
 
 
-def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
-    """The ``enc`` Sequential's layers, in YAML order, with the ``asr.ckpt`` entries each one takes."""
-    import torch
-
+def _enc_children(hparams: dict, enc, where: Path) -> list[tuple[str, str, dict]]:
+    """``(checkpoint name, layer kind, options)`` of the ``enc`` DNN in order: the children of a
+    ``Sequential`` as the YAML lists them, or the blocks a ``VanillaNN`` appends (``linear``,
+    ``act``, ``linear_0``, ``act_0``, ...)."""
     from voxanon.models.speechbrain_dirs import ModelDirError, Tagged, arguments, resolve
 
+    if not isinstance(enc, Tagged):
+        raise ModelDirError(f"{where}: enc is not a speechbrain module")
+    if enc.target.endswith("VanillaNN.VanillaNN"):
+        options = arguments(hparams, enc)
+        activation = options.get("activation")
+        kind = activation.target.rsplit(".", 1)[-1] if isinstance(activation, Tagged) else "LeakyReLU"
+        settings = arguments(hparams, activation) if isinstance(activation, Tagged) else {}
+        children = []
+        for block in range(int(options.get("dnn_blocks", 2))):
+            suffix = "" if block == 0 else f"_{block - 1}"
+            children += [(f"linear{suffix}", "Linear", {}), (f"act{suffix}", kind, settings)]
+        return children
+    children = []
+    for name, node in (enc.value.items() if isinstance(enc.value, dict) else []):
+        if name == "input_shape":
+            continue
+        node = resolve(hparams, node)
+        kind = node.target.rsplit(".", 1)[-1] if isinstance(node, Tagged) else str(node)
+        children.append((name, kind, arguments(hparams, node) if isinstance(node, Tagged) else {}))
+    return children
+
+
+def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
+    """The ``enc`` DNN's layers, in order, with the ``asr.ckpt`` entries each one takes."""
+    import torch
+
+    from voxanon.models.speechbrain_dirs import ModelDirError
+
     layers, renamed = [], {}
-    children = {k: resolve(hparams, v) for k, v in enc.value.items() if k != "input_shape"} \
-        if isinstance(enc.value, dict) else {}
-    for name, node in children.items():
-        kind = node.target.rsplit(".", 1)[-1] if isinstance(node, Tagged) else ""
-        options = arguments(hparams, node) if isinstance(node, Tagged) else {}
+    for name, kind, options in _enc_children(hparams, enc, where):
         index = len(layers)
         if kind == "Linear":
             weight = state.get(f"0.{name}.w.weight")
@@ -347,8 +372,8 @@ def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
         elif kind == "Dropout":
             layers.append(torch.nn.Identity())  # inference only
         else:
-            raise ModelDirError(f"{where}: enc layer {name!r} ({getattr(node, 'tag', node)}) is not a layer "
-                                "voxanon's wav2vec2 CTC model knows (Linear, BatchNorm1d, LeakyReLU, Dropout)")
+            raise ModelDirError(f"{where}: enc layer {name!r} ({kind}) is not a layer voxanon's wav2vec2 CTC "
+                                "model knows (Linear, BatchNorm1d, LeakyReLU, Dropout)")
     return layers, renamed
 
 

@@ -83,6 +83,19 @@ pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
         tokenizer: !ref <tokenizer>
 """
 
+ASR_HPARAMS_VANILLA = ASR_HPARAMS.split("enc: !new:")[0] + """\
+activation: !name:torch.nn.LeakyReLU
+    negative_slope: 0.2
+
+enc: !new:speechbrain.lobes.models.VanillaNN.VanillaNN
+    input_shape: [null, null, 64]
+    activation: !ref <activation>
+    dnn_blocks: 2
+    dnn_neurons: !ref <dnn_neurons>
+
+wav2vec2: !new:""" + ASR_HPARAMS.split("wav2vec2: !new:", 1)[1]
+"""The LibriSpeech CTC recipe's ``enc``: speechbrain's VanillaNN (linear, act, linear_0, act_0)."""
+
 SER_HPARAMS = """\
 sample_rate: 16000
 wav2vec2_hub: {hub}
@@ -182,8 +195,12 @@ def write_sentencepiece(path: Path) -> int:
     return processor.vocab_size()
 
 
-def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS) -> Path:
-    """speechbrain/asr-wav2vec2-librispeech layout with random weights and a tiny wav2vec2."""
+def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS, vanilla: bool = False) -> Path:
+    """speechbrain/asr-wav2vec2-librispeech layout with random weights and a tiny wav2vec2
+    (``vanilla``: the recipe's VanillaNN ``enc``, with ``ASR_HPARAMS_VANILLA``)."""
+    import functools
+
+    from speechbrain.lobes.models.VanillaNN import VanillaNN
     from speechbrain.nnet.containers import Sequential
     from speechbrain.nnet.linear import Linear
     from speechbrain.nnet.normalization import BatchNorm1d
@@ -197,13 +214,16 @@ def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS) ->
     torch.save(wrapper_state(True, seed), directory / "wav2vec2.ckpt")
     torch.manual_seed(seed + 1)
     enc = Sequential(input_shape=[None, None, 64])
-    for i in (1, 2, 3):
+    for i in () if vanilla else (1, 2, 3):
         suffix = "" if i == 1 else str(i)
         enc.append(Linear, n_neurons=24, bias=True, layer_name=f"linear{i}")
         enc.append(BatchNorm1d, layer_name=f"bn{i}")
         enc.append(torch.nn.LeakyReLU(), layer_name=f"activation{suffix}")
         if i < 3:
             enc.append(torch.nn.Dropout(0.15), layer_name=f"drop{suffix}")
+    if vanilla:
+        enc = VanillaNN(input_shape=[None, None, 64], activation=functools.partial(torch.nn.LeakyReLU, 0.2),
+                        dnn_blocks=2, dnn_neurons=24)
     with torch.no_grad():  # trained-looking batch-norm statistics
         for module in enc.modules():
             if isinstance(module, torch.nn.BatchNorm1d):

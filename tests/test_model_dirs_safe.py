@@ -87,9 +87,13 @@ def test_known_asr_layout_never_evaluates_its_yaml(tmp_path):
     assert not marker.exists()
 
 
-@pytest.fixture(scope="module")
-def asr_dir(tmp_path_factory):
-    return write_asr_dir(tmp_path_factory.mktemp("sb") / "asr-wav2vec2-librispeech")
+@pytest.fixture(scope="module", params=["sequential", "vanilla"])
+def asr_dir(tmp_path_factory, request):
+    from speechbrain_layouts import ASR_HPARAMS_VANILLA
+
+    vanilla = request.param == "vanilla"
+    return write_asr_dir(tmp_path_factory.mktemp("sb") / "asr-wav2vec2-librispeech", vanilla=vanilla,
+                         hparams=ASR_HPARAMS_VANILLA if vanilla else ASR_HPARAMS)
 
 
 def test_wav2vec2_ctc_matches_speechbrain_encoder_asr(asr_dir):
@@ -152,9 +156,9 @@ def test_asr_dir_missing_a_file_names_it(tmp_path):
 
 
 def test_published_style_yamls_are_on_the_allow_list(tmp_path):
-    from speechbrain_layouts import SER_HPARAMS
+    from speechbrain_layouts import ASR_HPARAMS_VANILLA, SER_HPARAMS
 
-    for name, text in (("asr", ASR_HPARAMS), ("ser", SER_HPARAMS)):
+    for name, text in (("asr", ASR_HPARAMS), ("vanilla", ASR_HPARAMS_VANILLA), ("ser", SER_HPARAMS)):
         path = tmp_path / f"{name}.yaml"
         path.write_text(text.format(hub="h", save="s", n_tokens=5, pretrained="p"))
         assert disallowed_tags(path.read_text()) == [], name
