@@ -187,9 +187,11 @@ def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits
         j = column_index[_column_key(result)]
         cells[row_index[(result.set, result.system)]][j] = format_value(result, digits)
         numeric[j] = numeric[j] and not isinstance(result.value, str)
+    # Without conditions (one table per condition) the attacker is named only where the table has several.
+    show_attacker = show_condition or len({r.attacker for r in results}) > 1
     header = ("set", "system") + tuple(
-        column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition, attacker=r.attacker)
-        for _, r in columns)
+        column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition,
+                     attacker=r.attacker if show_attacker else "") for _, r in columns)
     return Table(header=header, rows=tuple((s, system, *row) for (s, system), row in zip(rows, cells)),
                  numeric=(False, False, *numeric))
 

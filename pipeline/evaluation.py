@@ -11,14 +11,17 @@ anonymised speech. Two input forms are understood:
 
 ASV conditions (anchors Part B §1.3): o-o (original enrolment and trials), o-a (original
 enrolment, anonymised trials: the ignorant attacker) and a-a (anonymised enrolment and
-trials: the lazy-informed attacker). Enrolment is the mean of each speaker's enrolment
+trials: the lazy-informed attacker). Given a :class:`SemiInformed` model (an ASV model
+trained on anonymised speech, ``voxanon train asv``), a-a is also scored with it, cosine as
+the challenge does: the semi-informed attacker. Every ASV record names its attacker and
+model (:data:`voxanon.eval.results.ATTACKERS`). Enrolment is the mean of each speaker's enrolment
 utterance embeddings; scores are cosine similarities. Embeddings and transcripts are
 cached per audio file content, so reruns only compute what changed.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -27,7 +30,7 @@ import numpy as np
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.scores import ScoreTable
-from voxanon.eval.results import Result
+from voxanon.eval.results import ATTACKERS, SEMI_INFORMED, Result
 
 log = logging.getLogger(__name__)
 
@@ -245,16 +248,118 @@ class Evaluation:
     computed: int                     # embeddings and transcripts computed (not served from cache)
 
 
+@dataclass
+class SemiInformed:
+    """The semi-informed attacker's ASV model: its embedder (a CachedComputation) and its label in the tables."""
+
+    embedder: object
+    model: str
+
+
+# What a semi-informed attacker's model directory must hold (speechbrain's EncoderClassifier layout).
+ATTACKER_MODEL_FILES = ("hyperparams.yaml", "embedding_model.ckpt")
+ATTACKER_TRAINING_FILE = "training.json"
+
+
+def check_attacker_model(model_dir: Path) -> dict | None:
+    """The model directory's ``training.json`` (None when it has none, e.g. the challenge's released models);
+    a VoxanonError naming the file when a model file is missing or training is unfinished or unreadable."""
+    import json
+
+    from voxanon.models.speechbrain_dirs import require_files
+
+    model_dir = Path(model_dir)
+    require_files(model_dir, ATTACKER_MODEL_FILES, "semi-informed attacker's ASV model")
+    path = model_dir / ATTACKER_TRAINING_FILE
+    if not path.is_file():
+        return None
+    try:
+        training = json.loads(path.read_text(encoding="utf-8"))
+        status, data = training["status"], list(training["data"])
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise VoxanonError(f"{path}: not a voxanon train asv record ({type(error).__name__}: {error})") from None
+    if status != "complete":
+        raise VoxanonError(f"{path}: training status is {status!r}, not 'complete'; finish it with voxanon train asv "
+                           "(it resumes) before evaluating with the model")
+    return {**training, "data": data}
+
+
+def _run_identity(data: DataDir | None) -> tuple[str, str] | None:
+    """(system, config hash) of an anonymised set, from its run.json; None without one."""
+    import json
+
+    from voxanon.pipeline.runner import RUN_MANIFEST
+
+    manifest = data.path / RUN_MANIFEST if data is not None and data.path is not None else None
+    if manifest is None or not manifest.is_file():
+        return None
+    try:
+        run = json.loads(manifest.read_text(encoding="utf-8"))
+        return str(run["system"]), str(run["config_hash"])
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def attacker_training_warnings(model_dir: Path, training: dict | None, sets: list[EvaluationSet],
+                               system: str) -> list[str]:
+    """Why the model may not be the semi-informed attacker of ``system`` on these sets: trained on
+    another system's output (or another configuration of it), on original speech, or on unknown data."""
+    if training is None:
+        return [f"{model_dir}: no {ATTACKER_TRAINING_FILE}, so the data it was trained on are unknown; the a-a "
+                f"semi-informed figures assume it was trained on {system} output"]
+    evaluated: dict[tuple[str, str] | None, list[str]] = {}
+    for evaluation in sets:
+        for data in (evaluation.anon_enroll, evaluation.anon_trials):
+            if data is not None:
+                evaluated.setdefault(_run_identity(data), []).append(data.name)
+    warnings = []
+    trained: dict[tuple[str, str], list[str]] = {}
+    for entry in training["data"]:
+        anonymisation = entry.get("anonymisation") if isinstance(entry, dict) else None
+        name = entry.get("name", "?") if isinstance(entry, dict) else "?"
+        if not anonymisation:
+            warnings.append(f"{model_dir} was trained on {name}, which has no anonymisation record (run.json): "
+                            "original speech makes it a lazy-informed-style model, not the semi-informed attacker")
+            continue
+        trained.setdefault((str(anonymisation.get("system")), str(anonymisation.get("config_hash"))),
+                           []).append(name)
+    trained_systems = {key[0] for key in trained}
+    for identity, names in sorted(evaluated.items(), key=lambda item: str(item[0])):
+        if not trained:
+            break
+        shown = ", ".join(sorted(set(names)))
+        if identity is None:
+            if system not in trained_systems:
+                warnings.append(f"{model_dir} was trained on output of {', '.join(sorted(trained_systems))}, but the "
+                                f"evaluated system is {system} ({shown} have no run.json to say more)")
+            continue
+        evaluated_system, evaluated_hash = identity
+        if identity in trained:
+            continue
+        if evaluated_system in trained_systems:
+            hashes = sorted(h for s, h in trained if s == evaluated_system)
+            warnings.append(f"{model_dir} was trained on {evaluated_system} output of another configuration "
+                            f"(config hash {', '.join(hashes)}) than the evaluated {shown} ({evaluated_hash})")
+        else:
+            sources = "; ".join(f"{s} ({', '.join(n)})" for (s, _), n in sorted(trained.items()))
+            warnings.append(f"{model_dir} was trained on output of another system than the one evaluated: trained "
+                            f"on {sources}, evaluating {evaluated_system} output ({shown})")
+    return warnings
+
+
 def _files(data: DataDir, utts: Iterable[str]) -> dict[str, Path]:
     return {utt: data.audio_path(utt) for utt in utts if utt in data.wav}
 
 
 def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, embedder, cache,
-                  asr=None, allow_missing: bool = False) -> Evaluation:
+                  asr=None, allow_missing: bool = False, asv_model: str | None = None,
+                  semi_informed: SemiInformed | None = None) -> Evaluation:
     """ASV conditions, similarity matrices and WER of every set, as labelled results.
 
     ``embedder`` and ``asr`` are :class:`~voxanon.pipeline.feature_cache.CachedComputation`
-    objects (``asr`` may be None); ``cache`` their :class:`ContentCache`.
+    objects (``asr`` may be None); ``cache`` their :class:`ContentCache`. ``asv_model`` labels
+    the evaluation model in the records (default: the embedder's cache tag); ``semi_informed``
+    adds the a-a scores of a model trained on anonymised speech.
     """
     from voxanon.eval.similarity import similarity_matrices
     from voxanon.eval.summary import compute_metrics
@@ -303,6 +408,11 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants,
                                             scorer=scoring, calibrated_cllr=calibrated)
             kept.append(SetScores(evaluation.name, scored_system, condition, tar, non))
+        if semi_informed is not None and "a" in vectors:
+            found, scores = _semi_informed_results(evaluation, system, semi_informed, cache, missing, utt2spk,
+                                                   eer_variants, failures)
+            results += found
+            kept.append(scores)
         by_condition = {s.condition: s for s in kept if s.set_name == evaluation.name}
         if protocol.get("relative"):
             results += _relative_results(evaluation.name, system, by_condition)
@@ -330,16 +440,63 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
                            "fix them, or pass --allow-missing to evaluate without them")
     for key, message in failures.items():
         log.warning("left out %s: %s", key, message)
+    results = _attributed(results, asv_model or embedder.tag)
     if asr is not None:
         from voxanon.eval.averages import pooled_asr_results
-        results += pooled_asr_results(results)
+        results += _attributed(pooled_asr_results(results), asv_model or embedder.tag)
     if protocol.get("weighted_averages"):
         from voxanon.eval.averages import weighted_averages
         results += weighted_averages(results)
     if protocol.get("name") == "vpc2024":
         from voxanon.eval.published import load_published, published_beside
         results += published_beside(results, load_published("vpc2024"))
-    return Evaluation(results, kept, matrices, embedder.computed + (asr.computed if asr else 0))
+    return Evaluation(results, kept, matrices, embedder.computed + (asr.computed if asr else 0)
+                      + (semi_informed.embedder.computed if semi_informed else 0))
+
+
+# Records derived from speaker embeddings but attacked by no one in particular (voice similarity).
+_NO_ATTACKER_METRICS = frozenset({"deid", "gvd"})
+
+
+def _attributed(results: list[Result], asv_model: str) -> list[Result]:
+    """Records with their attacker and model filled in where still empty: the ASV conditions' attacker
+    (o-o: none) and the evaluation model; the attribute attacks' embedding model; WER's ASR model."""
+    labelled = []
+    for r in results:
+        if not r.attacker and not r.model:
+            if r.condition in ("o-o", *ATTACKERS) and r.metric != "pitch_correlation":
+                attacker = "" if r.metric in _NO_ATTACKER_METRICS else ATTACKERS.get(r.condition, "")
+                r = replace(r, attacker=attacker, model=asv_model)
+            elif r.condition.startswith(("sex-", "inversion-")):
+                r = replace(r, model=asv_model)
+            elif r.condition == "asr":
+                r = replace(r, model=r.variant)
+        labelled.append(r)
+    return labelled
+
+
+def _semi_informed_results(evaluation: EvaluationSet, system: str, semi_informed: SemiInformed, cache,
+                           missing: set[str], utt2spk: dict[str, str], eer_variants, failures: dict[str, str]
+                           ) -> tuple[list[Result], SetScores]:
+    """a-a scored with the model trained on anonymised speech (cosine, enrolment = mean embedding)."""
+    from voxanon.eval.summary import compute_metrics
+
+    embedder = semi_informed.embedder
+    enroll = embedder.run(_files(evaluation.anon_enroll, [u for u in evaluation.enroll_utts if u not in missing]),
+                          cache, f"{evaluation.name} a enrol ({SEMI_INFORMED})")
+    tests = embedder.run(_files(evaluation.anon_trials, [u for u in evaluation.test_utts if u not in missing]),
+                         cache, f"{evaluation.name} a trials ({SEMI_INFORMED})")
+    failures.update(embedder.take_failures(f"{evaluation.name}:a:{SEMI_INFORMED}:"))
+    enrolment = speaker_enrolment(enroll, evaluation.enroll_utts, utt2spk)
+    tar, non, left_out = cosine_trial_scores(enrolment, tests, evaluation.trials.trials)
+    if left_out:
+        log.warning("%s a-a %s: %d trial(s) left out (no embedding for one side)", evaluation.name, SEMI_INFORMED,
+                    left_out)
+    calibrated = _calibrated_cllr(evaluation, "a-a", tar, non, enroll, tests, utt2spk)
+    rows = results_from_metrics(evaluation.name, system, "a-a", compute_metrics(tar, non), eer_variants,
+                                calibrated_cllr=calibrated)
+    rows = [replace(r, attacker=SEMI_INFORMED, model=semi_informed.model) for r in rows]
+    return rows, SetScores(evaluation.name, system, f"a-a {SEMI_INFORMED}", tar, non)
 
 
 def scored_trial_speakers(trials, enrolled: set[str], tests: set[str], utt2spk: dict[str, str]

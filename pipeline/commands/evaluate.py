@@ -16,7 +16,7 @@ from voxanon.pipeline.systems import available_recipes, read_recipe
 
 if TYPE_CHECKING:
     from voxanon.eval.results import Result
-    from voxanon.pipeline.evaluation import Evaluation
+    from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, SemiInformed
     from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
@@ -61,11 +61,17 @@ def speaker_encoder_factory(spec: str):
     return f"{kind}-{sha256_file(checkpoint)[:16]}", build
 
 
-def make_embedder(asv: dict) -> CachedComputation:
-    """The protocol's speaker encoder, built only when an embedding is not in the cache."""
+def encoder_label(spec: str, tag: str) -> str:
+    """How the tables name a speaker encoder: ``ge2e``, or ``<folder name> (<kind>-<checkpoint sha256>)``."""
+    kind, _, directory = str(spec).partition(":")
+    return tag if not directory else f"{Path(directory).name} ({tag})"
+
+
+def make_embedder(asv: dict, encoder: str | None = None) -> CachedComputation:
+    """The protocol's speaker encoder (or ``encoder``, a spec), built only when an embedding is not in the cache."""
     from voxanon.pipeline.feature_cache import CachedComputation
 
-    tag, build = speaker_encoder_factory(str(asv.get("encoder", "ge2e")))
+    tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")))
     encoder = {}
 
     def embed(waves):
@@ -75,6 +81,22 @@ def make_embedder(asv: dict) -> CachedComputation:
 
     return CachedComputation(tag, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
                              loudness_lufs=asv.get("loudness_lufs"))
+
+
+def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet],
+                           system: str) -> tuple[SemiInformed, list[str]]:
+    """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
+    warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attacker_training_warnings`).
+    A missing model file is an error naming it."""
+    from voxanon.pipeline.evaluation import SemiInformed, attacker_training_warnings, check_attacker_model
+
+    training = check_attacker_model(model_dir)
+    spec = f"ecapa:{model_dir}"
+    embedder = make_embedder(asv, spec)
+    warnings = attacker_training_warnings(model_dir, training, sets, system)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return SemiInformed(embedder, encoder_label(spec, embedder.tag)), warnings
 
 
 def make_transcriber(spec: str | None, trust_model_code: bool = False) -> CachedComputation | None:
@@ -176,9 +198,19 @@ def add_parser(subparsers) -> None:
                                          "or the anonymised directory name)")
     parser.add_argument("--out", type=Path, default=Path("evaluation"), metavar="DIR",
                         help="output folder (default ./evaluation)")
+    parser.add_argument("--asv-model", type=Path, metavar="MODEL_DIR",
+                        help="also score a-a with this ASV model trained on anonymised speech (voxanon train asv, "
+                             "or a challenge-released ASV_eval^anon folder): the semi-informed attacker")
     add_evaluation_arguments(parser)
     add_backend_arguments(parser, COMPUTATION_WORKERS_HELP)
     parser.set_defaults(run=run)
+
+
+def attacker_notes(semi_informed: SemiInformed, warnings: list[str]) -> dict[str, str]:
+    """Report notes naming the semi-informed attacker's model and any warning about its training data."""
+    notes = {"semi-informed attacker": f"a-a scored with {semi_informed.model} (cosine scoring)"}
+    notes.update({f"warning {k}" if len(warnings) > 1 else "warning": w for k, w in enumerate(warnings, 1)})
+    return notes
 
 
 def print_table(results: list[Result]) -> None:
@@ -192,13 +224,21 @@ def run(args: argparse.Namespace) -> int:
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
-    embedder, transcriber = make_embedder(protocol.get("asv", {})), make_transcriber(protocol.get("asr"),
-                                                                                     args.trust_model_code)
-    run_computations_on(backend_from_args(args), args.batch_size, embedder, transcriber)
+    asv = protocol.get("asv", {})
+    embedder, transcriber = make_embedder(asv), make_transcriber(protocol.get("asr"), args.trust_model_code)
+    notes = {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)}
+    semi_informed = None
+    if args.asv_model is not None:
+        semi_informed, warnings = semi_informed_attacker(args.asv_model, asv, sets, system)
+        notes |= attacker_notes(semi_informed, warnings)
+    backend = backend_from_args(args)
+    run_computations_on(backend, args.batch_size, embedder, transcriber,
+                        semi_informed.embedder if semi_informed else None)
     evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache_from(args), asr=transcriber,
-                               allow_missing=args.allow_missing)
-    report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})",
-                           {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)})
+                               allow_missing=args.allow_missing, asv_model=encoder_label(asv.get("encoder", "ge2e"),
+                                                                                         embedder.tag),
+                               semi_informed=semi_informed)
+    report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})", notes)
     print_table(evaluation.results)
     print(f"report: {report}")
     return 0

@@ -1,0 +1,419 @@
+"""``voxanon challenge``: the whole VoicePrivacy 2024 evaluation of one system, stage by stage, cached.
+
+Stages, in order (every one resumable, and skipped when its output is already there):
+
+1. anonymise the training set(s) with the system (the runner resumes: finished utterances are
+   kept, so a rerun anonymises nothing);
+2. train the semi-informed attacker, ``ASV_eval^anon`` (:func:`voxanon.pipeline.asv_training.train_asv`)
+   on the anonymised training sets, in ``<out>/attacker/<system>-<identity>``, the identity being a
+   hash of the training settings and the anonymised sets' identities (name, size, anonymisation
+   system and configuration hash from ``run.json``). A model whose ``training.json`` says it is
+   complete for these settings and data is used as it is; an unfinished one resumes;
+3. anonymise the evaluation sets' enrolment and trial directories (and the IEMOCAP sets, when given);
+4. evaluate: ASV_eval (the protocol's encoder) on o-o, o-a (ignorant) and a-a (lazy-informed),
+   ASV_eval^anon on a-a (semi-informed), WER, and SER UAR on the IEMOCAP sets; embeddings,
+   transcripts and emotion scores are cached by audio content, so a rerun computes none of them.
+
+Everything the user can get wrong (system, protocol, training settings, data directories, too few
+training speakers or speakers without an utterance of one chunk, IEMOCAP sets without
+``utt2emo``, SER model folders missing a file) is checked before the first file is written.
+``challenge.json`` in the output folder records what each stage did in the last run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.corpus import DataDir, read_data_dir
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.feature_cache import ContentCache
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROTOCOL = "vpc2024"
+STAGES_FILE = "challenge.json"
+ANON_DIR = "anon"
+ATTACKER_DIR = "attacker"
+
+
+class CountingCache(ContentCache):
+    """The content cache, counting what this run computed (every computed output is put once, cache or not)."""
+
+    def __init__(self, root: Path | None):
+        super().__init__(root)
+        self.computed = 0
+
+    def put(self, tag: str, digest: str, kind: str, value) -> None:
+        self.computed += 1
+        super().put(tag, digest, kind, value)
+
+
+@dataclass
+class ChallengeInputs:
+    system: str                                   # a system name or recipe path
+    train: list[Path]                             # training data directories (original speech)
+    data: Path                                    # evaluation sets (see voxanon.pipeline.evaluation.discover_sets)
+    out: Path
+    iemocap: list[Path] = field(default_factory=list)
+    ser_models: Path | None = None
+    asr: str | None = None                        # None: the protocol's; "none": no WER
+    asv_eval: str | None = None                   # None: the protocol's encoder
+    protocol: str = DEFAULT_PROTOCOL
+    system_overrides: list[str] = field(default_factory=list)
+    train_overrides: list[str] = field(default_factory=list)
+    protocol_overrides: list[str] = field(default_factory=list)
+    device: str = "auto"
+    workers: int = 1
+    backend: object | None = None                 # None: local; a RayBackend
+    batch_size: int | None = None
+    cache: ContentCache | None = None             # None: no cache
+    allow_pipes: bool = False
+    allow_missing: bool = False
+    trust_model_code: bool = False
+    progress: bool = True
+    notes: dict[str, str] = field(default_factory=dict)   # extra report notes (e.g. how the demo split its speakers)
+
+
+@dataclass
+class ChallengeOutcome:
+    evaluation: object                            # voxanon.pipeline.evaluation.Evaluation
+    report: Path
+    model_dir: Path
+    stages: dict
+    warnings: list[str]
+
+
+def _protocol(inputs: ChallengeInputs) -> dict:
+    from voxanon.pipeline.commands.evaluate import load_protocol
+
+    overrides = list(inputs.protocol_overrides)
+    if inputs.asr is not None:
+        overrides.append("asr=null" if inputs.asr.lower() == "none" else f"asr={json.dumps(inputs.asr)}")
+    if inputs.asv_eval is not None:
+        overrides.append(f"asv.encoder={json.dumps(inputs.asv_eval)}")
+    return load_protocol(inputs.protocol, overrides)
+
+
+def _system_config(inputs: ChallengeInputs) -> dict:
+    from voxanon.pipeline.systems import build_system, check_needs, load_system_config
+
+    overrides = list(inputs.system_overrides)
+    if inputs.batch_size is not None:
+        overrides.append(f"batch_size={inputs.batch_size}")
+    config = load_system_config(inputs.system, overrides)
+    check_needs(build_system(config))
+    return config
+
+
+def attacker_identity(hparams: dict, train_sets: list[dict]) -> str:
+    """The attacker folder's name part: a hash of the settings that shape the weights and of the training data
+    (the number of epochs is left out, so raising it trains the same model further)."""
+    from voxanon.pipeline.asv_training import FREE_SETTINGS
+
+    shaping = {k: v for k, v in hparams.items() if k not in FREE_SETTINGS}
+    data = [{k: v for k, v in entry.items() if k != "path"} | {"anonymisation": _anonymisation_key(entry)}
+            for entry in train_sets]
+    return hashlib.sha256(json.dumps([shaping, data], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _anonymisation_key(entry: dict) -> dict | None:
+    anonymisation = entry.get("anonymisation")
+    return None if not anonymisation else {"system": anonymisation["system"],
+                                           "config_hash": anonymisation["config_hash"]}
+
+
+def finished_attacker(model_dir: Path, hparams: dict, train_sets: list[dict]) -> bool:
+    """Whether ``model_dir`` holds a complete model trained with these settings on these data."""
+    from voxanon.pipeline.asv_training import TRAINING_FILE
+    from voxanon.pipeline.evaluation import ATTACKER_MODEL_FILES
+
+    path = model_dir / TRAINING_FILE
+    if not path.is_file() or not all((model_dir / name).is_file() for name in ATTACKER_MODEL_FILES):
+        return False
+    try:
+        training = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    if training.get("status") != "complete" or training.get("hparams") != hparams:
+        return False
+    recorded = training.get("data") or []
+    return ([_comparable(e) for e in recorded] == [_comparable(e) for e in train_sets])
+
+
+def _comparable(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != "anonymisation"} | {"anonymisation": _anonymisation_key(entry)}
+
+
+def _read_sets(paths: list[Path], allow_pipes: bool, what: str) -> list[DataDir]:
+    sets = [read_data_dir(Path(p), allow_pipes=allow_pipes) for p in paths]
+    _check_unique_names(sets, what)
+    return sets
+
+
+def _check_unique_names(sets: list[DataDir], what: str) -> None:
+    names = [d.name for d in sets]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise VoxanonError(f"{what}: two sets named {repeated[0]!r}; their anonymised twins would share a folder")
+
+
+class _Anonymiser:
+    """Anonymises sets into ``<out>/anon/<set>_<system>`` once each, counting what the runner did."""
+
+    def __init__(self, inputs: ChallengeInputs, config: dict):
+        self.inputs, self.config = inputs, config
+        self.done: dict[str, DataDir] = {}
+        self.counts = {"processed": 0, "resumed": 0, "sets": 0}
+
+    def __call__(self, data: DataDir) -> DataDir:
+        from voxanon.pipeline.runner import anonymise_set
+
+        key = str(data.path.resolve()) if data.path else data.name
+        if key not in self.done:
+            result = anonymise_set(data, self.config, self.inputs.out / ANON_DIR / f"{data.name}_{self.config['name']}",
+                                   workers=self.inputs.workers, allow_pipes=self.inputs.allow_pipes,
+                                   progress=self.inputs.progress, backend=self.inputs.backend)
+            if not result.ok:
+                raise VoxanonError(f"{self.config['name']}: {len(result.failures)} utterance(s) of {data.name} "
+                                   f"failed; see {result.out_dir / 'failures.tsv'}")
+            self.counts["processed"] += result.processed
+            self.counts["resumed"] += result.resumed
+            self.counts["sets"] += 1
+            self.done[key] = read_data_dir(result.out_dir, allow_pipes=self.inputs.allow_pipes)
+        return self.done[key]
+
+    def take_counts(self) -> dict:
+        counts, self.counts = self.counts, {"processed": 0, "resumed": 0, "sets": 0}
+        return counts
+
+
+def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
+    """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
+    from voxanon.pipeline.asv_training import (data_identity, prepare_training_data, read_training_sets,
+                                               resolve_hparams, train_asv)
+    from voxanon.pipeline.commands.evaluate import (attacker_notes, encoder_label, make_embedder,
+                                                    make_transcriber, run_computations_on, semi_informed_attacker,
+                                                    write_outputs)
+    from voxanon.pipeline.evaluation import EvaluationSet, discover_sets, evaluate_sets
+    started = time.monotonic()
+    out = Path(inputs.out)
+    # Every check before the first file is written.
+    config = _system_config(inputs)
+    system = config["name"]
+    protocol = _protocol(inputs)
+    hparams = resolve_hparams(None, inputs.train_overrides)
+    train_sets = read_training_sets(inputs.train, inputs.allow_pipes)
+    _check_unique_names(train_sets, "--train")
+    eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
+    iemocap_sets = _read_sets(inputs.iemocap, inputs.allow_pipes, "--iemocap")
+    classifiers = _check_ser(iemocap_sets, inputs)
+    stages: dict = {}
+
+    if not _attacker_possibly_done(out, system, hparams, train_sets, config):
+        # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
+        # keeps every utterance's length; running them here fails before anything is anonymised.
+        prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False)
+    anonymise = _Anonymiser(inputs, config)
+
+    # 1. Anonymise the training sets.
+    stage_start = time.monotonic()
+    anonymised_train = [anonymise(d) for d in train_sets]
+    stages["anonymise training sets"] = anonymise.take_counts() | {"seconds": _since(stage_start)}
+
+    # 2. The semi-informed attacker.
+    stage_start = time.monotonic()
+    identities = [data_identity(d) for d in anonymised_train]
+    model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
+    if finished_attacker(model_dir, hparams, identities):
+        log.info("attacker: %s is complete for these settings and data; not retrained", model_dir)
+        stages["train attacker"] = {"model": str(model_dir), "trained": False}
+    else:
+        train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
+                  progress=inputs.progress, allow_pipes=inputs.allow_pipes)
+        stages["train attacker"] = {"model": str(model_dir), "trained": True}
+    stages["train attacker"]["seconds"] = _since(stage_start)
+
+    # 3. Anonymise the evaluation sets (and IEMOCAP).
+    stage_start = time.monotonic()
+    anonymised_eval = [EvaluationSet(s.name, s.enroll, s.trials, anonymise(s.enroll), anonymise(s.trials))
+                       for s in eval_sets]
+    anonymised_iemocap = [anonymise(d) for d in iemocap_sets]
+    stages["anonymise evaluation sets"] = anonymise.take_counts() | {"seconds": _since(stage_start)}
+
+    # 4. Evaluate.
+    stage_start = time.monotonic()
+    cache = CountingCache(inputs.cache.root if inputs.cache is not None else None)
+    asv = protocol.get("asv", {})
+    embedder = make_embedder(asv)
+    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code)
+    semi_informed, warnings = semi_informed_attacker(model_dir, asv, anonymised_eval, system)
+    run_computations_on(inputs.backend, inputs.batch_size, embedder, transcriber, semi_informed.embedder)
+    evaluation = evaluate_sets(anonymised_eval, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
+                               allow_missing=inputs.allow_missing,
+                               asv_model=encoder_label(asv.get("encoder", "ge2e"), embedder.tag),
+                               semi_informed=semi_informed)
+    if iemocap_sets:
+        evaluation.results += _ser_rows(iemocap_sets, anonymised_iemocap, classifiers, inputs, system, cache,
+                                        protocol, evaluation.results)
+    evaluation.computed = cache.computed
+    stages["evaluate"] = {"computed": cache.computed, "seconds": _since(stage_start)}
+
+    notes = {"protocol": protocol["name"], "system": f"{system} (config hash {_config_hash(config)})",
+             "training sets": ", ".join(str(d.path) for d in train_sets), "attacker model": str(model_dir),
+             "evaluation sets": str(inputs.data)}
+    if iemocap_sets:
+        notes["IEMOCAP sets"] = ", ".join(str(d.path) for d in iemocap_sets)
+    notes |= inputs.notes | attacker_notes(semi_informed, warnings)
+    report = write_outputs(out, evaluation, f"voxanon challenge: {system} ({protocol['name']})", notes)
+    stages["total seconds"] = _since(started)
+    atomic_write_text(out / STAGES_FILE, json.dumps({"system": system, "stages": stages}, indent=2) + "\n")
+    return ChallengeOutcome(evaluation, report, model_dir, stages, warnings)
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 3)
+
+
+def _config_hash(config: dict) -> str:
+    from voxanon.pipeline.systems import config_hash
+
+    return config_hash(config)
+
+
+def _attacker_possibly_done(out: Path, system: str, hparams: dict, train_sets: list[DataDir], config: dict) -> bool:
+    """Whether a finished attacker for these settings may exist already (then the training data were checked
+    when it was trained): the anonymised training sets exist, and their identity names a complete model."""
+    from voxanon.pipeline.asv_training import data_identity
+
+    anonymised = [out / ANON_DIR / f"{d.name}_{system}" for d in train_sets]
+    if not all((p / "wav.scp").is_file() for p in anonymised):
+        return False
+    try:
+        identities = [data_identity(read_data_dir(p)) for p in anonymised]
+    except VoxanonError:
+        return False
+    if any(_anonymisation_key(i) != {"system": system, "config_hash": _config_hash(config)} for i in identities):
+        return False
+    return finished_attacker(out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}", hparams,
+                             identities)
+
+
+def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
+    from voxanon.pipeline.ser_evaluation import FoldClassifiers, ser_labels
+
+    if not iemocap_sets:
+        if inputs.ser_models is not None:
+            raise VoxanonError("--ser-models needs --iemocap (the IEMOCAP sets to score)")
+        return None
+    folds = {str(data.path): set(ser_labels(data)[1].values()) for data in iemocap_sets}
+    if inputs.ser_models is None:
+        raise VoxanonError("--iemocap needs --ser-models DIR (a folder of fold_<k> emotion model directories)")
+    classifiers = FoldClassifiers(inputs.ser_models, device="cpu" if inputs.device == "auto" else inputs.device)
+    for where, needed in folds.items():
+        classifiers.check_folds(needed, where)
+    return classifiers
+
+
+def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, inputs: ChallengeInputs,
+              system: str, cache, protocol: dict, results: list) -> list:
+    from voxanon.pipeline.ser_evaluation import ser_results
+
+    failures: dict[str, str] = {}
+    rows = []
+    for original, twin in zip(originals, anonymised):
+        rows += ser_results(original, twin, inputs.ser_models, system=system, cache=cache,
+                            allow_pipes=inputs.allow_pipes, failures=failures, classifiers=classifiers)
+    if failures and not inputs.allow_missing:
+        shown = "\n  ".join(f"{k}: {v}" for k, v in list(failures.items())[:10])
+        raise VoxanonError(f"{len(failures)} IEMOCAP utterance(s) could not be used:\n  {shown}\n"
+                           "fix them, or pass --allow-missing to evaluate without them")
+    for key, message in failures.items():
+        log.warning("left out %s: %s", key, message)
+    model = Path(inputs.ser_models).name
+    rows = [replace(r, model=model) for r in rows]
+    if protocol.get("name") == DEFAULT_PROTOCOL:
+        from voxanon.eval.published import load_published, published_beside
+
+        present = {(r.set, r.system) for r in results}
+        rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL)) if (r.set, r.system) not in present]
+    return rows
+
+
+
+# The demo: lazy- and semi-informed attackers side by side on the bundled corpus ------------------
+
+# A tiny ECAPA-TDNN (the challenge's architecture, narrow channels, 1.5 s chunks): a few seconds per epoch
+# on two CPU cores for the demo's ~100 training utterances.
+DEMO_ATTACKER_SETTINGS = {"channels": [32, 32, 32, 32, 96], "lin_neurons": 32, "attention_channels": 16,
+                          "se_channels": 16, "sentence_len": 1.5, "batch_size": 16, "step_size": 20,
+                          "valid_ratio": 0.125, "number_of_epochs": 20}
+DEMO_EVAL_SPEAKERS_PER_SEX = 3
+
+
+def demo_attacker_overrides(epochs: int | None = None) -> list[str]:
+    settings = dict(DEMO_ATTACKER_SETTINGS)
+    if epochs is not None:
+        settings["number_of_epochs"] = epochs
+    return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+
+
+def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
+    """The demo corpus split by speaker: ``<root>/demo_attacker_train`` (every utterance of the attacker's
+    speakers) and ``<root>/demo_eval`` (enrolment and trials of the other speakers, trials between them
+    only). Per sex, every other speaker in name order is evaluated, at most
+    ``DEMO_EVAL_SPEAKERS_PER_SEX``; the rest train the attacker. Returns the two folders and a note."""
+    from voxanon.data_prep.corpus import write_data_dir
+
+    evaluated: set[str] = set()
+    for sex in sorted(set(demo.spk2gender.values())):
+        speakers = sorted(s for s in demo.speakers if demo.spk2gender.get(s) == sex)
+        evaluated |= set(speakers[0::2][:DEMO_EVAL_SPEAKERS_PER_SEX])
+    trained = sorted(set(demo.speakers) - evaluated)
+    if len(trained) < 2 or not evaluated:
+        raise VoxanonError(f"{demo.path}: too few speakers to split into attacker training and evaluation speakers")
+    absolute = demo.absolute_wav()
+    train = demo.subset([u for u in demo.wav if demo.utt2spk[u] in trained])
+    train.name, train.enrolls, train.trials = "demo_attacker_train", None, None
+    evaluation = demo.subset([u for u in demo.wav if demo.utt2spk[u] in evaluated])
+    evaluation.name = "demo_eval"
+    evaluation.trials = [t for t in evaluation.trials if t.enrol_speaker in evaluated]
+    paths = []
+    for data in (train, evaluation):
+        data.wav = {u: absolute[u] for u in data.wav}
+        data.path = root / data.name
+        write_data_dir(data, data.path)
+        paths.append(data.path)
+    n_target = sum(t.target for t in evaluation.trials)
+    note = (f"speaker-disjoint: the attacker trains on the anonymised speech of {len(trained)} speakers "
+            f"({', '.join(trained)}, {len(train.wav)} utterances) who are not in the evaluated trials; the trials "
+            f"are those of the other {len(evaluated)} speakers ({', '.join(sorted(evaluated))}): {n_target} target "
+            f"and {len(evaluation.trials) - n_target} non-target")
+    return paths[0], paths[1], note
+
+
+def attacker_comparison(results) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """(header, rows): per set and system, the EER (%) of o-o (original speech, the set's) and of the
+    ignorant, lazy-informed and semi-informed attackers, each column naming its model."""
+    from voxanon.eval.tables import format_value
+
+    columns = (("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed"))
+    eers = {(r.set, r.system, r.condition, r.attacker): r for r in results
+            if r.metric == "eer" and (r.condition, r.attacker) in columns and not r.system.startswith("published")}
+    models = {}
+    for (_, _, condition, attacker), r in eers.items():
+        models.setdefault((condition, attacker), r.model)
+    header = ("set", "system", *(f"{attacker or condition} EER (%) [{models.get((condition, attacker), '-')}]"
+                                 for condition, attacker in columns))
+    rows = []
+    for set_name, system in dict.fromkeys((s, system) for s, system, _, _ in eers if system != "original"):
+        cells = []
+        for condition, attacker in columns:
+            found = eers.get((set_name, "original" if condition == "o-o" else system, condition, attacker))
+            cells.append(format_value(found) if found is not None else "-")
+        rows.append((set_name, system, *cells))
+    return header, rows

@@ -1,0 +1,205 @@
+"""voxanon challenge and the semi-informed attacker (issue 17 items 2, 3, 7): evaluate --asv-model labels
+attackers and models, warns about a model trained on another system's output, refuses a model folder
+missing a file; the challenge command runs end to end on tiny synthetic data, and a rerun computes nothing.
+
+A tiny ECAPA (16 channels, 0.5 s chunks, 2 epochs) keeps the attacker's training to a few seconds."""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from voxanon.data_prep.corpus import read_data_dir
+from voxanon.eval.results import Result, from_json
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.runner import anonymise_set
+from voxanon.pipeline.systems import load_system_config
+
+from conftest import make_corpus
+
+TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
+        "sentence_len": 0.5, "batch_size": 8, "step_size": 10, "valid_ratio": 0, "number_of_epochs": 2}
+TINY_SET = [option for key, value in TINY.items() for option in ("--train-set", f"{key}={json.dumps(value)}")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def challenge_args(root: Path, out: Path, *extra: str) -> list[str]:
+    return ["challenge", "--system", "b2", "--train", str(root / "train"), "--data", str(root / "evalset"),
+            "--out", str(out), "--asr", "none", "--cache", str(root / "cache"), "--workers", "1", *TINY_SET, *extra]
+
+
+@pytest.fixture(scope="module")
+def challenge(tmp_path_factory):
+    """One challenge run on synthetic speakers (4 train speakers, 4 others evaluated), then a rerun."""
+    root = tmp_path_factory.mktemp("challenge")
+    make_corpus(root, n_speakers=4, n_utts=4, name="train")
+    make_corpus(root, n_speakers=4, n_utts=3, name="evalset")
+    out = root / "out"
+    started = time.monotonic()
+    assert main(challenge_args(root, out)) == 0
+    first_seconds = time.monotonic() - started
+    first = {"stages": json.loads((out / "challenge.json").read_text()),
+             "results": (out / "results.json").read_text(),
+             "mtimes": {p: p.stat().st_mtime_ns for p in (out / "attacker").rglob("*") if p.is_file()}
+             | {p: p.stat().st_mtime_ns for p in (out / "anon").rglob("*.wav")}}
+    started = time.monotonic()
+    assert main(challenge_args(root, out)) == 0
+    second_seconds = time.monotonic() - started
+    return root, out, first, first_seconds, second_seconds
+
+
+def _model_dir(out: Path) -> Path:
+    (model,) = [p for p in (out / "attacker").iterdir() if p.is_dir()]
+    return model
+
+
+def test_challenge_runs_every_stage_and_labels_attackers_and_models(challenge):
+    root, out, first, _, _ = challenge
+    stages = first["stages"]["stages"]
+    assert stages["anonymise training sets"]["processed"] == 16
+    assert stages["train attacker"]["trained"] is True
+    assert stages["anonymise evaluation sets"]["processed"] == 12
+    assert stages["evaluate"]["computed"] > 0
+    results = from_json(first["results"])
+    eers = {(r.condition, r.attacker): r for r in results if r.metric == "eer" and r.set == "evalset"}
+    assert set(eers) == {("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed")}
+    assert eers[("o-o", "")].model == eers[("a-a", "lazy-informed")].model == "ge2e"
+    model = _model_dir(out)
+    assert eers[("a-a", "semi-informed")].model.startswith(model.name + " (ecapa-")
+    # The semi-informed scores come from the trained model: they differ from the lazy-informed ones.
+    lazy = {r.metric: r.value for r in results if r.attacker == "lazy-informed" and r.variant != "target"}
+    semi = {r.metric: r.value for r in results if r.attacker == "semi-informed" and r.variant != "target"}
+    assert set(lazy) == set(semi) and lazy["min_cllr"] != semi["min_cllr"]
+    assert {r.model for r in results if r.attacker == "semi-informed"} == {eers[("a-a", "semi-informed")].model}
+    header = next(csv.reader((out / "results.csv").open()))
+    assert header[-2:] == ["attacker", "model"]
+    markdown = (out / "results.md").read_text()
+    assert "EER speechbrain lazy-informed (%)" in markdown and "EER speechbrain semi-informed (%)" in markdown
+    assert "a-a: anonymised enrolment, anonymised trials (lazy-informed and semi-informed attackers)" in markdown
+    assert f"a-a semi-informed attacker: model {model.name}" in markdown
+    html = (out / "report.html").read_text()
+    assert "semi-informed" in html and str(model) in html
+    training = json.loads((model / "training.json").read_text())
+    assert training["status"] == "complete" and training["hparams"]["number_of_epochs"] == 2
+    assert [entry["anonymisation"]["system"] for entry in training["data"]] == ["b2"]
+
+
+def test_rerun_computes_nothing_and_is_fast(challenge):
+    root, out, first, first_seconds, second_seconds = challenge
+    stages = json.loads((out / "challenge.json").read_text())["stages"]
+    assert stages["anonymise training sets"]["processed"] == 0 and stages["anonymise training sets"]["resumed"] == 16
+    assert stages["train attacker"]["trained"] is False
+    assert stages["anonymise evaluation sets"]["processed"] == 0
+    assert stages["evaluate"]["computed"] == 0
+    assert {p: p.stat().st_mtime_ns for p in first["mtimes"]} == first["mtimes"], "a cached stage rewrote its output"
+    assert from_json((out / "results.json").read_text()) == from_json(first["results"])
+    assert second_seconds < first_seconds / 3, (first_seconds, second_seconds)
+
+
+def test_more_epochs_train_the_same_model_further(challenge, tmp_path):
+    root, out, _, _, _ = challenge
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    assert main(challenge_args(root, copy, "--train-set", "number_of_epochs=3")) == 0
+    stages = json.loads((copy / "challenge.json").read_text())["stages"]
+    assert stages["train attacker"]["trained"] is True and stages["evaluate"]["computed"] > 0
+    model = Path(stages["train attacker"]["model"])
+    assert model.name == _model_dir(out).name
+    assert json.loads((model / "training.json").read_text())["epochs_done"] == 3
+
+
+def _evaluate_args(root: Path, anon: Path, model: Path, out: Path) -> list[str]:
+    return ["evaluate", "--protocol", "vpc2024", "--orig", str(root / "evalset"), "--anon", str(anon), "--system", "b2",
+            "--asv-model", str(model), "--set", "asr=null", "--cache", str(root / "cache"), "--out", str(out)]
+
+
+def test_evaluate_asv_model_scores_semi_informed_a_a(challenge, tmp_path, caplog):
+    root, out, _, _, _ = challenge
+    model = _model_dir(out)
+    with caplog.at_level(logging.WARNING):
+        assert main(_evaluate_args(root, out / "anon" / "evalset_b2", model, tmp_path / "ev")) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "trained" in r.getMessage()]
+    results = from_json((tmp_path / "ev" / "results.json").read_text())
+    challenge_results = from_json((out / "results.json").read_text())
+    semi = [r for r in results if r.attacker == "semi-informed"]
+    assert semi and all(r.condition == "a-a" for r in semi)
+    assert {r for r in semi} == {r for r in challenge_results if r.attacker == "semi-informed"}
+    assert {(r.condition, r.attacker) for r in results if r.metric == "eer"} == {
+        ("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed")}
+    assert "semi-informed attacker" in (tmp_path / "ev" / "results.md").read_text()
+
+
+def test_model_trained_on_another_system_warns(challenge, tmp_path, caplog):
+    root, out, _, _, _ = challenge
+    evalset = read_data_dir(root / "evalset")
+    anonymise_set(evalset, load_system_config("b2r"), tmp_path / "evalset_b2r", progress=False)
+    with caplog.at_level(logging.WARNING):
+        assert main(_evaluate_args(root, tmp_path / "evalset_b2r", _model_dir(out), tmp_path / "ev")) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("another system than the one evaluated" in w and "trained on b2 (train_b2)" in w
+               and "evaluating b2r output" in w for w in warnings), warnings
+    assert "another system than the one evaluated" in (tmp_path / "ev" / "results.md").read_text()
+
+
+@pytest.mark.parametrize("missing", ["embedding_model.ckpt", "hyperparams.yaml"])
+def test_model_dir_missing_a_file_is_refused_before_writing(challenge, tmp_path, capsys, missing):
+    root, out, _, _, _ = challenge
+    broken = tmp_path / "model"
+    shutil.copytree(_model_dir(out), broken)
+    (broken / missing).unlink()
+    assert main(_evaluate_args(root, out / "anon" / "evalset_b2", broken, tmp_path / "ev")) == 2
+    assert str(broken / missing) in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()
+
+
+def test_unfinished_model_is_refused(challenge, tmp_path, capsys):
+    root, out, _, _, _ = challenge
+    unfinished = tmp_path / "model"
+    shutil.copytree(_model_dir(out), unfinished)
+    training = json.loads((unfinished / "training.json").read_text())
+    (unfinished / "training.json").write_text(json.dumps(training | {"status": "training"}))
+    assert main(_evaluate_args(root, out / "anon" / "evalset_b2", unfinished, tmp_path / "ev")) == 2
+    assert "not 'complete'" in capsys.readouterr().err and not (tmp_path / "ev").exists()
+
+
+def test_bad_challenge_input_fails_before_writing(challenge, tmp_path, capsys):
+    root, _, _, _, _ = challenge
+    one_speaker = read_data_dir(root / "train")
+    make_corpus(tmp_path, n_speakers=1, n_utts=3, name="solo")
+    cases = [
+        (["--train", str(tmp_path / "solo")], "a speaker classifier needs at least 2"),
+        (["--train-set", "sentence_len=3.0"], "no utterance of at least one 3 s chunk"),
+        (["--iemocap", str(root / "evalset"), "--ser-models", str(tmp_path)], "no utt2emo"),
+        (["--iemocap", str(root / "evalset")], "no utt2emo"),
+        (["--set", "bogus=1"], "unknown setting"),
+    ]
+    for extra, message in cases:
+        out = tmp_path / "out"
+        args = challenge_args(root, out, *extra)
+        if extra[0] == "--train":
+            index = args.index("--train")
+            del args[index:index + 2]
+        assert main(args) == 2, extra
+        assert message in capsys.readouterr().err, extra
+        assert not out.exists(), extra
+    assert one_speaker.speakers  # the shared training set itself was left alone
+
+
+def test_old_results_json_reads_with_empty_attacker_and_model():
+    old = '[{"set": "s", "system": "b2", "condition": "a-a", "metric": "eer", "variant": "rocch", ' \
+          '"value": 3.1, "unit": "%"}]'
+    (result,) = from_json(old)
+    assert result == Result("s", "b2", "a-a", "eer", "rocch", 3.1, "%") and result.attacker == result.model == ""
