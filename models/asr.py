@@ -269,12 +269,14 @@ class SpeechBrainASR:
 
 
 WAV2VEC2_CTC_FILES = (SPEECHBRAIN_HPARAMS, "wav2vec2.ckpt", "asr.ckpt", "tokenizer.ckpt")
+SENTENCEPIECE = "sentencepiece.SentencePieceProcessor"
+CTC_TEXT_ENCODER = "speechbrain.dataio.encoder.CTCTextEncoder"
 
 
 def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
     """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN
     (a ``Sequential`` of linear/batch-norm/LeakyReLU blocks, or the recipe's ``VanillaNN``),
-    a ``ctc_lin`` output layer and a sentencepiece tokenizer."""
+    a ``ctc_lin`` output layer and a sentencepiece (or recipe CTCTextEncoder) tokenizer."""
     from voxanon.models.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
 
     def target(name: str) -> str:
@@ -282,7 +284,7 @@ def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
         return node.target if isinstance(node, Tagged) else ""
     return (target("wav2vec2") in WAV2VEC2_WRAPPERS and target("enc").endswith((".Sequential", ".VanillaNN"))
             and target("ctc_lin") == "speechbrain.nnet.linear.Linear"
-            and target("tokenizer") == "sentencepiece.SentencePieceProcessor")
+            and target("tokenizer") in (SENTENCEPIECE, CTC_TEXT_ENCODER))
 
 
 class Wav2Vec2CTCASR(SpeechBrainASR):
@@ -292,7 +294,7 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
     (for its configuration, looked up offline, else read off the weights) and the CTC blank.
     Weights: ``wav2vec2.ckpt`` (the wrapper's ``model.*`` keys), ``asr.ckpt`` (the
     ``ModuleList [enc, ctc_lin]``: ``0.<layer>.w.*`` linear, ``0.<layer>.norm.*`` batch norm,
-    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece). Decoding is speechbrain's greedy
+    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece, or a CTCTextEncoder's label file). Decoding is speechbrain's greedy
     CTC: argmax over the frames within each utterance's relative length, repeats merged,
     blanks dropped, pieces joined by sentencepiece.
     """
@@ -388,6 +390,24 @@ def _frame_batch_norm(channels: int, eps: float):
     return FrameBatchNorm(channels, eps=eps)
 
 
+def _token_decoder(path: Path, tokenizer):
+    """Token ids -> text as EncoderASR does: sentencepiece ``decode_ids``, or a CTCTextEncoder's
+    labels joined without separator."""
+    from voxanon.models.speechbrain_dirs import ModelDirError, read_label_encoder
+
+    if tokenizer.target == CTC_TEXT_ENCODER:
+        labels = read_label_encoder(path)
+        return lambda tokens: "".join(labels[t] for t in tokens)
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.load(str(path))
+    except (OSError, RuntimeError) as error:
+        raise ModelDirError(f"{path}: not a sentencepiece model ({error})") from None
+    return processor.decode_ids
+
+
 def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     """The torch module of :class:`Wav2Vec2CTCASR` with the directory's weights."""
     import torch
@@ -410,13 +430,7 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     decoding = resolve(hparams, hparams.get("decoding_function"))
     blank = int(arguments(hparams, decoding).get("blank_id", 0)) if isinstance(decoding, Tagged) else 0
 
-    import sentencepiece
-
-    tokenizer = sentencepiece.SentencePieceProcessor()
-    try:
-        tokenizer.load(str(directory / "tokenizer.ckpt"))
-    except (OSError, RuntimeError) as error:
-        raise ModelDirError(f"{directory / 'tokenizer.ckpt'}: not a sentencepiece model ({error})") from None
+    decode_tokens = _token_decoder(directory / "tokenizer.ckpt", entry(hparams, "tokenizer", where))
 
     class Wav2Vec2CTCModel(torch.nn.Module):
         """wav2vec2 -> enc DNN -> ctc_lin -> log-softmax; (B, samples), relative lengths -> (B, T, V)."""
@@ -428,7 +442,6 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
             weight = state["1.w.weight"]
             self.ctc_lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="1.w.bias" in state)
             self.blank = blank
-            self.tokenizer = tokenizer
 
         def forward(self, wavs, lengths):
             return torch.log_softmax(self.ctc_lin(self.enc(self.wav2vec2(wavs, lengths))), dim=-1)
@@ -438,7 +451,7 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
             for frames, length in zip(log_probs, lengths):
                 tokens = frames[:int(torch.round(length * log_probs.shape[1]))].argmax(dim=-1).tolist()
                 merged = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
-                texts.append(self.tokenizer.decode_ids([t for t in merged if t != self.blank]))
+                texts.append(decode_tokens([t for t in merged if t != self.blank]))
             return texts
 
     model = Wav2Vec2CTCModel()

@@ -18,7 +18,6 @@ the challenge does (padding would change the wrapper's whole-signal normalisatio
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 from collections.abc import Sequence
@@ -28,36 +27,12 @@ import numpy as np
 from tqdm import tqdm
 
 from voxanon.models.speechbrain_dirs import (HPARAMS_FILE, WAV2VEC2_WRAPPERS, ModelDirError, Tagged, arguments,
-                                             entry, read_hparams, require_files, resolve)
+                                             entry, read_hparams, read_label_encoder, require_files, resolve)
 
 SAMPLE_RATE = 16000
 IEMOCAP_EMOTIONS = ("neu", "ang", "hap", "sad")
 SER_FILES = (HPARAMS_FILE, "wav2vec2.ckpt", "model.ckpt", "label_encoder.txt")
 FOLD_PREFIX = "fold_"
-
-
-def read_label_encoder(path: str | Path) -> tuple[str, ...]:
-    """Labels by index from a speechbrain ``CategoricalEncoder`` file (``'neu' => 0`` lines)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelDirError(f"{path}: missing")
-    by_index: dict[int, str] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.startswith("="):
-            break  # the encoder's own settings follow
-        if not line.strip():
-            continue
-        try:
-            label_text, index_text = line.rsplit(" => ", 1)
-            label, index = ast.literal_eval(label_text), int(index_text)
-        except (ValueError, SyntaxError):
-            raise ModelDirError(f"{path}:{number}: expected \"'label' => index\", got {line!r}") from None
-        if index in by_index:
-            raise ModelDirError(f"{path}:{number}: index {index} given twice")
-        by_index[index] = str(label)
-    if sorted(by_index) != list(range(len(by_index))) or not by_index:
-        raise ModelDirError(f"{path}: indices must run 0..n-1, got {sorted(by_index)}")
-    return tuple(by_index[i] for i in range(len(by_index)))
 
 
 def _checked_audio(audio: np.ndarray, index: int) -> np.ndarray:

@@ -22,6 +22,7 @@ its checkpoint ``wav2vec2.ckpt`` holds a transformers ``Wav2Vec2Model`` under th
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -250,6 +251,31 @@ def require_files(directory: Path, names: tuple[str, ...] | list[str], what: str
     for name in names:
         if not (directory / name).is_file():
             raise ModelDirError(f"{directory / name}: missing (a {what} directory holds {', '.join(names)})")
+
+
+def read_label_encoder(path: str | Path) -> tuple[str, ...]:
+    """Labels by index from a speechbrain ``CategoricalEncoder``/``CTCTextEncoder`` file (``'neu' => 0`` lines),
+    parsed as literals: nothing in it is evaluated."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelDirError(f"{path}: missing")
+    by_index: dict[int, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("="):
+            break  # the encoder's own settings follow
+        if not line.strip():
+            continue
+        try:
+            label_text, index_text = line.rsplit(" => ", 1)
+            label, index = ast.literal_eval(label_text), int(index_text)
+        except (ValueError, SyntaxError):
+            raise ModelDirError(f"{path}:{number}: expected \"'label' => index\", got {line!r}") from None
+        if index in by_index:
+            raise ModelDirError(f"{path}:{number}: index {index} given twice")
+        by_index[index] = str(label)
+    if sorted(by_index) != list(range(len(by_index))) or not by_index:
+        raise ModelDirError(f"{path}: indices must run 0..n-1, got {sorted(by_index)}")
+    return tuple(by_index[i] for i in range(len(by_index)))
 
 
 # The speechbrain wav2vec2 wrapper --------------------------------------------------------------

@@ -96,6 +96,10 @@ enc: !new:speechbrain.lobes.models.VanillaNN.VanillaNN
 wav2vec2: !new:""" + ASR_HPARAMS.split("wav2vec2: !new:", 1)[1]
 """The LibriSpeech CTC recipe's ``enc``: speechbrain's VanillaNN (linear, act, linear_0, act_0)."""
 
+ASR_HPARAMS_CTC_TEXT = ASR_HPARAMS.replace("tokenizer: !new:sentencepiece.SentencePieceProcessor",
+                                           "tokenizer: !new:speechbrain.dataio.encoder.CTCTextEncoder")
+"""A character CTCTextEncoder as the tokenizer, as the recipe's checkpointer saves it."""
+
 SER_HPARAMS = """\
 sample_rate: 16000
 wav2vec2_hub: {hub}
@@ -195,6 +199,17 @@ def write_sentencepiece(path: Path) -> int:
     return processor.vocab_size()
 
 
+def write_ctc_text_encoder(path: Path) -> int:
+    """speechbrain CTCTextEncoder.save format, blank at 0; returns its size."""
+    from speechbrain.dataio.encoder import CTCTextEncoder
+
+    encoder = CTCTextEncoder()
+    encoder.insert_blank(index=0)
+    encoder.update_from_iterable(list("THE CAT SAT ON A MAT HELLO WORLD"))
+    encoder.save(path)
+    return len(encoder)
+
+
 def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS, vanilla: bool = False) -> Path:
     """speechbrain/asr-wav2vec2-librispeech layout with random weights and a tiny wav2vec2
     (``vanilla``: the recipe's VanillaNN ``enc``, with ``ASR_HPARAMS_VANILLA``)."""
@@ -208,7 +223,8 @@ def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS, va
     directory.mkdir(parents=True)
     hub = directory.parent / f"{directory.name}-hub"
     write_hub(hub, large_style=True, seed=seed + 100)
-    n_tokens = write_sentencepiece(directory / "tokenizer.ckpt")
+    n_tokens = (write_ctc_text_encoder(directory / "tokenizer.ckpt") if "CTCTextEncoder" in hparams
+                else write_sentencepiece(directory / "tokenizer.ckpt"))
     (directory / "hyperparams.yaml").write_text(hparams.format(hub=hub, save=directory.parent / "w2v-save",
                                                                n_tokens=n_tokens))
     torch.save(wrapper_state(True, seed), directory / "wav2vec2.ckpt")

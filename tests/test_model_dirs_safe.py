@@ -87,13 +87,14 @@ def test_known_asr_layout_never_evaluates_its_yaml(tmp_path):
     assert not marker.exists()
 
 
-@pytest.fixture(scope="module", params=["sequential", "vanilla"])
+@pytest.fixture(scope="module", params=["sequential", "vanilla", "ctc-text-encoder"])
 def asr_dir(tmp_path_factory, request):
-    from speechbrain_layouts import ASR_HPARAMS_VANILLA
+    from speechbrain_layouts import ASR_HPARAMS_CTC_TEXT, ASR_HPARAMS_VANILLA
 
-    vanilla = request.param == "vanilla"
-    return write_asr_dir(tmp_path_factory.mktemp("sb") / "asr-wav2vec2-librispeech", vanilla=vanilla,
-                         hparams=ASR_HPARAMS_VANILLA if vanilla else ASR_HPARAMS)
+    hparams = {"sequential": ASR_HPARAMS, "vanilla": ASR_HPARAMS_VANILLA,
+               "ctc-text-encoder": ASR_HPARAMS_CTC_TEXT}[request.param]
+    return write_asr_dir(tmp_path_factory.mktemp("sb") / "asr-wav2vec2-librispeech",
+                         vanilla=request.param == "vanilla", hparams=hparams)
 
 
 def test_wav2vec2_ctc_matches_speechbrain_encoder_asr(asr_dir):
