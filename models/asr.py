@@ -294,9 +294,9 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
     (for its configuration, looked up offline, else read off the weights) and the CTC blank.
     Weights: ``wav2vec2.ckpt`` (the wrapper's ``model.*`` keys), ``asr.ckpt`` (the
     ``ModuleList [enc, ctc_lin]``: ``0.<layer>.w.*`` linear, ``0.<layer>.norm.*`` batch norm,
-    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece, or a CTCTextEncoder's label file). Decoding is speechbrain's greedy
-    CTC: argmax over the frames within each utterance's relative length, repeats merged,
-    blanks dropped, pieces joined by sentencepiece.
+    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece, or a CTCTextEncoder's label file).
+    Decoding is speechbrain's greedy CTC: argmax over the frames within each utterance's
+    relative length, repeats merged, blanks dropped, tokens turned into text by the tokenizer.
     """
 
     def _load(self):

@@ -93,7 +93,8 @@ def _classifier_module(directory: Path, hparams: dict, n_labels: int):
     where = directory / HPARAMS_FILE
     layout = {name: resolve(hparams, hparams.get(name)) for name in ("wav2vec2", "avg_pool", "output_mlp")}
     targets = {name: node.target if isinstance(node, Tagged) else "" for name, node in layout.items()}
-    if (targets["wav2vec2"] not in WAV2VEC2_WRAPPERS or targets["avg_pool"] != "speechbrain.nnet.pooling.StatisticsPooling"
+    if (targets["wav2vec2"] not in WAV2VEC2_WRAPPERS
+            or targets["avg_pool"] != "speechbrain.nnet.pooling.StatisticsPooling"
             or targets["output_mlp"] != "speechbrain.nnet.linear.Linear"):
         raise ModelDirError(f"{where}: not the speechbrain wav2vec2 emotion-classifier layout voxanon knows "
                             f"(wav2vec2 wrapper, StatisticsPooling avg_pool, Linear output_mlp); found {targets}")

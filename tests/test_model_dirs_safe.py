@@ -129,7 +129,8 @@ def test_wav2vec2_config_read_off_the_weights_when_no_source_is_at_hand(asr_dir)
     state = {k[len("model."):]: v for k, v in torch.load(asr_dir / "wav2vec2.ckpt").items()}
     inferred = wav2vec2_config_from_state(state)
     reference = tiny_wav2vec2_config(large_style=True)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "conv_dim", "conv_kernel", "conv_bias",
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "conv_dim",
+                 "conv_kernel", "conv_bias",
                  "feat_extract_norm", "do_stable_layer_norm", "num_conv_pos_embeddings",
                  "num_conv_pos_embedding_groups"):
         assert list(np.atleast_1d(getattr(inferred, name))) == list(np.atleast_1d(getattr(reference, name))), name
@@ -145,7 +146,8 @@ def test_asr_without_its_wav2vec2_source_reads_the_configuration_off_the_weights
     (offline / "hyperparams.yaml").write_text(text.replace(hub, "facebook/no-such-model-in-any-cache"))
     wavs = torch.from_numpy(SIGNALS[0])[None]
     with torch.inference_mode():
-        inferred, configured = load_asr(offline)._model(wavs, torch.ones(1)), load_asr(asr_dir)._model(wavs, torch.ones(1))
+        inferred = load_asr(offline)._model(wavs, torch.ones(1))
+        configured = load_asr(asr_dir)._model(wavs, torch.ones(1))
     assert torch.allclose(inferred, configured, atol=1e-6)
 
 

@@ -38,7 +38,8 @@ def iemocap_tree(root: Path, missing_audio: str | None = None) -> Path:
         # As released: a header line, an annotator block per utterance, sub-folders of single votes.
         text = "% [START_TIME - END_TIME] TURN_NAME EMOTION [V, A, D]\n\n"
         for utt in utts:
-            text += emo_line(utt, UTTERANCES[utt][0]) + "C-E2:\tNeutral state;\t()\nA-E3:\tval 3; act 2; dom  2;\t()\n\n"
+            text += (emo_line(utt, UTTERANCES[utt][0])
+                     + "C-E2:\tNeutral state;\t()\nA-E3:\tval 3; act 2; dom  2;\t()\n\n")
         (evaluation / f"{dialog}.txt").write_text(text)
         (evaluation / "Categorical").mkdir(exist_ok=True)
         (evaluation / "Categorical" / f"{dialog}_e1_cat.txt").write_text(
