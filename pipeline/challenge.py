@@ -398,22 +398,18 @@ def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
 
 def attacker_comparison(results) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """(header, rows): per set and system, the EER (%) of o-o (original speech, the set's) and of the
-    ignorant, lazy-informed and semi-informed attackers, each column naming its model."""
+    ignorant, lazy-informed and semi-informed attackers, then the models of the last two."""
     from voxanon.eval.tables import format_value
 
     columns = (("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed"))
     eers = {(r.set, r.system, r.condition, r.attacker): r for r in results
             if r.metric == "eer" and (r.condition, r.attacker) in columns and not r.system.startswith("published")}
-    models = {}
-    for (_, _, condition, attacker), r in eers.items():
-        models.setdefault((condition, attacker), r.model)
-    header = ("set", "system", *(f"{attacker or condition} EER (%) [{models.get((condition, attacker), '-')}]"
-                                 for condition, attacker in columns))
+    header = ("set", "system", *(f"{attacker} {condition} EER (%)" if attacker else f"{condition} EER (%)"
+                                 for condition, attacker in columns), "lazy-informed model", "semi-informed model")
     rows = []
     for set_name, system in dict.fromkeys((s, system) for s, system, _, _ in eers if system != "original"):
-        cells = []
-        for condition, attacker in columns:
-            found = eers.get((set_name, "original" if condition == "o-o" else system, condition, attacker))
-            cells.append(format_value(found) if found is not None else "-")
-        rows.append((set_name, system, *cells))
+        found = [eers.get((set_name, "original" if condition == "o-o" else system, condition, attacker))
+                 for condition, attacker in columns]
+        rows.append((set_name, system, *(format_value(r) if r is not None else "-" for r in found),
+                     *(r.model if r is not None else "-" for r in found[2:])))
     return header, rows

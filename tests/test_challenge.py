@@ -10,6 +10,7 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.eval.results import Result, from_json
+from voxanon.models.checkpoints import safe_load
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
@@ -203,3 +205,37 @@ def test_old_results_json_reads_with_empty_attacker_and_model():
           '"value": 3.1, "unit": "%"}]'
     (result,) = from_json(old)
     assert result == Result("s", "b2", "a-a", "eer", "rocch", 3.1, "%") and result.attacker == result.model == ""
+
+
+@pytest.mark.slow
+def test_challenge_under_ray_gives_the_local_outputs(challenge, tmp_path):
+    """The Ray backend (a local two-node cluster) anonymises and embeds for the challenge: same bytes, same numbers."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    root, out, first, _, _ = challenge
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        args = challenge_args(root, tmp_path / "ray", "--backend", "ray", "--ray-address", cluster.address)
+        args[args.index("--cache") + 1] = str(tmp_path / "cache")
+        assert main(args) == 0
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    stages = json.loads((tmp_path / "ray" / "challenge.json").read_text())["stages"]
+    assert stages["anonymise evaluation sets"]["processed"] == 12 and stages["evaluate"]["computed"] > 0
+    for wav in sorted((out / "anon").rglob("*.wav")):
+        assert (tmp_path / "ray" / wav.relative_to(out)).read_bytes() == wav.read_bytes(), wav
+    manifest = json.loads((tmp_path / "ray" / "anon" / "evalset_b2" / "run.json").read_text())
+    assert manifest["backend"]["name"] == "ray"
+    # The same weights (torch.save names its archive after the temporary file, so the checkpoints' bytes, and the
+    # model labels' sha256, differ).
+    ray_model = Path(stages["train attacker"]["model"])
+    local_state, ray_state = (safe_load(d / "embedding_model.ckpt") for d in (_model_dir(out), ray_model))
+    assert local_state.keys() == ray_state.keys() and all(torch.equal(local_state[k], ray_state[k]) for k in local_state)
+    without_model = [replace(r, model="") if r.attacker == "semi-informed" else r
+                     for r in from_json((tmp_path / "ray" / "results.json").read_text())]
+    assert without_model == [replace(r, model="") if r.attacker == "semi-informed" else r
+                             for r in from_json(first["results"])]

@@ -83,7 +83,7 @@ def run_semi_informed(args: argparse.Namespace) -> int:
         results += outcome.evaluation.results
         print(f"{system}:\n  " + stage_summary(outcome.stages).replace("\n", "\n  ") + f"\n  report: {outcome.report}")
     header, rows = attacker_comparison(results)
-    print(markdown(Table(header, tuple(rows), (False, False) + (True,) * (len(header) - 2))))
+    print(markdown(Table(header, tuple(rows), (False, False) + (True,) * (len(header) - 4) + (False, False))))
     print(f"semi-informed: a tiny ECAPA-TDNN trained on the system's anonymised speech of other speakers; "
           f"lazy-informed: the evaluation model (GE2E) on the same anonymised enrolment and trials. "
           f"{time.monotonic() - started:.0f} s in all.")
