@@ -8,8 +8,8 @@ pipes, so it reads in a terminal and renders as GitHub Markdown. The HTML report
 Columns come in a fixed order: ASV privacy (EER, Cllr, linkability), then ZEBRA,
 voice similarity, utility, then metrics this module does not know (by name). Within
 a metric, variants then conditions follow their catalogue order (``o-o``, ``o-a``,
-``a-a``, ...), then attackers (an a-a column per attacker: lazy-informed, semi-informed). Rows keep the order in which sets first appear, with ``original``
-first within a set. Missing cells show as ``-``.
+``a-a``, ...), then attackers (an a-a column per attacker: lazy-informed, semi-informed).
+Rows keep the order in which sets first appear, with ``original`` first within a set. Missing cells show as ``-``.
 """
 from __future__ import annotations
 

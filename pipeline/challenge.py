@@ -116,8 +116,7 @@ def attacker_identity(hparams: dict, train_sets: list[dict]) -> str:
     from voxanon.pipeline.asv_training import FREE_SETTINGS
 
     shaping = {k: v for k, v in hparams.items() if k not in FREE_SETTINGS}
-    data = [{k: v for k, v in entry.items() if k != "path"} | {"anonymisation": _anonymisation_key(entry)}
-            for entry in train_sets]
+    data = [_comparable(entry) for entry in train_sets]
     return hashlib.sha256(json.dumps([shaping, data], sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -146,7 +145,9 @@ def finished_attacker(model_dir: Path, hparams: dict, train_sets: list[dict]) ->
 
 
 def _comparable(entry: dict) -> dict:
-    return {k: v for k, v in entry.items() if k != "anonymisation"} | {"anonymisation": _anonymisation_key(entry)}
+    """A training set's identity without its place (a moved output folder keeps its model) or run status."""
+    return ({k: v for k, v in entry.items() if k not in ("anonymisation", "path")}
+            | {"anonymisation": _anonymisation_key(entry)})
 
 
 def _read_sets(paths: list[Path], allow_pipes: bool, what: str) -> list[DataDir]:
@@ -340,7 +341,8 @@ def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, 
         from voxanon.eval.published import load_published, published_beside
 
         present = {(r.set, r.system) for r in results}
-        rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL)) if (r.set, r.system) not in present]
+        rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL))
+                 if (r.set, r.system) not in present]
     return rows
 
 

@@ -123,6 +123,34 @@ def test_more_epochs_train_the_same_model_further(challenge, tmp_path):
     assert json.loads((model / "training.json").read_text())["epochs_done"] == 3
 
 
+def test_challenge_with_iemocap_scores_ser_uar_beside_the_published_figures(challenge, tmp_path):
+    import shutil as copier
+
+    from speechbrain_layouts import write_ser_dir
+    from test_ser import UTTERANCES, write_set
+
+    root, out, _, _, _ = challenge
+    copy = tmp_path / "out"
+    copier.copytree(out, copy)
+    iemocap = write_set(tmp_path / "IEMOCAP_dev", UTTERANCES, 0.5)
+    source = write_ser_dir(tmp_path / "ser_source" / "fold_1")   # beside its tiny wav2vec2 hub folder
+    models = tmp_path / "ser"
+    for fold in ("fold_1", "fold_2"):
+        copier.copytree(source, models / fold, ignore=copier.ignore_patterns("collected"))
+    args = challenge_args(root, copy, "--iemocap", str(iemocap), "--ser-models", str(models))
+    assert main(args) == 0
+    stages = json.loads((copy / "challenge.json").read_text())["stages"]
+    assert stages["train attacker"]["trained"] is False
+    assert stages["anonymise evaluation sets"]["processed"] == len(UTTERANCES)
+    results = from_json((copy / "results.json").read_text())
+    uar = {r.system: r for r in results if r.set == "IEMOCAP_dev" and r.metric == "uar" and r.variant == "all"}
+    assert set(uar) == {"original", "b2"} and {r.model for r in uar.values()} == {"ser"}
+    assert any(r.system == "published (VPC 2024) B2" and r.metric == "uar" and r.set == "IEMOCAP_dev"
+               for r in results)
+    assert main(args) == 0
+    assert json.loads((copy / "challenge.json").read_text())["stages"]["evaluate"]["computed"] == 0
+
+
 def _evaluate_args(root: Path, anon: Path, model: Path, out: Path) -> list[str]:
     return ["evaluate", "--protocol", "vpc2024", "--orig", str(root / "evalset"), "--anon", str(anon), "--system", "b2",
             "--asv-model", str(model), "--set", "asr=null", "--cache", str(root / "cache"), "--out", str(out)]
@@ -234,7 +262,8 @@ def test_challenge_under_ray_gives_the_local_outputs(challenge, tmp_path):
     # model labels' sha256, differ).
     ray_model = Path(stages["train attacker"]["model"])
     local_state, ray_state = (safe_load(d / "embedding_model.ckpt") for d in (_model_dir(out), ray_model))
-    assert local_state.keys() == ray_state.keys() and all(torch.equal(local_state[k], ray_state[k]) for k in local_state)
+    assert local_state.keys() == ray_state.keys()
+    assert all(torch.equal(local_state[k], ray_state[k]) for k in local_state)
     without_model = [replace(r, model="") if r.attacker == "semi-informed" else r
                      for r in from_json((tmp_path / "ray" / "results.json").read_text())]
     assert without_model == [replace(r, model="") if r.attacker == "semi-informed" else r
