@@ -150,19 +150,6 @@ def _comparable(entry: dict) -> dict:
             | {"anonymisation": _anonymisation_key(entry)})
 
 
-def _read_sets(paths: list[Path], allow_pipes: bool, what: str) -> list[DataDir]:
-    sets = [read_data_dir(Path(p), allow_pipes=allow_pipes) for p in paths]
-    _check_unique_names(sets, what)
-    return sets
-
-
-def _check_unique_names(sets: list[DataDir], what: str) -> None:
-    names = [d.name for d in sets]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise VoxanonError(f"{what}: two sets named {repeated[0]!r}; their anonymised twins would share a folder")
-
-
 class _Anonymiser:
     """Anonymises sets into ``<out>/anon/<set>_<system>`` once each, counting what the runner did."""
 
@@ -171,14 +158,26 @@ class _Anonymiser:
         self.done: dict[str, DataDir] = {}
         self.counts = {"processed": 0, "resumed": 0, "sets": 0}
 
+    def target(self, data: DataDir) -> Path:
+        return Path(self.inputs.out) / ANON_DIR / f"{data.name}_{self.config['name']}"
+
+    def check_targets(self, sets: list[DataDir]) -> None:
+        """Two different sets with one name would be anonymised into one folder: an error, before any work."""
+        sources: dict[Path, str] = {}
+        for data in sets:
+            source = str(data.path.resolve()) if data.path else data.name
+            if sources.setdefault(self.target(data), source) != source:
+                raise VoxanonError(f"{sources[self.target(data)]} and {source} are both named {data.name!r}: their "
+                                   f"anonymised twins would share {self.target(data)}; rename one")
+
     def __call__(self, data: DataDir) -> DataDir:
         from voxanon.pipeline.runner import anonymise_set
 
         key = str(data.path.resolve()) if data.path else data.name
         if key not in self.done:
-            result = anonymise_set(data, self.config, self.inputs.out / ANON_DIR / f"{data.name}_{self.config['name']}",
-                                   workers=self.inputs.workers, allow_pipes=self.inputs.allow_pipes,
-                                   progress=self.inputs.progress, backend=self.inputs.backend)
+            result = anonymise_set(data, self.config, self.target(data), workers=self.inputs.workers,
+                                   allow_pipes=self.inputs.allow_pipes, progress=self.inputs.progress,
+                                   backend=self.inputs.backend)
             if not result.ok:
                 raise VoxanonError(f"{self.config['name']}: {len(result.failures)} utterance(s) of {data.name} "
                                    f"failed; see {result.out_dir / 'failures.tsv'}")
@@ -209,17 +208,17 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     protocol = _protocol(inputs)
     hparams = resolve_hparams(None, inputs.train_overrides)
     train_sets = read_training_sets(inputs.train, inputs.allow_pipes)
-    _check_unique_names(train_sets, "--train")
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
-    iemocap_sets = _read_sets(inputs.iemocap, inputs.allow_pipes, "--iemocap")
+    iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
     classifiers = _check_ser(iemocap_sets, inputs)
     stages: dict = {}
 
-    if not _attacker_possibly_done(out, system, hparams, train_sets, config):
+    anonymise = _Anonymiser(inputs, config)
+    anonymise.check_targets([*train_sets, *(d for s in eval_sets for d in (s.enroll, s.trials)), *iemocap_sets])
+    if not _attacker_possibly_done(out, system, hparams, [anonymise.target(d) for d in train_sets]):
         # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
         # keeps every utterance's length; running them here fails before anything is anonymised.
         prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False)
-    anonymise = _Anonymiser(inputs, config)
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()
@@ -264,7 +263,8 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     evaluation.computed = cache.computed
     stages["evaluate"] = {"computed": cache.computed, "seconds": _since(stage_start)}
 
-    notes = {"protocol": protocol["name"], "system": f"{system} (config hash {_config_hash(config)})",
+    hashes = sorted({i["anonymisation"]["config_hash"] for i in identities if i.get("anonymisation")})
+    notes = {"protocol": protocol["name"], "system": f"{system} (config hash {', '.join(hashes)})",
              "training sets": ", ".join(str(d.path) for d in train_sets), "attacker model": str(model_dir),
              "evaluation sets": str(inputs.data)}
     if iemocap_sets:
@@ -280,25 +280,16 @@ def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
-def _config_hash(config: dict) -> str:
-    from voxanon.pipeline.systems import config_hash
-
-    return config_hash(config)
-
-
-def _attacker_possibly_done(out: Path, system: str, hparams: dict, train_sets: list[DataDir], config: dict) -> bool:
-    """Whether a finished attacker for these settings may exist already (then the training data were checked
-    when it was trained): the anonymised training sets exist, and their identity names a complete model."""
+def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
+    """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
+    settings (then their data passed train_asv's checks when it was trained)."""
     from voxanon.pipeline.asv_training import data_identity
 
-    anonymised = [out / ANON_DIR / f"{d.name}_{system}" for d in train_sets]
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False
     try:
         identities = [data_identity(read_data_dir(p)) for p in anonymised]
     except VoxanonError:
-        return False
-    if any(_anonymisation_key(i) != {"system": system, "config_hash": _config_hash(config)} for i in identities):
         return False
     return finished_attacker(out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}", hparams,
                              identities)

@@ -209,7 +209,9 @@ def test_bad_challenge_input_fails_before_writing(challenge, tmp_path, capsys):
     root, _, _, _, _ = challenge
     one_speaker = read_data_dir(root / "train")
     make_corpus(tmp_path, n_speakers=1, n_utts=3, name="solo")
+    make_corpus(tmp_path / "elsewhere", n_speakers=2, n_utts=3, name="evalset")
     cases = [
+        (["--train", str(tmp_path / "elsewhere" / "evalset")], "both named 'evalset'"),
         (["--train", str(tmp_path / "solo")], "a speaker classifier needs at least 2"),
         (["--train-set", "sentence_len=3.0"], "no utterance of at least one 3 s chunk"),
         (["--iemocap", str(root / "evalset"), "--ser-models", str(tmp_path)], "no utt2emo"),
