@@ -270,3 +270,31 @@ def test_challenge_under_ray_gives_the_local_outputs(challenge, tmp_path):
                      for r in from_json((tmp_path / "ray" / "results.json").read_text())]
     assert without_model == [replace(r, model="") if r.attacker == "semi-informed" else r
                              for r in from_json(first["results"])]
+
+
+def test_demo_split_keeps_attacker_speakers_out_of_the_trials(tmp_path):
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+    from voxanon.pipeline.challenge import demo_split
+
+    demo = read_data_dir(demo_corpus_dir())
+    train_dir, eval_dir, note = demo_split(demo, tmp_path)
+    train, evaluation = read_data_dir(train_dir), read_data_dir(eval_dir)
+    assert not set(train.speakers) & set(evaluation.speakers)
+    assert set(train.speakers) | set(evaluation.speakers) == set(demo.speakers)
+    assert train.trials is None and train.enrolls is None and len(train.wav) == 14 * len(train.speakers)
+    assert {t.enrol_speaker for t in evaluation.trials} == set(evaluation.speakers)
+    assert {evaluation.utt2spk[t.test_utt] for t in evaluation.trials} == set(evaluation.speakers)
+    assert sorted(evaluation.spk2gender.values()) == ["f"] * 3 + ["m"] * 3
+    assert all(Path(path).is_absolute() and Path(path).is_file() for path in evaluation.wav.values())
+    assert note.startswith("speaker-disjoint") and "60 target and 120 non-target" in note
+
+
+@pytest.mark.slow
+def test_demo_semi_informed_prints_both_attackers_for_b2_and_b2r(tmp_path, capsys):
+    assert main(["demo", "--semi-informed", "--out", str(tmp_path), "--attacker-epochs", "2", "--workers", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "speaker-disjoint" in printed
+    lines = [line for line in printed.splitlines() if line.startswith("| demo_eval")]
+    assert [line.split("|")[2].strip() for line in lines] == ["b2", "b2r"]
+    header = next(line for line in printed.splitlines() if line.startswith("| set"))
+    assert "lazy-informed a-a EER (%)" in header and "semi-informed a-a EER (%)" in header
