@@ -19,7 +19,8 @@ command's imports or joining the cluster.
 Printed: throughput (utterances/s and audio s/s), Ray efficiency = Ray throughput / local
 throughput at the same worker count (target >= 0.9 for the neural chain), B2's per-utterance
 overhead of Ray ((Ray wall - local wall) / utterances), the cluster's start-up time, and whether
-every Ray output is byte-identical to the local one.
+every Ray output is byte-identical to the local one. The cluster's workers run at nice 0, as the
+local backend's processes do (Ray's default is 15, see the README's "Scaling out").
 
     .venv/bin/python benchmarks/ray_scaling.py [--rounds 2] [--b2-utterances 182] [--resynth-utterances 30]
                                                [--workloads b2,resynth]
@@ -93,6 +94,9 @@ def main() -> None:
         from ray.cluster_utils import Cluster
 
 
+        # Ray runs workers at nice 15 by default: on a shared machine other users' work would starve
+        # them, and not the local backend's processes (nice 0). Same priority for both.
+        os.environ["RAY_worker_niceness"] = "0"
         started = time.perf_counter()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         cluster.add_node(num_cpus=1)

@@ -143,6 +143,10 @@ class RayBackend:
             return
         if self.options.address is not None:
             _check_reachable(self.options.address)
+        else:
+            # Ray runs its workers at nice 15 by default; the local backend's processes run at the
+            # user's priority, and so do the workers of the instance started here.
+            os.environ.setdefault("RAY_worker_niceness", "0")
         started = time.time()
         try:
             ray.init(address=self.options.address, include_dashboard=False, logging_level=logging.WARNING,

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import make_corpus
@@ -34,10 +35,13 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    with pytest.MonkeyPatch.context() as patch:
+        # Ray's default nice 15 for workers would let other jobs on a shared machine starve the actors.
+        patch.setenv("RAY_worker_niceness", "0")
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     try:
         for _ in range(2):
-            cluster.add_node(num_cpus=1)
+            cluster.add_node(num_cpus=1, env_vars={"RAY_worker_niceness": "0"})
         cluster.wait_for_nodes()
         yield cluster
     finally:
@@ -197,10 +201,26 @@ def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_pa
               "--cache", "none", "--set", "asr=null"]
     assert main(common + ["--out", str(tmp_path / "local")]) == 0
     assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
-                          "--workers", "2"]) == 0
+                          "--workers", "1", "--batch-size", "16"]) == 0
     local = json.loads((tmp_path / "local" / "results.json").read_text())
     remote = json.loads((tmp_path / "ray" / "results.json").read_text())
     assert remote == local and local
+
+
+def test_pool_build_under_ray_gives_the_local_vectors(cluster, tmp_path, monkeypatch):
+    from voxanon.models.pseudo_speaker import load_pool
+
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))    # actors get the driver's VOXANON_HOME
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    corpus = make_corpus(tmp_path, n_speakers=4, n_utts=2, seconds=0.5, name="poolsrc")
+    common = ["pool", "build", "--data", str(corpus.path), "--cache", "none", "--batch-size", "2"]
+    assert main(common + ["--out", str(tmp_path / "local")]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
+                          "--workers", "2"]) == 0
+    local, remote = load_pool(tmp_path / "local"), load_pool(tmp_path / "ray")
+    assert remote.utterances.ids == local.utterances.ids and len(local.utterances.ids) == 8
+    assert np.array_equal(remote.utterances.matrix, local.utterances.matrix)
+    assert np.array_equal(remote.global_vector, local.global_vector)
 
 
 def test_an_unreachable_cluster_fails_at_once_claiming_nothing(tmp_path):
