@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from voxanon.data_prep.atomic import atomic_path
 from voxanon.data_prep.errors import VoxanonError
 
 
@@ -112,6 +113,13 @@ def restricted_pickle_module(unpickler: type[pickle.Unpickler]) -> types.SimpleN
 
 
 _AllowListPickleModule = restricted_pickle_module(AllowListUnpickler)
+
+
+def atomic_torch_save(obj, path: str | Path) -> None:
+    """``torch.save`` written atomically. Saved through a file object, so the archive's inner folder is
+    torch's fixed ``archive`` rather than the temporary file's name: identical objects give identical bytes."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
 
 
 def safe_load(path: str | Path) -> dict:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,6 +450,8 @@ class AsvTrainer:
     def save_checkpoint(self) -> Path:
         import torch
 
+        from voxanon.models.checkpoints import atomic_torch_save
+
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -460,8 +461,7 @@ class AsvTrainer:
                  "position": self.position, "running": dict(self.running), "history": json.dumps(self.history),
                  "rng": rng}
         target = self.out_dir / CHECKPOINT_DIR / f"ckpt_{self.step:010d}_{self.epoch:04d}_{self.position:07d}.pt"
-        with atomic_path(target) as tmp:
-            torch.save(state, tmp)
+        atomic_torch_save(state, target)
         for older in self.checkpoint_paths():
             if older != target:
                 older.unlink(missing_ok=True)
@@ -513,7 +513,6 @@ class AsvTrainer:
                                            persistent_workers=False)
 
     def train_epoch(self) -> None:
-        import torch
         from tqdm import tqdm
 
         batches = epoch_batches(len(self.data.train), self.choices, self.h["batch_size"], self.h["seed"], self.epoch)
@@ -653,14 +652,13 @@ pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
 
 def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
     """The speechbrain model files, each written atomically."""
-    import torch
     from speechbrain.dataio.encoder import CategoricalEncoder
 
+    from voxanon.models.checkpoints import atomic_torch_save
     from voxanon.models.speaker import EMBEDDING_FILE
 
     for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
-        with atomic_path(out_dir / name) as tmp:
-            torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, tmp)
+        atomic_torch_save({k: v.detach().cpu() for k, v in module.state_dict().items()}, out_dir / name)
     encoder = CategoricalEncoder()
     encoder.update_from_iterable(speakers)
     for name in (LABEL_ENCODER_FILE, PRETRAINER_LABEL_ENCODER_FILE):

@@ -48,7 +48,7 @@ from typing import Iterable
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
+from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.digest import sha256_file
@@ -375,10 +375,9 @@ class VocoderTrainer:
     def __init__(self, options: VocoderTrainingOptions, features: FeatureSet):
         import torch
 
-        from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator
+        from voxanon.models.hifigan import HifiganGenerator
         from voxanon.models.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
                                                      MultiScaleDiscriminator)
-        from voxanon.models.registry import load_model_set
 
         self.options = options
         self.features = features
@@ -547,6 +546,7 @@ class VocoderTrainer:
     def save_checkpoint(self) -> Path:
         import torch
 
+        from voxanon.models.checkpoints import atomic_torch_save
         from voxanon.models.hifigan_training import to_jik876_generator_state
 
         out = self.options.out
@@ -561,11 +561,9 @@ class VocoderTrainer:
                  "scaler_g": self.scaler_g.state_dict(), "scaler_d": self.scaler_d.state_dict(),
                  "rng": rng, "data_order": self.sampler.state_dict(),
                  "format": CHECKPOINT_FORMAT, "settings": json.dumps(self.run_settings(), sort_keys=True)}
-        with atomic_path(out / f"do_{name}") as tmp:
-            torch.save(state, tmp)
+        atomic_torch_save(state, out / f"do_{name}")
         generator_path = out / f"g_{name}"
-        with atomic_path(generator_path) as tmp:
-            torch.save({"generator": to_jik876_generator_state(self.generator.state_dict())}, tmp)
+        atomic_torch_save({"generator": to_jik876_generator_state(self.generator.state_dict())}, generator_path)
         if self.options.keep_last:
             for step in checkpoint_pairs(out)[:-self.options.keep_last]:
                 for prefix in ("do", "g"):

@@ -10,8 +10,8 @@ from unittest import mock
 import pytest
 import torch
 
-from voxanon.models.checkpoints import (CheckpointError, OpaqueConfig, UnsafeCheckpointError, fold_weight_norm,
-                                        safe_load, split_weight_norm)
+from voxanon.models.checkpoints import (CheckpointError, OpaqueConfig, UnsafeCheckpointError, atomic_torch_save,
+                                        fold_weight_norm, safe_load, split_weight_norm)
 
 
 class DictConfig:
@@ -134,3 +134,13 @@ def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
     legacy = tmp_path / "plain.pt"
     torch.save({"w": torch.arange(3.0)}, legacy, _use_new_zipfile_serialization=False)
     assert safe_load(legacy)["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_atomic_torch_save_gives_identical_bytes_for_identical_objects(tmp_path):
+    state = {"weight": torch.arange(6.0).reshape(2, 3), "step": 3}
+    first, second = tmp_path / "a" / "embedding_model.ckpt", tmp_path / "b" / "embedding_model.ckpt"
+    atomic_torch_save(state, first)
+    atomic_torch_save(state, second)
+    assert first.read_bytes() == second.read_bytes()
+    assert torch.equal(safe_load(first)["weight"], state["weight"])
+    assert not [p for p in first.parent.iterdir() if p != first]
