@@ -185,8 +185,11 @@ class RayBackend:
 
     def outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
         """The runner's outcomes of ``batches`` (any order); a batch lost too often comes back as failures."""
-        from voxanon.pipeline.runner import Outcome
+        from voxanon.pipeline.runner import Outcome, _parallel_batches
 
+        self.connect()
+        # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
+        batches = _parallel_batches(batches, self._worker_count(len(batches)))
         make = functools.partial(_system_worker, config, allow_pipes)
         for batch, results, error in self.map_batches(make, batches, str(output_dir)):
             if error is None:
