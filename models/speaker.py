@@ -17,7 +17,7 @@ GE2E (``resemblyzer``, bundled weights) is :class:`voxanon.models.ge2e.GE2EEncod
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +54,16 @@ class EcapaConfig:
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor], embedding_mean_norm: bool = False) -> "EcapaConfig":
-        """Channel sizes read off an ECAPA_TDNN state dict (kernels and dilations are the standard ones)."""
+        """Channel and kernel sizes read off an ECAPA_TDNN state dict; the dilations, which no weight shows, are
+        the standard ones (:meth:`from_directory` reads them from the folder's ``hyperparams.yaml``)."""
         try:
             blocks = {k.split(".")[4] for k in state if k.startswith("blocks.1.res2net_block.blocks.")}
             return cls(channels=tuple(int(state[f"blocks.{i}.conv.conv.weight" if i == 0 else
                                                f"blocks.{i}.tdnn1.conv.conv.weight"].shape[0]) for i in range(4))
                        + (int(state["mfa.conv.conv.weight"].shape[0]),),
+                       kernel_sizes=tuple(int(state[key].shape[-1]) for key in (
+                           "blocks.0.conv.conv.weight", *(f"blocks.{i}.res2net_block.blocks.0.conv.conv.weight"
+                                                          for i in range(1, 4)), "mfa.conv.conv.weight")),
                        lin_neurons=int(state["fc.conv.weight"].shape[0]),
                        n_mels=int(state["blocks.0.conv.conv.weight"].shape[1]),
                        attention_channels=int(state["asp.tdnn.conv.conv.weight"].shape[0]),
@@ -68,6 +72,27 @@ class EcapaConfig:
                        embedding_mean_norm=embedding_mean_norm)
         except KeyError as error:
             raise CheckpointError(f"not a speechbrain ECAPA_TDNN state dict (missing {error})") from None
+
+    @classmethod
+    def from_directory(cls, directory: str | Path, embedding_mean_norm: bool = False) -> "EcapaConfig":
+        """The configuration of a speechbrain model folder: sizes from ``embedding_model.ckpt``, dilations from
+        the ``embedding_model`` entry of its ``hyperparams.yaml`` when there is one (read as data; runs nothing)."""
+        from voxanon.models.speechbrain_dirs import HPARAMS_FILE, Tagged, arguments, entry, read_hparams
+
+        directory = Path(directory)
+        config = cls.from_state(safe_load(directory / EMBEDDING_FILE), embedding_mean_norm)
+        if not (directory / HPARAMS_FILE).is_file():
+            return config
+        hparams = read_hparams(directory / HPARAMS_FILE)
+        node = entry(hparams, "embedding_model", directory / HPARAMS_FILE) if "embedding_model" in hparams else None
+        dilations = arguments(hparams, node).get("dilations") if isinstance(node, Tagged) else None
+        if dilations is None:
+            return config
+        if not (isinstance(dilations, list) and len(dilations) == len(config.kernel_sizes)
+                and all(isinstance(d, int) and d > 0 for d in dilations)):
+            raise CheckpointError(f"{directory / HPARAMS_FILE}: embedding_model dilations {dilations!r} are not "
+                                  f"{len(config.kernel_sizes)} positive integers")
+        return replace(config, dilations=tuple(dilations))
 
 
 SSL_SAS_ECAPA = EcapaConfig()

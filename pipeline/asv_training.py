@@ -72,7 +72,6 @@ UTT_SELECTIONS = ("spk-diverse-sess", "spk-random", "spk-sess")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Settings that do not change the trained weights: a resumed run may differ in them.
 FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval_minutes")
-STANDARD_KERNELS, STANDARD_DILATIONS = [5, 3, 3, 3, 1], [1, 2, 3, 4, 1]
 
 
 # Settings ------------------------------------------------------------------------------------------
@@ -695,9 +694,6 @@ def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | No
     """
     out_dir = Path(out_dir)
     h = resolve_hparams(hparams, set_options)
-    if h["kernel_sizes"] != STANDARD_KERNELS or h["dilations"] != STANDARD_DILATIONS:
-        log.warning("kernel_sizes/dilations differ from ECAPA's standard ones: speechbrain loads the model from "
-                    "hyperparams.yaml, but voxanon's ecapa:DIR loader assumes the standard ones")
     sets = read_training_sets(data_dirs, allow_pipes)
     data = prepare_training_data(sets, h, allow_pipes, progress)
     trainer = AsvTrainer(h, data, out_dir, device, precision, workers, allow_pipes, progress)

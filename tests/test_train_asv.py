@@ -301,3 +301,23 @@ def test_epoch_order_depends_on_seed_and_epoch_only_and_never_leaves_one_utteran
     assert all(0 <= start < 1000 for b in batches for _, start in b)
     with pytest.raises(VoxanonError, match="batch_size must be an integer >= 2"):
         resolve_hparams({"batch_size": 1})
+
+
+def test_non_standard_kernels_and_dilations_load_as_speechbrain_builds_them(tmp_path):
+    """Kernel sizes come from the weight shapes, dilations (which no weight shows) from hyperparams.yaml."""
+    from speechbrain.inference.speaker import EncoderClassifier
+
+    from voxanon.models.asv_model import SpeakerClassifier
+    from voxanon.pipeline.asv_training import ecapa_config
+
+    hparams = resolve_hparams({**TINY, "kernel_sizes": [3, 5, 3, 1, 1], "dilations": [1, 3, 2, 1, 1]})
+    torch.manual_seed(0)
+    export_model(SpeakerClassifier(ecapa_config(hparams), 3), hparams, ["a", "b", "c"], tmp_path)
+    tag, build = speaker_encoder_factory(f"ecapa:{tmp_path}")
+    ours = build()
+    assert ours.config.kernel_sizes == (3, 5, 3, 1, 1) and ours.config.dilations == (1, 3, 2, 1, 1)
+    assert tag.endswith("-dil1.3.2.1.1")
+    wave = np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1
+    reference = EncoderClassifier.from_hparams(source=str(tmp_path), savedir=None)
+    expected = reference.encode_batch(torch.from_numpy(wave)[None]).reshape(-1).numpy()
+    assert np.abs(expected - ours.embed([wave])[0]).max() < 1e-5

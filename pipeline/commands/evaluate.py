@@ -46,19 +46,23 @@ def speaker_encoder_factory(spec: str):
     kind, _, directory = spec.partition(":")
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
-    from voxanon.models.checkpoints import safe_load
     from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, EcapaEncoder
 
     checkpoint = Path(directory) / EMBEDDING_FILE
     if not checkpoint.is_file():
         raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
 
+    config = EcapaConfig.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb")
+
     def build():
-        config = EcapaConfig.from_state(safe_load(checkpoint), embedding_mean_norm=kind == "ecapa-voxceleb")
         return EcapaEncoder.from_directory(directory, config)
 
-    # The checkpoint's content names the cache, so two model folders never share embeddings.
-    return f"{kind}-{sha256_file(checkpoint)[:16]}", build
+    # The checkpoint's content names the cache, so two model folders never share embeddings; a geometry
+    # other than the standard one (dilations from hyperparams.yaml) gives other embeddings from the same weights.
+    tag = f"{kind}-{sha256_file(checkpoint)[:16]}"
+    if config.dilations != EcapaConfig().dilations:
+        tag += f"-dil{'.'.join(map(str, config.dilations))}"
+    return tag, build
 
 
 def encoder_label(spec: str, tag: str) -> str:
