@@ -92,17 +92,19 @@ def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
 
 
 def embed_data_dirs(data_dirs: list[DataDir], models: str = "ssl-sas", cache: ContentCache | None = None, *,
-                    allow_failures: bool = False, backend=None, batch_size: int | None = None) -> CorpusEmbeddings:
+                    allow_failures: bool = False, backend=None, batch_size: int | None = None,
+                    progress: bool = True) -> CorpusEmbeddings:
     """ECAPA vectors of every utterance of ``data_dirs`` (utterance ids must be unique across them).
 
     Utterances whose audio cannot be used are listed in the result's ``failures``; unless
     ``allow_failures``, any of them is an error naming the files. The progress bar (stderr) shows
-    when stderr is a terminal. ``backend`` (a :class:`voxanon.pipeline.ray_backend.RayBackend`;
+    when stderr is a terminal and ``progress`` is true. ``backend`` (a :class:`voxanon.pipeline.ray_backend.RayBackend`;
     None: this process) runs the encoder's batches of ``batch_size`` utterances.
     """
     cache = cache if cache is not None else ContentCache(default_cache_dir())
     tag, random_models, computation = model_set_encoder(models)
     computation.backend = backend
+    computation.progress = progress
     if batch_size is not None:
         computation.batch_size = batch_size
     utt2spk: dict[str, str] = {}

@@ -56,7 +56,8 @@ class CachedComputation:
     cannot be used are collected in ``failures`` (key -> message), never dropped silently.
     With a ``backend`` (:class:`voxanon.pipeline.ray_backend.RayBackend`) the batches run on its
     workers, each holding its own copy of the computation (so a model loads once per worker);
-    this process alone reads and writes the cache.
+    this process alone reads and writes the cache. The progress bar shows on a terminal unless
+    ``progress`` is false.
     """
 
     tag: str
@@ -68,6 +69,7 @@ class CachedComputation:
     failures: dict[str, str] = field(default_factory=dict)
     computed: int = 0
     backend: object | None = None
+    progress: bool = True
 
     def take_failures(self, prefix: str) -> dict[str, str]:
         """The failures so far, keys prefixed (e.g. with the set and side), and forget them."""
@@ -122,7 +124,8 @@ class CachedComputation:
         batches = [[(key, files[key]) for key, _ in todo[start:start + self.batch_size]]
                    for start in range(0, len(todo), self.batch_size)]
         failed: dict[str, str] = {}
-        with tqdm(total=len(todo), desc=desc, unit="utt", disable=None if todo else True, leave=False) as bar:
+        with tqdm(total=len(todo), desc=desc, unit="utt", disable=None if todo and self.progress else True,
+                  leave=False) as bar:
             for batch, done in self._computed_batches(batches):
                 for key, value, error in done:
                     if error is not None:

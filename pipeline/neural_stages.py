@@ -301,7 +301,7 @@ class VocoderStage(Stage):
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
 
-    def prepare_set(self, data: Any, work_dir: Any) -> dict[str, Any]:
+    def prepare_set(self, data: Any, work_dir: Any, progress: bool = True) -> dict[str, Any]:
         # The layout is checked here, once before the first utterance, not when the stage is built:
         # describing a system (voxanon systems) then imports no torch.
         from voxanon.models.hifigan import ConditioningLayout

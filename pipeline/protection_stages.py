@@ -52,7 +52,7 @@ class _NeutralTargets:
         if not self.mean_hz > 0 or not self.std_hz >= 0:
             raise ValueError(f"{self.name}: mean_hz must be > 0 and std_hz >= 0, got {mean_hz} and {std_hz}")
 
-    def prepare_set(self, data, work_dir) -> dict[str, Any]:
+    def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         # The numbers, not only the file name, must enter the configuration hash.
         return {"mean_hz": self.mean_hz, "std_hz": self.std_hz} if self.targets is not None else {}
 

@@ -312,11 +312,11 @@ def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
     atomic_write_text(path, "".join(lines))
 
 
-def prepare_set(system: System, data: DataDir, work_dir: Path) -> dict:
+def prepare_set(system: System, data: DataDir, work_dir: Path, progress: bool = True) -> dict:
     """The system's configuration with every stage's set-level options (:meth:`Stage.prepare_set`) merged in."""
     config = copy.deepcopy(system.config)
     for stage in system.stages:
-        options = stage.prepare_set(data, work_dir)
+        options = stage.prepare_set(data, work_dir, progress)
         if options:
             config[stage.name] = {**(config.get(stage.name) or {}), **options}
     return config
@@ -344,7 +344,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool) -> SetResult:
-    config = prepare_set(system, data, out_dir / ".prepared")
+    config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)
     wav_dir = out_dir / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)

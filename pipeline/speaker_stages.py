@@ -94,7 +94,7 @@ class PseudoSpeakerStage(Stage):
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}", f"pool:{self.pool}", "spk2gender"]
 
-    def prepare_set(self, data, work_dir) -> dict[str, Any]:
+    def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         """Embed the set (cached), check the pool can serve every source speaker, and write the
         speaker means under ``work_dir``, named by their digest."""
         from voxanon.data_prep.vectors import speaker_means, write_vectors
@@ -102,7 +102,7 @@ class PseudoSpeakerStage(Stage):
 
         cache = cache_from_option(self.cache_dir)
         # Files that cannot be embedded are logged here and fail again, by name, when the runner loads them.
-        embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True)
+        embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True, progress=progress)
         means = speaker_means(embeddings.vectors, embeddings.utt2spk)
         # Settings the pool cannot satisfy (too few speakers of a sex, PLDA without utterance
         # vectors) fail here, once, rather than on every utterance.
@@ -174,7 +174,7 @@ class GlobalSpeakerStage(Stage):
     def needs(self) -> list[str]:
         return [f"pool:{self.pool}"]
 
-    def prepare_set(self, data, work_dir) -> dict[str, Any]:
+    def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         # The pool's digest enters the configuration hash: outputs made with another pool are redone.
         return {"pool_manifest_sha256": _pool_key(self.pool, False)[1]}
 

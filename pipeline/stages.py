@@ -73,10 +73,11 @@ class Stage:
         ``spk2gender``); :func:`voxanon.pipeline.systems.check_needs` resolves them."""
         return []
 
-    def prepare_set(self, data: Any, work_dir: Any) -> dict[str, Any]:
+    def prepare_set(self, data: Any, work_dir: Any, progress: bool = True) -> dict[str, Any]:
         """Options to add to this stage's configuration for the run over ``data`` (a
         :class:`~voxanon.data_prep.corpus.DataDir`); files it writes go under ``work_dir`` with
-        names that change with their content, so the configuration hash does too."""
+        names that change with their content, so the configuration hash does too. ``progress``:
+        whether long set-level work may show a progress bar (``--quiet`` turns it off)."""
         return {}
 
     def load_models(self) -> None:

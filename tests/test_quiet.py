@@ -56,3 +56,24 @@ def test_first_plot_does_not_announce_the_font_cache(tmp_path):
     assert (tmp_path / "plots" / "det.png").is_file()
     assert (tmp_path / "fresh-matplotlib-config").is_dir()  # the cache was built in this run
     assert "fontManager" not in completed.stderr and "font" not in completed.stderr.lower(), completed.stderr
+
+
+def test_quiet_b1_embeds_its_source_speakers_without_a_bar(tmp_path, monkeypatch, voxanon_home):
+    """B1 embeds the whole set before the run (its pseudo-speakers come from speaker means): --quiet reaches it."""
+    training = make_corpus(tmp_path, n_speakers=4, n_utts=2, seconds=0.5, name="pool_source")
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    assert main(["pool", "build", "--data", str(training.path), "--out", "libritts-other-500"]) == 0
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    for run, quiet in (("quiet", ["--quiet"]), ("loud", [])):
+        # Other audio each time (not in the embedding cache), so the set-level embedding has work to show.
+        data = make_corpus(tmp_path / run, n_speakers=2, n_utts=2, seconds=0.6 if quiet else 0.7)
+        shown = len(terminal.getvalue())
+        assert main(["anonymise", "--system", "b1", "--data", str(data.path), "--workers", "1", "--out",
+                     str(tmp_path / run / "out"), "--set", "pseudo_speaker.world=2",
+                     "--set", "pseudo_speaker.region=1"] + quiet) == 0
+        output = terminal.getvalue()[shown:]
+        if quiet:
+            assert not any(mark in output for mark in PROGRESS_MARKS), output
+        else:
+            assert "ECAPA toy" in output

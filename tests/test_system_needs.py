@@ -25,7 +25,7 @@ class SpeakerTagStage(Stage):
     def needs(self):
         return [f"pool:{self.pool}", "spk2gender"]
 
-    def prepare_set(self, data, work_dir):
+    def prepare_set(self, data, work_dir, progress=True):
         speakers = sorted(set(data.utt2spk.values()))
         return {"factors": {spk: 0.5 + 0.1 * i for i, spk in enumerate(speakers)}}
 
