@@ -43,7 +43,8 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) -> None:
-    """``--backend``, ``--ray-address``, ``--workers``, ``--cpus-per-worker``, ``--gpus-per-worker``, ``--batch-size``."""
+    """The execution options: ``--backend``, ``--ray-address``, ``--workers``, ``--cpus-per-worker``,
+    ``--gpus-per-worker`` and ``--batch-size``."""
     group = parser.add_argument_group("execution backend")
     group.add_argument("--backend", choices=BACKENDS, default="local",
                        help="where the per-utterance work runs: this machine (default) or a Ray cluster")
@@ -134,7 +135,7 @@ class RayBackend:
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
-        self.started_in = None        # seconds ray.init took here (cluster start-up when local)
+        self.connect_seconds = None   # how long joining (or starting, when local) the cluster took
 
     def connect(self) -> None:
         import ray
@@ -149,13 +150,15 @@ class RayBackend:
             os.environ.setdefault("RAY_worker_niceness", "0")
         started = time.time()
         try:
-            ray.init(address=self.options.address, include_dashboard=False, logging_level=logging.WARNING,
+            # "local" starts a new instance even where another one runs on this machine (plain ray.init()
+            # would join the last cluster started here).
+            ray.init(address=self.options.address or "local", include_dashboard=False, logging_level=logging.WARNING,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as error:
             message = " ".join(str(error).split())
             raise VoxanonError(f"cannot join the Ray cluster at {self.options.address or 'local'}: "
                                f"{message[:300]}") from None
-        self.started_in = time.time() - started
+        self.connect_seconds = round(time.time() - started, 3)
 
     def describe(self) -> dict:
         """What run.json records: the backend, its options and the cluster's resources (connects)."""
@@ -166,7 +169,7 @@ class RayBackend:
         return {"name": self.name, "address": ray.get_runtime_context().gcs_address,
                 "workers": self._worker_count(1 << 30), "cpus_per_worker": self.options.cpus_per_worker,
                 "gpus_per_worker": self.options.gpus_per_worker,
-                "nodes": sum(1 for node in ray.nodes() if node.get("Alive")),
+                "nodes": sum(1 for node in ray.nodes() if node.get("Alive")), "connect_seconds": self.connect_seconds,
                 "resources": {key: resources[key] for key in ("CPU", "GPU", "memory", "object_store_memory")
                               if key in resources}}
 
