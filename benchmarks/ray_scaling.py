@@ -22,6 +22,11 @@ overhead of Ray ((Ray wall - local wall) / utterances), the cluster's start-up t
 every Ray output is byte-identical to the local one. The cluster's workers run at nice 0, as the
 local backend's processes do (Ray's default is 15, see the README's "Scaling out").
 
+Measured on the 2-core development machine under load from other users (load average 8-10):
+B2 35.4 / 28.8 utt/s (local / Ray, 1 worker) and 47.1 / 34.1 (2 workers): efficiency 0.81 / 0.72,
+Ray overhead +6.5 / +8.1 ms per utterance; resynth 1.62 / 1.61 audio s/s (1 worker) and 1.64 / 1.51
+(2 workers): efficiency 0.99 / 0.92; cluster start-up 5.7-6.2 s; Ray output byte-identical.
+
     .venv/bin/python benchmarks/ray_scaling.py [--rounds 2] [--b2-utterances 182] [--resynth-utterances 30]
                                                [--workloads b2,resynth]
 """
