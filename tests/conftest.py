@@ -1,6 +1,7 @@
 """Shared fixtures: small synthetic corpora written in the real on-disk formats."""
 from __future__ import annotations
 
+import contextlib
 import os
 from importlib.util import find_spec
 from pathlib import Path
@@ -84,13 +85,22 @@ def voxanon_home(tmp_path, monkeypatch):
     return home
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and the test machine's cores are shared."""
+@contextlib.contextmanager
+def single_torch_thread():
+    """Tiny models run fastest on one thread, and the test machine's cores are shared (two threads
+    waiting on each other ran tiny ECAPA training 10-15x slower)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_torch_thread():
+    with single_torch_thread():
+        yield
 

@@ -23,7 +23,7 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
-from conftest import make_corpus
+from conftest import make_corpus, single_torch_thread
 
 TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
         "sentence_len": 0.5, "batch_size": 8, "step_size": 10, "valid_ratio": 0, "number_of_epochs": 2}
@@ -32,10 +32,8 @@ TINY_SET = [option for key, value in TINY.items() for option in ("--train-set", 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with single_torch_thread():
+        yield
 
 
 def challenge_args(root: Path, out: Path, *extra: str) -> list[str]:

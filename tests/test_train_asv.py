@@ -32,7 +32,7 @@ from voxanon.pipeline.evaluation import cosine_trial_scores, speaker_enrolment
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
-from conftest import make_corpus
+from conftest import make_corpus, single_torch_thread
 
 TINY = {"channels": [32, 32, 32, 32, 96], "lin_neurons": 32, "attention_channels": 16, "se_channels": 16,
         "sentence_len": 1.5, "batch_size": 16, "step_size": 20, "valid_ratio": 0.125}
@@ -44,11 +44,8 @@ ENROL_UTTS = range(9, 11)  # -0009, -0010 enrol; -0011..-0014 are the held-out t
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Tiny models run fastest on one thread; on the shared cores two threads wait on each other (15x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with single_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
