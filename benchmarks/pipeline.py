@@ -1,6 +1,7 @@
 """Speed of the neural resynth chain on CPU against the one-utterance-at-a-time reference.
 
-All figures use random full-size SSL-SAS weights (``random_ssl_sas("full")``) and the
+All figures use random full-size SSL-SAS weights (``voxanon models import ssl-sas --random-init``
+into a temporary ``VOXANON_HOME``) and the
 same utterances (demo-corpus speech by default; ``--synthetic`` for 6/8/10 s voiced
 pulse trains, the lengths of the reference timing). A real-time factor (RTF) is wall
 seconds per second of audio.
@@ -19,20 +20,28 @@ seconds per second of audio.
      in a process of its own (spawned), so nothing set up for our chain reaches it.
    * ours, 1 worker: the runner's ``process_jobs`` on the recipe's batches in this
      process (``voxanon anonymise --system resynth``).
-   * ours, N workers: what ``voxanon anonymise --system resynth --workers N`` does: N
-     spawned processes with one torch thread each, running the runner's own worker
-     functions on batches of ``--parallel-batch-size`` utterances (1 by default, so the
-     last batch of a small set does not run alone and idle the other cores).
+   * ours, N workers: the inner loop of ``voxanon anonymise --system resynth --workers N``:
+     N processes with one torch thread each, running the runner's own worker functions on
+     batches of ``--parallel-batch-size`` utterances (1 by default, as the runner splits a
+     small set). They are spawned here; the command forks them from a parent that has loaded
+     the models, which changes its start-up (part 3), not this loop.
    * ours, N workers, bf16: the same workers with ``--precision bfloat16`` (content and
      vocoder; opt-in, not the recipe's default). A LOWER PRECISION configuration: its
      outputs differ from the reference's by more than float rounding, so its row of
      signal-to-noise ratios against the reference says by how much.
 
-   Models are loaded (and every process warmed up: one utterance, and the vocoder's window
-   kernels) before the clock starts; the start-up line says how long that took. The speed-up
+   Models are loaded (and every process warmed up with one utterance) before the clock starts;
+   the start-up line says how long that took. The speed-up
    is the reference's total time over ours; outputs are compared as the 16-bit WAVs all
    of them write (largest difference, and the SNR of each utterance against the reference's,
    the worst one shown). The target line says whether float32 meets the target, or bfloat16 only.
+3. The command end to end, as users run it: ``voxanon anonymise --system resynth`` (default
+   workers: one per core) in a new process, over about ``--cli-seconds`` (160) of 6/8/10 s
+   utterances, timed from its start to its exit (interpreter, imports, model load and checks,
+   every utterance, writing, metadata), against the reference's one-at-a-time compute on the
+   same files in its warmed process (its start-up not counted), in ``--cli-rounds`` alternating
+   rounds; medians printed. Then the neural start-up: the command over one 1 s utterance.
+   ``--compare-with DIR`` times another checkout's command in the same rounds.
 
 Where our float32 time goes: the vocoder runs in windows of five fixed lengths (oneDNN builds
 kernels for every new input length; the reference, meeting a new length with nearly every
@@ -48,10 +57,20 @@ RTF 0.27-0.30; ours x1.18 with 1 worker, x1.32 with 2 workers (float32, output w
 reference, largest difference 792 16-bit steps); start-up 10 s (reference) and 14 s (ours, two
 processes). In one process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11,
 chain 0.23. On 6-10 s synthetic utterances (``--synthetic --rounds 3``): x1.10, x1.17 and x2.35
-(35.6 dB SNR).
+(35.6 dB SNR). Those parts were measured before the runner forked its workers.
+
+Part 3 (160 s of audio, 3 rounds) could only be run while the machine was shared by other helpers at a
+load average of 6-12 on its 2 cores: the same run's wall time then varied up to 4x from round to
+round, so its figures (reference RTF 0.78-3.6, the command 1.14-1.83, median x0.91; the command of
+the commit before these changes 0.52-3.5) say nothing about the ratio. Load-robust instead, both
+commands over the same 20 utterances (162 s) at once, CPU seconds (user + system, workers
+included): 100.5 now against 116.7 before; over one 6 s utterance, 21 against 36. Repeat part 3 on
+an idle machine for the ratio.
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
+                                            [--parts table head-to-head command] [--cli-rounds 3]
+                                            [--cli-seconds 160] [--compare-with DIR]
 """
 from __future__ import annotations
 
@@ -268,21 +287,33 @@ def cli_head_to_head(args, work: Path, reference_pool: ProcessPoolExecutor) -> N
     print(f"\n3. The command end to end: voxanon anonymise --system resynth (default workers: {os.cpu_count()}), "
           f"float32, a new process each time, wall time with start-up and model load, against the reference's "
           f"one-at-a-time compute (its models loaded before its clock), on the same {len(waves)} synthetic "
-          f"utterances ({seconds_of_audio:.1f} s); {args.cli_rounds} rounds, the runs taking turns")
+          f"utterances ({seconds_of_audio:.1f} s); {args.cli_rounds} rounds, the runs taking turns, "
+          "every other round in reverse order")
     print(f"{'round':<8}{'reference RTF':>16}{'command RTF':>14}{'command / ref.':>16}{'start-up s':>12}"
           + (f"{'--compare-with RTF':>20}{'its / ref.':>12}" if args.compare_with else ""))
     ratios, references, commands, start_ups, others = [], [], [], [], []
     for round_index in range(args.cli_rounds):
-        began = time.perf_counter()
-        reference_pool.submit(reference_anonymise, [(s, str(work / f"cli-ref{round_index}-{Path(s).name}"))
-                                                    for s in sources]).result()
-        references.append(time.perf_counter() - began)
-        commands.append(cli_seconds(data, work / f"cli-out{round_index}"))
-        start_ups.append(cli_seconds(one, work / f"cli-one-out{round_index}"))
+        def reference() -> float:
+            began = time.perf_counter()
+            reference_pool.submit(reference_anonymise, [(s, str(work / f"cli-ref{round_index}-{Path(s).name}"))
+                                                        for s in sources]).result()
+            return time.perf_counter() - began
+
+        timed = {"reference": reference, "command": lambda: cli_seconds(data, work / f"cli-out{round_index}"),
+                 "start-up": lambda: cli_seconds(one, work / f"cli-one-out{round_index}")}
+        if args.compare_with:
+            timed["other"] = lambda: cli_seconds(data, work / f"cli-other{round_index}", args.compare_with)
+        # Every other round in the opposite order: a load that rises or falls during a round favours
+        # neither run.
+        order = list(timed) if round_index % 2 == 0 else list(timed)[::-1]
+        seconds = {name: timed[name]() for name in order}
+        references.append(seconds["reference"])
+        commands.append(seconds["command"])
+        start_ups.append(seconds["start-up"])
         ratios.append(references[-1] / commands[-1])
         other = ""
         if args.compare_with:
-            others.append(cli_seconds(data, work / f"cli-other{round_index}", args.compare_with))
+            others.append(seconds["other"])
             other = f"{others[-1] / seconds_of_audio:>20.4f}{'x' + format(references[-1] / others[-1], '.2f'):>12}"
         print(f"{round_index + 1:<8}{references[-1] / seconds_of_audio:>16.4f}{commands[-1] / seconds_of_audio:>14.4f}"
               f"{'x' + format(ratios[-1], '.2f'):>16}{start_ups[-1]:>12.1f}" + other)

@@ -196,8 +196,9 @@ def _worker_process(jobs: list[Job]) -> list[Outcome]:
 
 def _parallel_batches(batches: list[list[Job]], workers: int) -> list[list[Job]]:
     """The batches split so that each worker gets at least eight: a small set's last batch must not run
-    alone while the other workers idle (20 utterances in batches of 4 on 2 workers left one idle for
-    a fifth of the run). Stages give the same output whatever the batch, so only the pace changes."""
+    alone while the other workers idle (20 utterances in batches of 4 on 2 workers: 3 batches for one,
+    2 for the other, which then idled a third of the run). Stages give the same output whatever the
+    batch, so only the pace changes."""
     jobs = [job for batch in batches for job in batch]
     size = max(1, min(max(map(len, batches), default=1), len(jobs) // (8 * workers)))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
