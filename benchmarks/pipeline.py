@@ -59,13 +59,14 @@ processes). In one process, the stage table: F0 0.03, content 0.07, speaker 0.01
 chain 0.23. On 6-10 s synthetic utterances (``--synthetic --rounds 3``): x1.10, x1.17 and x2.35
 (35.6 dB SNR). Those parts were measured before the runner forked its workers.
 
-Part 3 (160 s of audio, 3 rounds) could only be run while the machine was shared by other helpers at a
-load average of 6-12 on its 2 cores: the same run's wall time then varied up to 4x from round to
-round, so its figures (reference RTF 0.78-3.6, the command 1.14-1.83, median x0.91; the command of
-the commit before these changes 0.52-3.5) say nothing about the ratio. Load-robust instead, both
-commands over the same 20 utterances (162 s) at once, CPU seconds (user + system, workers
-included): 100.5 now against 116.7 before; over one 6 s utterance, 21 against 36. Repeat part 3 on
-an idle machine for the ratio.
+Part 3 at a quiet moment (load average 1-2; ``--parts command --cli-rounds 2 --compare-with`` the
+commit before the forked workers), 20 synthetic utterances (161.8 s), float32: reference RTF 0.300,
+the command 0.313 and 0.322 (median x0.95 of the reference, worst x0.93; within 1 step of 16 bits),
+the previous commit's command 0.409 and 0.411 (x0.73): the command is 1.29x faster than before, but
+the x1.3 target is NOT met. Start-up: the command over one 1 s utterance, everything included,
+6.5 s; the reference process (spawn, imports, model load, one utterance) 6.6 s. Under a load
+average of 6-12 the same part's wall times varied up to 4x between rounds (uninformative);
+CPU seconds of the whole command over the same 162 s, both run at once: 100.5 now, 116.7 before.
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
