@@ -131,25 +131,27 @@ def load_system_config(system: str, overrides: list[str] = ()) -> dict:
     return config
 
 
-def precision_overrides(config: dict, precision: str) -> list[str]:
-    """``STAGE.precision=VALUE`` for every stage of the system that has a precision setting."""
+STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
+                       "device": "the neural content, speaker and vocoder stages"}
+"""Settings a command-line flag sets on every stage that has them, and which stages those are."""
+
+
+def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]:
+    """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting`` (see STAGE_WIDE_SETTINGS)."""
     stages = [name for name in config.get("stages", [])
-              if name in STAGES and "precision" in inspect.signature(STAGES[name].__init__).parameters]
+              if name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters]
     if not stages:
-        raise VoxanonError(f"system {config['name']!r} has no stage with a precision setting (only the neural "
-                           "content and vocoder stages have one)")
-    return [f"{name}.precision={precision}" for name in stages]
+        raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (only "
+                           f"{STAGE_WIDE_SETTINGS[setting]} have one)")
+    return [f"{name}.{setting}={value}" for name in stages]
+
+
+def precision_overrides(config: dict, precision: str) -> list[str]:
+    return stage_setting_overrides(config, "precision", precision)
 
 
 def device_overrides(config: dict, device: str) -> list[str]:
-    """``STAGE.device=VALUE`` for every stage of the system that has a device setting (the neural
-    content, speaker and vocoder stages)."""
-    stages = [name for name in config.get("stages", [])
-              if name in STAGES and "device" in inspect.signature(STAGES[name].__init__).parameters]
-    if not stages:
-        raise VoxanonError(f"system {config['name']!r} has no stage with a device setting (only the neural "
-                           "content, speaker and vocoder stages have one)")
-    return [f"{name}.device={device}" for name in stages]
+    return stage_setting_overrides(config, "device", device)
 
 
 def config_hash(config: dict) -> str:
