@@ -340,3 +340,17 @@ def test_pickled_code_is_refused(tmp_path):
         pickle.dump({"a": 1}, handle)
     with pytest.raises(VoxanonError):
         import_reference_flow(tmp_path / "plain.pkl")
+
+
+def test_zllr_import_takes_the_bridge_flows_mu_from_the_command_line(tmp_path, capsys):
+    from voxanon.pipeline.cli import main
+
+    reference = reference_flow.randomise(reference_flow.RealNVP(6, 12, RANDOM_MASKS, zllr_vc=False))
+    reference_flow.save(reference, tmp_path / "model_9.pt")
+    command = ["zllr", "import", "--pickle", str(tmp_path / "model_9.pt"), "--no-l2-normalise"]
+    assert main(command + ["--out", str(tmp_path / "without")]) == 2
+    assert "mu.txt" in capsys.readouterr().err
+    assert main(command + ["--out", str(tmp_path / "flow"), "--mu", "4.5"]) == 0
+    model = load_flow(tmp_path / "flow")
+    assert model.mu == pytest.approx(4.5)
+    assert_same_maps(model, reference)

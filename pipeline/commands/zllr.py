@@ -144,8 +144,12 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--json", action="store_true")
     evaluate.set_defaults(run=run_eval)
 
-    convert = commands.add_parser("import", help="convert the ICASSP 2023 pickled flow (model.pt)")
+    convert = commands.add_parser("import", help="convert a published pickled flow (ICASSP 2023 zLLR-VC model.pt, "
+                                                 "or the ICASSP 2022 bridge-features-evidence model_<epoch>.pt)")
     convert.add_argument("--pickle", required=True, type=Path, metavar="FILE")
+    convert.add_argument("--mu", type=float, metavar="MU",
+                         help="the prior's mu, for the bridge-features-evidence flow, whose pickle does not hold it "
+                              "(its training wrote it to mu.txt); the zLLR-VC flow holds its own")
     convert.add_argument("--out", required=True, type=Path, metavar="MODEL")
     convert.add_argument("--no-l2-normalise", action="store_true",
                          help="do not L2-normalise inputs (the release's ECAPA vectors are normalised)")
@@ -293,7 +297,7 @@ def run_eval(args: argparse.Namespace) -> int:
 def run_import(args: argparse.Namespace) -> int:
     from voxanon.models.flow import import_reference_flow, save_flow
 
-    model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise)
+    model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise, mu=args.mu)
     save_flow(model, args.out)
     print(f"imported flow: dimension {model.config.dim}, width {model.config.hidden}, "
           f"{model.config.n_layers} layers, μ = {model.mu:.3f} -> {args.out}")
