@@ -41,11 +41,16 @@ test-fairseq: install
 	$(PY) -m pip install -e '.[fairseq]'
 	$(PY) -m pytest -q tests/test_neural_fairseq.py
 
+# gpu.py exits 2 with one line on a machine without CUDA; the other figures still run.
 bench: install
+	$(PY) benchmarks/cli.py
 	$(PY) benchmarks/mcadams.py
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/pipeline.py
+	$(PY) benchmarks/ray_scaling.py
 	$(PY) benchmarks/train_vocoder.py
+	$(PY) benchmarks/train_asv.py
+	-$(PY) benchmarks/gpu.py
 
 clean:
 	rm -rf $(VENV) voxanon-demo
