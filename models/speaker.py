@@ -17,7 +17,7 @@ GE2E (``resemblyzer``, bundled weights) is :class:`voxanon.models.ge2e.GE2EEncod
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +53,10 @@ class EcapaConfig:
         return asdict(self)
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], embedding_mean_norm: bool = False) -> "EcapaConfig":
-        """Channel and kernel sizes read off an ECAPA_TDNN state dict; the dilations, which no weight shows, are
-        the standard ones (:meth:`from_directory` reads them from the folder's ``hyperparams.yaml``)."""
+    def from_state(cls, state: dict[str, torch.Tensor], embedding_mean_norm: bool = False,
+                   dilations: tuple[int, ...] | None = None) -> "EcapaConfig":
+        """Channel and kernel sizes read off an ECAPA_TDNN state dict; the dilations, which no weight shows,
+        are given (a model folder's ``hyperparams.yaml`` has them) or the standard ones."""
         try:
             blocks = {k.split(".")[4] for k in state if k.startswith("blocks.1.res2net_block.blocks.")}
             return cls(channels=tuple(int(state[f"blocks.{i}.conv.conv.weight" if i == 0 else
@@ -69,30 +70,9 @@ class EcapaConfig:
                        attention_channels=int(state["asp.tdnn.conv.conv.weight"].shape[0]),
                        res2net_scale=len(blocks) + 1,
                        se_channels=int(state["blocks.1.se_block.conv1.conv.weight"].shape[0]),
-                       embedding_mean_norm=embedding_mean_norm)
+                       dilations=dilations or cls.dilations, embedding_mean_norm=embedding_mean_norm)
         except KeyError as error:
             raise CheckpointError(f"not a speechbrain ECAPA_TDNN state dict (missing {error})") from None
-
-    @classmethod
-    def from_directory(cls, directory: str | Path, embedding_mean_norm: bool = False) -> "EcapaConfig":
-        """The configuration of a speechbrain model folder: sizes from ``embedding_model.ckpt``, dilations from
-        the ``embedding_model`` entry of its ``hyperparams.yaml`` when there is one (read as data; runs nothing)."""
-        from voxanon.models.speechbrain_dirs import HPARAMS_FILE, Tagged, arguments, entry, read_hparams
-
-        directory = Path(directory)
-        config = cls.from_state(safe_load(directory / EMBEDDING_FILE), embedding_mean_norm)
-        if not (directory / HPARAMS_FILE).is_file():
-            return config
-        hparams = read_hparams(directory / HPARAMS_FILE)
-        node = entry(hparams, "embedding_model", directory / HPARAMS_FILE) if "embedding_model" in hparams else None
-        dilations = arguments(hparams, node).get("dilations") if isinstance(node, Tagged) else None
-        if dilations is None:
-            return config
-        if not (isinstance(dilations, list) and len(dilations) == len(config.kernel_sizes)
-                and all(isinstance(d, int) and d > 0 for d in dilations)):
-            raise CheckpointError(f"{directory / HPARAMS_FILE}: embedding_model dilations {dilations!r} are not "
-                                  f"{len(config.kernel_sizes)} positive integers")
-        return replace(config, dilations=tuple(dilations))
 
 
 SSL_SAS_ECAPA = EcapaConfig()
@@ -136,9 +116,19 @@ class EcapaEncoder(torch.nn.Module):
             self.embedding_mean.copy_(embedding_mean.reshape(-1))
 
     @classmethod
-    def from_directory(cls, directory: str | Path, config: EcapaConfig = SSL_SAS_ECAPA) -> "EcapaEncoder":
-        """A speechbrain model folder (``embedding_model.ckpt``, optionally ``mean_var_norm_emb.ckpt``)."""
+    def from_directory(cls, directory: str | Path, config: EcapaConfig | None = None, *,
+                       embedding_mean_norm: bool = False) -> "EcapaEncoder":
+        """A speechbrain model folder (``embedding_model.ckpt``, optionally ``mean_var_norm_emb.ckpt``). Without
+        ``config``, the sizes are read off the checkpoint and the dilations off the folder's hyperparams.yaml."""
+        from voxanon.models.speechbrain_dirs import ecapa_dilations
+
         directory = Path(directory)
+        state = safe_load(directory / EMBEDDING_FILE)
+        if config is None:
+            config = EcapaConfig.from_state(state, embedding_mean_norm, ecapa_dilations(directory))
+            if len(config.dilations) != len(config.kernel_sizes):
+                raise CheckpointError(f"{directory}: hyperparams.yaml gives {len(config.dilations)} dilations for "
+                                      f"{len(config.kernel_sizes)} ECAPA blocks")
         encoder = cls(config)
         mean = None
         if config.embedding_mean_norm:
@@ -146,7 +136,7 @@ class EcapaEncoder(torch.nn.Module):
             if "glob_mean" not in stats:
                 raise CheckpointError(f"{directory / EMBEDDING_NORM_FILE}: no 'glob_mean' entry")
             mean = stats["glob_mean"]
-        encoder.load_embedding_state(safe_load(directory / EMBEDDING_FILE), mean)
+        encoder.load_embedding_state(state, mean)
         return encoder
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:

@@ -245,6 +245,22 @@ def arguments(hparams: dict, node: Tagged) -> dict:
     return {key: resolve(hparams, value) for key, value in node.value.items()}
 
 
+def ecapa_dilations(directory: str | Path) -> tuple[int, ...] | None:
+    """The ``dilations`` of the ``embedding_model`` entry of a model folder's hyperparams.yaml (read as data),
+    or None when the folder has no such file or entry (no ECAPA weight shows its dilations)."""
+    path = Path(directory) / HPARAMS_FILE
+    if not path.is_file():
+        return None
+    hparams = read_hparams(path)
+    node = entry(hparams, "embedding_model", path) if "embedding_model" in hparams else None
+    dilations = arguments(hparams, node).get("dilations") if isinstance(node, Tagged) else None
+    if dilations is None:
+        return None
+    if not (isinstance(dilations, list) and dilations and all(type(d) is int and d > 0 for d in dilations)):
+        raise ModelDirError(f"{path}: embedding_model dilations {dilations!r} are not positive integers")
+    return tuple(dilations)
+
+
 def require_files(directory: Path, names: tuple[str, ...] | list[str], what: str) -> None:
     if not directory.is_dir():
         raise ModelDirError(f"{directory}: {what} directory not found")

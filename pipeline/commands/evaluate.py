@@ -47,21 +47,21 @@ def speaker_encoder_factory(spec: str):
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
     from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, EcapaEncoder
+    from voxanon.models.speechbrain_dirs import ecapa_dilations
 
     checkpoint = Path(directory) / EMBEDDING_FILE
     if not checkpoint.is_file():
         raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
 
-    config = EcapaConfig.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb")
-
     def build():
-        return EcapaEncoder.from_directory(directory, config)
+        return EcapaEncoder.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb")
 
     # The checkpoint's content names the cache, so two model folders never share embeddings; a geometry
     # other than the standard one (dilations from hyperparams.yaml) gives other embeddings from the same weights.
     tag = f"{kind}-{sha256_file(checkpoint)[:16]}"
-    if config.dilations != EcapaConfig().dilations:
-        tag += f"-dil{'.'.join(map(str, config.dilations))}"
+    dilations = ecapa_dilations(directory)
+    if dilations is not None and dilations != EcapaConfig().dilations:
+        tag += f"-dil{'.'.join(map(str, dilations))}"
     return tag, build
 
 
