@@ -51,10 +51,13 @@ def float32_normalisations(model: nn.Module):
 def built_with_weights(build, state: dict[str, torch.Tensor]) -> nn.Module:
     """``build()`` made on the meta device (no parameter initialisation), then given ``state``'s tensors
     themselves (``load_state_dict(assign=True)``, strict): a full-size HuBERT skips about 2 s of random
-    initialisation and a copy. Every parameter and buffer must come from ``state``."""
+    initialisation and a copy. Every parameter and buffer must come from ``state``; each keeps the
+    module's own dtype (a half-precision checkpoint still gives a float32 model), as a copying load would."""
     with torch.device("meta"):
         module = build()
-    module.load_state_dict(state, assign=True)
+    expected = module.state_dict()
+    module.load_state_dict({key: value.to(expected[key].dtype) if key in expected else value
+                            for key, value in state.items()}, assign=True)
     left = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
     if left:
         raise RuntimeError(f"{type(module).__name__}: no weights given for {left[:4]}")

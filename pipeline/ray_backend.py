@@ -192,7 +192,7 @@ class RayBackend:
 
         self.connect()
         # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
-        batches = _parallel_batches(batches, self._worker_count(len(batches)))
+        batches = _parallel_batches(batches, self._worker_count(len(batches)), config)
         make = functools.partial(_system_worker, config, allow_pipes)
         for batch, results, error in self.map_batches(make, batches, str(output_dir)):
             if error is None:

@@ -194,11 +194,20 @@ def _worker_process(jobs: list[Job]) -> list[Outcome]:
     return process_jobs(_worker_state["system"], jobs, _worker_state["allow_pipes"])
 
 
-def _parallel_batches(batches: list[list[Job]], workers: int) -> list[list[Job]]:
+def batch_invariant(config: dict) -> bool:
+    """Whether the system's output is the same however its utterances are batched: on the CPU every stage
+    processes an utterance on its own; on another device the neural stages run padded batches, equal to
+    one at a time only to float rounding."""
+    return all(str((config.get(stage) or {}).get("device", "cpu")) == "cpu" for stage in config.get("stages", []))
+
+
+def _parallel_batches(batches: list[list[Job]], workers: int, config: dict) -> list[list[Job]]:
     """The batches split so that each worker gets at least eight: a small set's last batch must not run
     alone while the other workers idle (20 utterances in batches of 4 on 2 workers: 3 batches for one,
-    2 for the other, which then idled a third of the run). Stages give the same output whatever the
-    batch, so only the pace changes."""
+    2 for the other, which then idled a third of the run). Only where the output does not depend on the
+    batching (:func:`batch_invariant`), so that it never depends on the worker count or the backend."""
+    if not batch_invariant(config):
+        return batches
     jobs = [job for batch in batches for job in batch]
     size = max(1, min(max(map(len, batches), default=1), len(jobs) // (8 * workers)))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
@@ -214,7 +223,7 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
     The pool starts now, before the caller's progress bar starts a thread. Elsewhere workers are
     spawned and each loads the system itself.
     """
-    batches = _parallel_batches(batches, workers)
+    batches = _parallel_batches(batches, workers, config)
     if sys.platform == "linux":
         # THP_MEM_ALLOC_ENABLE puts torch's large CPU buffers on huge pages (2-8% faster neural chains,
         # measured); torch reads it at its first large allocation, the models' loading here, and the

@@ -147,12 +147,25 @@ def test_models_load_without_random_initialisation_and_refuse_missing_weights():
 
 
 def test_parallel_batches_give_every_worker_several_and_keep_every_job():
+    cpu = load_system_config("resynth")
     jobs = [Job(f"u{i}", "s", None, f"{i}.wav", f"o{i}.wav") for i in range(20)]
     batches = [jobs[i:i + 4] for i in range(0, 20, 4)]
-    assert _parallel_batches(batches, 2) == [[job] for job in jobs]
+    assert _parallel_batches(batches, 2, cpu) == [[job] for job in jobs]
     many = [Job(f"u{i}", "s", None, f"{i}.wav", f"o{i}.wav") for i in range(200)]
-    split = _parallel_batches([many[i:i + 4] for i in range(0, 200, 4)], 2)
+    split = _parallel_batches([many[i:i + 4] for i in range(0, 200, 4)], 2, cpu)
     assert [len(b) for b in split] == [4] * 50 and [j for b in split for j in b] == many
+    # Padded device batches equal one at a time only to float rounding: the user's batches stay as they are,
+    # so the output does not depend on the worker count or the backend.
+    on_gpu = load_system_config("resynth", device_overrides(cpu, "cuda"))
+    assert _parallel_batches(batches, 2, on_gpu) == batches
+    assert _parallel_batches(batches, 2, load_system_config("resynth", device_overrides(cpu, "auto"))) == batches
+
+
+def test_weights_keep_the_modules_dtype():
+    state = {"weight": torch.ones(3, 2, dtype=torch.float16), "bias": torch.zeros(3, dtype=torch.float16)}
+    layer = built_with_weights(lambda: torch.nn.Linear(2, 3), state)
+    assert layer.weight.dtype == torch.float32 and layer.bias.dtype == torch.float32
+    assert layer(torch.ones(1, 2)).dtype == torch.float32
 
 
 def test_anonymise_device_option_sets_every_stage_that_has_one(tiny_ssl_sas, tmp_path, capsys):
