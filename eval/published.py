@@ -27,7 +27,7 @@ FIGURE_COLUMNS = {
     "eer_aa": ("a-a", "eer", "speechbrain", "semi-informed",
                "challenge ASV_eval^anon (ECAPA, anonymised train-clean-360)"),
     "wer": ("asr", "wer", "asr-wav2vec2-librispeech", "", "challenge ASR_eval"),
-    "uar": ("ser", "uar", "wav2vec2-iemocap", "", "challenge SER_eval"),
+    "uar": ("ser", "uar", "fold-mean", "", "challenge SER_eval (wav2vec2 IEMOCAP, mean over folds)"),
 }
 SIDES = ("original", "anonymised")
 

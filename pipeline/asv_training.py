@@ -283,21 +283,13 @@ class TrainingData:
 
 def data_identity(data: DataDir) -> dict:
     """Name, place and size of a set, and the anonymisation that made it (from the runner's ``run.json``)."""
-    from voxanon.pipeline.runner import RUN_MANIFEST
+    from voxanon.pipeline.runner import read_run_identity
 
-    entry = {"name": data.name, "path": str(data.path.resolve()) if data.path else None,
-             "utterances": len(data.wav), "speakers": len(data.speakers), "anonymisation": None}
-    manifest = data.path / RUN_MANIFEST if data.path else None
-    if manifest is not None and manifest.is_file():
-        try:
-            run = json.loads(manifest.read_text(encoding="utf-8"))
-            entry["anonymisation"] = {"system": run["system"], "config_hash": run["config_hash"],
-                                      "status": run.get("status")}
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise VoxanonError(f"{manifest}: not a voxanon run manifest ({type(error).__name__}: {error})") from None
-        if run.get("status") != "complete":
-            log.warning("%s: the anonymisation run's status is %r, not 'complete'", manifest, run.get("status"))
-    return entry
+    anonymisation = read_run_identity(data.path) if data.path else None
+    if anonymisation is not None and anonymisation["status"] != "complete":
+        log.warning("%s: the anonymisation run's status is %r, not 'complete'", data.path, anonymisation["status"])
+    return {"name": data.name, "path": str(data.path.resolve()) if data.path else None,
+            "utterances": len(data.wav), "speakers": len(data.speakers), "anonymisation": anonymisation}
 
 
 def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False,

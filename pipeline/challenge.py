@@ -305,7 +305,7 @@ def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
     folds = {str(data.path): set(ser_labels(data)[1].values()) for data in iemocap_sets}
     if inputs.ser_models is None:
         raise VoxanonError("--iemocap needs --ser-models DIR (a folder of fold_<k> emotion model directories)")
-    classifiers = FoldClassifiers(inputs.ser_models, device="cpu" if inputs.device == "auto" else inputs.device)
+    classifiers = FoldClassifiers(inputs.ser_models, device=inputs.device)
     for where, needed in folds.items():
         classifiers.check_folds(needed, where)
     return classifiers

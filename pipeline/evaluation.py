@@ -31,6 +31,7 @@ from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.scores import ScoreTable
 from voxanon.eval.results import ATTACKERS, SEMI_INFORMED, Result
+from voxanon.pipeline.asv_training import HYPERPARAMS_FILE, TRAINING_FILE
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +258,7 @@ class SemiInformed:
 
 
 # What a semi-informed attacker's model directory must hold (speechbrain's EncoderClassifier layout).
-ATTACKER_MODEL_FILES = ("hyperparams.yaml", "embedding_model.ckpt")
-ATTACKER_TRAINING_FILE = "training.json"
+ATTACKER_MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt")  # models.speaker.EMBEDDING_FILE, which imports torch
 
 
 def check_attacker_model(model_dir: Path) -> dict | None:
@@ -270,7 +270,7 @@ def check_attacker_model(model_dir: Path) -> dict | None:
 
     model_dir = Path(model_dir)
     require_files(model_dir, ATTACKER_MODEL_FILES, "semi-informed attacker's ASV model")
-    path = model_dir / ATTACKER_TRAINING_FILE
+    path = model_dir / TRAINING_FILE
     if not path.is_file():
         return None
     try:
@@ -286,18 +286,10 @@ def check_attacker_model(model_dir: Path) -> dict | None:
 
 def _run_identity(data: DataDir | None) -> tuple[str, str] | None:
     """(system, config hash) of an anonymised set, from its run.json; None without one."""
-    import json
+    from voxanon.pipeline.runner import read_run_identity
 
-    from voxanon.pipeline.runner import RUN_MANIFEST
-
-    manifest = data.path / RUN_MANIFEST if data is not None and data.path is not None else None
-    if manifest is None or not manifest.is_file():
-        return None
-    try:
-        run = json.loads(manifest.read_text(encoding="utf-8"))
-        return str(run["system"]), str(run["config_hash"])
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
-        return None
+    found = read_run_identity(data.path) if data is not None and data.path is not None else None
+    return None if found is None else (str(found["system"]), str(found["config_hash"]))
 
 
 def attacker_training_warnings(model_dir: Path, training: dict | None, sets: list[EvaluationSet],
@@ -305,7 +297,7 @@ def attacker_training_warnings(model_dir: Path, training: dict | None, sets: lis
     """Why the model may not be the semi-informed attacker of ``system`` on these sets: trained on
     another system's output (or another configuration of it), on original speech, or on unknown data."""
     if training is None:
-        return [f"{model_dir}: no {ATTACKER_TRAINING_FILE}, so the data it was trained on are unknown; the a-a "
+        return [f"{model_dir}: no {TRAINING_FILE}, so the data it was trained on are unknown; the a-a "
                 f"semi-informed figures assume it was trained on {system} output"]
     evaluated: dict[tuple[str, str] | None, list[str]] = {}
     for evaluation in sets:

@@ -46,6 +46,7 @@ from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
 from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
 from voxanon.data_prep.digest import sha256_file
+from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
@@ -289,6 +290,19 @@ class LocalBackend:
             return _run_parallel(config, batches, self.workers, allow_pipes)
         system = build_system(config)
         return (o for batch in batches for o in process_jobs(system, batch, allow_pipes))
+
+
+def read_run_identity(out_dir: Path) -> dict | None:
+    """``system``, ``config_hash`` and ``status`` from an output set's run.json; None when it has none
+    (an original set); a VoxanonError naming the file when it is unreadable."""
+    manifest = Path(out_dir) / RUN_MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        run = json.loads(manifest.read_text(encoding="utf-8"))
+        return {"system": run["system"], "config_hash": run["config_hash"], "status": run.get("status")}
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise VoxanonError(f"{manifest}: not a voxanon run manifest ({type(error).__name__}: {error})") from None
 
 
 def read_journal(path: Path, current_hash: str) -> dict[str, dict]:

@@ -77,8 +77,9 @@ class FoldClassifiers:
     def classifier(self, fold: str):
         if fold not in self._loaded:
             from voxanon.models.ser import EmotionClassifier
+            from voxanon.pipeline.neural_stages import resolve_device
 
-            self._loaded[fold] = EmotionClassifier(self.dirs[fold], device=self.device)
+            self._loaded[fold] = EmotionClassifier(self.dirs[fold], device=resolve_device(self.device))
         return self._loaded[fold]
 
     def labels(self, fold: str) -> tuple[str, ...]:
