@@ -401,19 +401,6 @@ def _load_module_tree(path: Path):
                               f"({type(error).__name__}: {error})") from None
 
 
-def read_pickled_module_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Every tensor of a ``torch.save(module)`` file, named like ``module.state_dict()`` keys.
-
-    Registered parameters and buffers are found through ``_parameters`` / ``_buffers`` /
-    ``_modules``; tensors (or lists of tensors) stored as plain attributes are included too.
-    """
-    path = Path(path)
-    tensors = _tensors(_load_module_tree(path))
-    if not tensors:
-        raise CheckpointError(f"{path}: no tensors found")
-    return tensors
-
-
 def _tensors(root) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     _collect(root, "", tensors)

@@ -121,7 +121,7 @@ def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
     """torch's legacy (non-zip) reader unpickles records with pickle_module.load before any tensor."""
     import pickle
 
-    from voxanon.models.flow import read_pickled_module_tensors
+    from voxanon.models.flow import import_reference_flow
 
     marker = tmp_path / "ran"
     path = tmp_path / "legacy.pt"
@@ -129,7 +129,7 @@ def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
     with pytest.raises(UnsafeCheckpointError, match="system"):
         safe_load(path)
     with pytest.raises(UnsafeCheckpointError, match="system"):
-        read_pickled_module_tensors(path)
+        import_reference_flow(path, mu=1.0)
     assert not marker.exists()
     legacy = tmp_path / "plain.pt"
     torch.save({"w": torch.arange(3.0)}, legacy, _use_new_zipfile_serialization=False)
