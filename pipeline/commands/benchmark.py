@@ -78,15 +78,19 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
     embedder = make_embedder(protocol.get("asv", {}))
     transcriber = make_transcriber(protocol.get("asr"), trust_model_code)
     run_computations_on(backend, batch_size, embedder, transcriber)
+    # Every system is anonymised before any evaluation model loads: the runner forks its workers from
+    # this process, which must not hold the evaluation models' threads by then.
+    anonymised = {system: anonymise_for_evaluation(sets, system, out / "anon", workers,
+                                                   second_run=bool(protocol.get("adversary_calibration")),
+                                                   backend=backend, batch_size=batch_size)
+                  for system in systems}
     merged = Evaluation([], [], {}, 0)
     for system in systems:
-        anonymised = anonymise_for_evaluation(sets, system, out / "anon", workers,
-                                              second_run=bool(protocol.get("adversary_calibration")),
-                                              backend=backend, batch_size=batch_size)
-        found = evaluate_sets(anonymised, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
+        found = evaluate_sets(anonymised[system], protocol, system, embedder=embedder, cache=cache, asr=transcriber,
                               allow_missing=allow_missing)
-        known = {(r.set, r.system, r.condition, r.metric, r.variant) for r in merged.results}
-        merged.results += [r for r in found.results if (r.set, r.system, r.condition, r.metric, r.variant) not in known]
+        known = {(r.set, r.system, r.condition, r.metric, r.variant, r.attacker, r.model) for r in merged.results}
+        merged.results += [r for r in found.results
+                           if (r.set, r.system, r.condition, r.metric, r.variant, r.attacker, r.model) not in known]
         seen = {(s.set_name, s.system, s.condition) for s in merged.scores}
         merged.scores += [s for s in found.scores if (s.set_name, s.system, s.condition) not in seen]
         merged.similarity.update({f"{name} {system}": m for name, m in found.similarity.items()})
