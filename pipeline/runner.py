@@ -30,6 +30,7 @@ import logging
 import os
 import platform
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -221,11 +222,12 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
     On Linux the models are loaded once, here, and the workers are forked from this process:
     they share the loaded weights (copy-on-write) and start at once, where spawned workers each
     imported torch and loaded every model again (about 12 s of both cores for the neural chain).
-    The pool starts now, before the caller's progress bar starts a thread. Elsewhere workers are
-    spawned and each loads the system itself.
+    The pool starts now, before the caller's progress bar starts a thread. Elsewhere, or when this
+    process already runs other threads (a forked child inherits their locks as they were, held or not),
+    workers are spawned and each loads the system itself.
     """
     batches = _parallel_batches(batches, workers, config)
-    if sys.platform == "linux":
+    if sys.platform == "linux" and threading.active_count() == 1:
         # THP_MEM_ALLOC_ENABLE puts torch's large CPU buffers on huge pages (2-8% faster neural chains,
         # measured); torch reads it at its first large allocation, the models' loading here, and the
         # forked workers keep the setting.
