@@ -5,6 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
+from voxanon.pipeline.commands.evaluate import add_evaluation_input_arguments
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes
 
@@ -49,14 +50,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--eval-set", dest="protocol_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a protocol setting, e.g. --eval-set asv.batch_size=8 (repeatable)")
     parser.add_argument("--device", default="auto", help="attacker training and SER device: auto, cpu, cuda[:N]")
-    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
-                        help="embedding/transcript cache (default: voxanon's; 'none' disables)")
-    parser.add_argument("--allow-missing", action="store_true",
-                        help="evaluate without utterances that have no usable audio (listed) instead of failing")
-    parser.add_argument("--allow-pipes", action="store_true", help="run 'command |' wav.scp entries")
-    parser.add_argument("--trust-model-code", action="store_true",
-                        help="let speechbrain build model directories whose hyperparams.yaml names code outside "
-                             "voxanon's allow-list (only for model directories you trust)")
+    add_evaluation_input_arguments(parser)
     add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors (default: "
                                   "as many as the cluster's CPUs/GPUs hold), for anonymisation and evaluation")
     parser.set_defaults(run=run)

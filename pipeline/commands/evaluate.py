@@ -168,10 +168,16 @@ def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"evaluation protocol ({', '.join(available_recipes('protocols'))}) or a .yaml path")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a protocol setting, e.g. --set asr=null (repeatable)")
+    add_evaluation_input_arguments(parser)
+
+
+def add_evaluation_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cache and the input and model-trust options of every command that evaluates."""
     parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
                         help=f"embedding/transcript cache (default {default_cache_dir()}; 'none' disables)")
     parser.add_argument("--allow-missing", action="store_true",
-                        help="evaluate without utterances that have no anonymised audio (listed) instead of failing")
+                        help="evaluate without utterances that have no usable (or no anonymised) audio, listed, "
+                             "instead of failing")
     parser.add_argument("--allow-pipes", action="store_true", help="run 'command |' wav.scp entries")
     parser.add_argument("--trust-model-code", action="store_true",
                         help="let speechbrain build model directories whose hyperparams.yaml names code outside "
