@@ -22,10 +22,11 @@ overhead of Ray ((Ray wall - local wall) / utterances), the cluster's start-up t
 every Ray output is byte-identical to the local one. The cluster's workers run at nice 0, as the
 local backend's processes do (Ray's default is 15, see the README's "Scaling out").
 
-Measured on the 2-core development machine under load from other users (load average 8-10):
-B2 35.4 / 28.8 utt/s (local / Ray, 1 worker) and 47.1 / 34.1 (2 workers): efficiency 0.81 / 0.72,
-Ray overhead +6.5 / +8.1 ms per utterance; resynth 1.62 / 1.61 audio s/s (1 worker) and 1.64 / 1.51
-(2 workers): efficiency 0.99 / 0.92; cluster start-up 5.7-6.2 s; Ray output byte-identical.
+Measured on the 2-core development machine at a quiet moment (load average about 1, one round):
+B2 39.2 / 32.2 utt/s (local / Ray, 1 worker) and 73.6 / 52.5 (2 workers): efficiency 0.82 / 0.71,
+Ray overhead +5.5 ms per utterance; resynth 1.79 / 1.75 audio s/s (1 worker) and 3.08 / 2.88
+(2 workers): efficiency 0.97 / 0.94; cluster start-up 3.7 s; Ray output byte-identical. Under load
+from other users (load average 8-10, best of 2 rounds) resynth gave 0.99 / 0.92 and B2 0.81 / 0.72.
 
     .venv/bin/python benchmarks/ray_scaling.py [--rounds 2] [--b2-utterances 182] [--resynth-utterances 30]
                                                [--workloads b2,resynth]
@@ -127,7 +128,7 @@ def main() -> None:
                         identical &= (wav_bytes(work / system / f"ray-{workers}")
                                       == wav_bytes(work / system / f"local-{workers}"))
                 print(f"\n{system}: {n} utterances, {audio:.0f} s of audio, best of {args.rounds} round(s) "
-                      "(under load from other users of this machine)")
+                      f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
                 print(f"{'run':<10} {'wall s':>8} {'utt/s':>8} {'audio s/s':>10}")
                 best = {name: min(values) for name, values in walls.items()}
                 for name, _, _ in ways:
