@@ -1,4 +1,4 @@
-"""The SSL-SAS 200-centroid soft content encoder on a transformers ``HubertModel``.
+"""The SSL-SAS 200-centroid soft content encoder, on our own HuBERT-base backbone.
 
 SSL-SAS (``SoftPredictor`` in its ``models_test.py``) takes the last layer of a fairseq
 HuBERT-base, then, kept here because the published vocoder was trained on them:
@@ -11,7 +11,10 @@ HuBERT-base, then, kept here because the published vocoder was trained on them:
 * ``replicate_last_frame``: HuBERT gives L/320 − 1 frames for L samples (L a multiple
   of 320); the last frame is repeated so content has exactly L/320 frames at 50 Hz.
 
-The backbone is loaded from fairseq keys through
+The backbone (:class:`HubertBackbone`) computes what transformers' ``HubertModel`` computes for
+HuBERT-base and holds the same state-dict keys, but is a few compact modules of our own (in the
+manner of bshall/hubert), so the neural chain never imports transformers (2.7 s of start-up,
+mostly ``torch._dynamo``). It is loaded from fairseq keys through
 :func:`voxanon.models.checkpoints.fairseq_hubert_to_hf`; fairseq is never imported.
 HuBERT-base normalises its first convolution over the whole utterance (GroupNorm), so
 plain zero padding would change the features. On CPU utterances are encoded one at a time;
@@ -54,19 +57,6 @@ class HubertBackboneConfig:
     pos_conv_kernel: int = 128
     pos_conv_groups: int = 16
 
-    def hf_config(self):
-        from transformers import HubertConfig
-
-        return HubertConfig(hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
-                            num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
-                            conv_dim=(self.conv_channels,) * 7, conv_kernel=CONV_KERNELS, conv_stride=CONV_STRIDES,
-                            conv_bias=False, feat_extract_norm="group", feat_proj_layer_norm=True,
-                            do_stable_layer_norm=False, num_conv_pos_embeddings=self.pos_conv_kernel,
-                            num_conv_pos_embedding_groups=self.pos_conv_groups, hidden_act="gelu",
-                            layer_norm_eps=1e-5, mask_time_prob=0.0, mask_feature_prob=0.0,
-                            hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                            feat_proj_dropout=0.0, layerdrop=0.0)
-
     @classmethod
     def from_dict(cls, values: dict):
         return cls(**values)
@@ -99,17 +89,194 @@ class SoftContentConfig(HubertBackboneConfig):
             raise CheckpointError(f"not a fairseq HuBERT state dict (missing {error})") from None
 
 
-def plain_hubert(config: HubertBackboneConfig):
-    """A HubertModel whose positional convolution carries a plain weight (weight norm removed)."""
-    from transformers import HubertModel
+class FeatureConv(nn.Module):
+    """One convolution of the feature encoder (no bias) and GELU; the first also normalises each
+    channel over the whole utterance (GroupNorm, one group per channel) before the GELU."""
 
-    model = HubertModel(config.hf_config())
-    conv = model.encoder.pos_conv_embed.conv
-    if nn.utils.parametrize.is_parametrized(conv):
-        nn.utils.parametrize.remove_parametrizations(conv, "weight", leave_parametrized=True)
-    elif hasattr(conv, "weight_g"):
-        nn.utils.remove_weight_norm(conv)
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int, group_norm: bool):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel, stride, bias=False)
+        self.layer_norm = nn.GroupNorm(out_channels, out_channels) if group_norm else nn.Identity()
+        self.activation = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.layer_norm(self.conv(x)))
+
+
+class FeatureEncoder(nn.Module):
+    """(batch, samples) -> (batch, channels, frames): seven strided convolutions, 320 samples a frame."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv_layers = nn.ModuleList(
+            FeatureConv(channels if i else 1, channels, kernel, stride, group_norm=i == 0)
+            for i, (kernel, stride) in enumerate(zip(CONV_KERNELS, CONV_STRIDES)))
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        x = wave[:, None]
+        for layer in self.conv_layers:
+            x = layer(x)
+        return x
+
+
+class FeatureProjection(nn.Module):
+    def __init__(self, channels: int, hidden_size: int):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(channels)
+        self.projection = nn.Linear(channels, hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projection(self.layer_norm(x))
+
+
+class PositionalConvEmbedding(nn.Module):
+    """Grouped convolution over time, padded by kernel // 2 each side; with HuBERT's even kernel that
+    gives one frame too many, and the last is dropped."""
+
+    def __init__(self, hidden_size: int, kernel: int, groups: int):
+        super().__init__()
+        self.conv = nn.Conv1d(hidden_size, hidden_size, kernel, padding=kernel // 2, groups=groups)
+        self.activation = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, frames, hidden) -> the same shape."""
+        frames = x.shape[1]
+        return self.activation(self.conv(x.transpose(1, 2))[..., :frames]).transpose(1, 2)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int):
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden size {hidden_size} is not a multiple of {num_heads} heads")
+        self.num_heads = num_heads
+        # Created in transformers' order (k, v, q) so that seeded random weights draw as its HubertModel's did.
+        self.k_proj = nn.Linear(hidden_size, hidden_size)
+        self.v_proj = nn.Linear(hidden_size, hidden_size)
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.out_proj = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(batch, frames, hidden) -> the same shape; ``key_mask`` (batch, 1, 1, frames) is True where
+        a frame may be attended to."""
+        batch, frames, hidden = x.shape
+        heads = [projection(x).view(batch, frames, self.num_heads, -1).transpose(1, 2)
+                 for projection in (self.q_proj, self.k_proj, self.v_proj)]
+        attended = F.scaled_dot_product_attention(*heads, attn_mask=key_mask)
+        return self.out_proj(attended.transpose(1, 2).reshape(batch, frames, hidden))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.intermediate_dense = nn.Linear(hidden_size, intermediate_size)
+        self.output_dense = nn.Linear(intermediate_size, hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output_dense(F.gelu(self.intermediate_dense(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Post-layer-norm transformer layer: attention, residual, norm, feed-forward, residual, norm."""
+
+    def __init__(self, config: HubertBackboneConfig):
+        super().__init__()
+        self.attention = SelfAttention(config.hidden_size, config.num_heads)
+        self.layer_norm = nn.LayerNorm(config.hidden_size)
+        self.feed_forward = FeedForward(config.hidden_size, config.intermediate_size)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.layer_norm(x + self.attention(x, key_mask))
+        return self.final_layer_norm(x + self.feed_forward(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: HubertBackboneConfig):
+        super().__init__()
+        self.pos_conv_embed = PositionalConvEmbedding(config.hidden_size, config.pos_conv_kernel,
+                                                      config.pos_conv_groups)
+        self.layer_norm = nn.LayerNorm(config.hidden_size)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(batch, frames, hidden) projected features -> last-layer features of the same shape.
+
+        ``attention_mask`` (batch, frames), True on an item's own frames: padded frames are zeroed
+        before the positional convolution and never attended to (their own outputs are meaningless).
+        """
+        key_mask = None
+        if attention_mask is not None:
+            x = x.masked_fill(~attention_mask[..., None], 0.0)
+            key_mask = attention_mask[:, None, None, :]
+        x = self.layer_norm(x + self.pos_conv_embed(x))
+        for layer in self.layers:
+            x = layer(x, key_mask)
+        return x
+
+
+class HubertBackbone(nn.Module):
+    """HuBERT-base-layout network, (batch, samples) at 16 kHz -> last-layer features (batch, frames, hidden).
+
+    The computation of transformers' ``HubertModel`` for the configuration fairseq's HuBERT-base uses
+    (GroupNorm feature encoder without conv biases, layer-normed feature projection, post-layer-norm
+    transformer, eval mode), with its state-dict keys, written out so that loading it needs no
+    transformers import (about 2.7 s of start-up); the positional convolution holds a plain weight
+    (weight norm folded by the importers).
+    """
+
+    def __init__(self, config: HubertBackboneConfig):
+        super().__init__()
+        self.feature_extractor = FeatureEncoder(config.conv_channels)
+        self.feature_projection = FeatureProjection(config.conv_channels, config.hidden_size)
+        self.encoder = Encoder(config)
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.feature_projection(self.feature_extractor(wave).transpose(1, 2)))
+
+
+def plain_hubert(config: HubertBackboneConfig) -> HubertBackbone:
+    """A :class:`HubertBackbone` in eval mode. Its random weights are drawn as transformers'
+    ``HubertModel`` draws them from the same seed, so seeded random model sets keep their weights:
+    normal(0, 0.02) linear layers, Kaiming-normal feature convolutions, zero biases, unit norms, and
+    the positional convolution as PyTorch initialises it, through weight norm and folded back.
+    Built on the meta device (to be given a checkpoint's tensors) it draws nothing: ``normal_`` on
+    meta tensors would import ``torch._dynamo`` (about 1 s)."""
+    model = HubertBackbone(config)
+    if next(model.parameters()).is_meta:
+        return model.eval()
+    with torch.no_grad():
+        for module in _children_first(model):
+            if isinstance(module, nn.Linear):
+                module.weight.normal_(0.0, 0.02)
+                module.bias.zero_()
+            elif isinstance(module, nn.Conv1d):
+                # transformers draws normal, then Kaiming, for every convolution; on the weight-normed
+                # positional one both land on a recomputed copy of the weight and are lost.
+                drawn = nn.init.kaiming_normal_(torch.empty_like(module.weight).normal_(0.0, 0.02))
+                if module.bias is None:
+                    module.weight.copy_(drawn)
+                else:
+                    module.bias.zero_()
+                    module.weight.copy_(_weight_norm_round_trip(module.weight))
+            elif isinstance(module, (nn.LayerNorm, nn.GroupNorm)):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
     return model.eval()
+
+
+def _children_first(module: nn.Module):
+    for child in module.children():
+        yield from _children_first(child)
+    yield module
+
+
+def _weight_norm_round_trip(weight: torch.Tensor) -> torch.Tensor:
+    holder = nn.Module()  # not a new Conv1d: its initialisation would draw from the generator
+    holder.weight = nn.Parameter(weight.clone())
+    nn.utils.parametrizations.weight_norm(holder, dim=2)
+    nn.utils.parametrize.remove_parametrizations(holder, "weight", leave_parametrized=True)
+    return holder.weight
 
 
 class SoftContentEncoder(nn.Module):
@@ -142,7 +309,7 @@ class SoftContentEncoder(nn.Module):
 
     def features(self, wave: torch.Tensor) -> torch.Tensor:
         """Last-layer HuBERT features (1, frames, hidden) for one (1, samples) waveform."""
-        return self.hubert(wave).last_hidden_state
+        return self.hubert(wave)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         """(1, L) -> (1, L/320, n_centroids) for L a multiple of 320."""
@@ -209,7 +376,7 @@ def batch_hubert_features(hubert, waves: torch.Tensor, lengths: torch.Tensor) ->
     frames = _conv_output_lengths(lengths)
     hidden = hubert.feature_projection(x.transpose(1, 2))
     mask = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < frames[:, None]
-    return hubert.encoder(hidden, attention_mask=mask).last_hidden_state, frames
+    return hubert.encoder(hidden, attention_mask=mask), frames
 
 
 @torch.inference_mode()

@@ -1,10 +1,10 @@
-"""bshall's HuBERT-soft (bshall/hubert, MIT): 256-d soft speech units at 50 Hz, on a transformers ``HubertModel``.
+"""bshall's HuBERT-soft (bshall/hubert, MIT): 256-d soft speech units at 50 Hz, on our HuBERT-base backbone.
 
 The published ``hubert-soft-35d9f29f.pt`` holds ``{"hubert": state}`` with DDP ``module.``
 prefixes and bshall's own module names (``nn.TransformerEncoderLayer`` with a fused
 ``in_proj_weight``, positional conv in either weight-norm layout); the renaming lives in
 :func:`voxanon.models.checkpoints.bshall_hubert_to_hf`. The network is HuBERT-base
-(the same backbone as :mod:`voxanon.models.hubert`) plus ``proj`` (768 -> 256), whose
+(the :class:`~voxanon.models.hubert.HubertBackbone` of :mod:`voxanon.models.hubert`) plus ``proj`` (768 -> 256), whose
 output on the last layer is the unit sequence; ``label_embedding`` (100 x 256) gives
 the training logits, cosine / 0.1. ``masked_spec_embed`` is used only by training-time
 masking and is not kept.
@@ -89,7 +89,7 @@ class HubertSoftEncoder(nn.Module):
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         """(1, L) -> (1, L/320, units_dim) for L a multiple of 320."""
         padded = F.pad(wave, (UNITS_PAD_SAMPLES, UNITS_PAD_SAMPLES))
-        return self.proj(self.hubert(padded).last_hidden_state)
+        return self.proj(self.hubert(padded))
 
     def logits(self, units: torch.Tensor) -> torch.Tensor:
         """(..., units_dim) -> (..., n_labels): cosine with each label embedding / 0.1, as in training."""

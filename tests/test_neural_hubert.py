@@ -1,4 +1,4 @@
-"""SSL-SAS soft content on transformers HubertModel, loaded from fairseq-layout weights."""
+"""SSL-SAS soft content on our HuBERT backbone, loaded from fairseq-layout weights."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +55,7 @@ def test_soft_content_equals_ssl_sas_computation():
     assert encoder.config == TINY
     wave = torch.randn(1, 3200) * 0.1
     with torch.no_grad():
-        x = hubert(wave).last_hidden_state
+        x = hubert(wave)
         assert x.shape[1] == 3200 // 320 - 1
         x = F.normalize(x)
         expected = F.linear(x, F.normalize(state["W"]))
