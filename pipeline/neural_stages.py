@@ -131,12 +131,14 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
             speaker.embedding_model.load_state_dict(model_set.tensors("speaker"))
             _loaded[key] = speaker.eval()
         else:
-            from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+            from voxanon.models.hifigan import (ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder,
+                                                plan_spectral_convolutions)
 
             from voxanon.models.precision import built_with_weights
 
             config = GeneratorConfig.from_dict(model_set.config["generator"])
             generator = built_with_weights(lambda: HifiganGenerator(config), model_set.tensors("generator"))
+            plan_spectral_convolutions(generator)  # here, so that forked workers share them
             _loaded[key] = Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))
     return _loaded[key]
 

@@ -1,6 +1,8 @@
 """HiFi-GAN generator: parity with the jik876 reference, batching, conditioning, g_* checkpoints."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,8 @@ import torch.nn.functional as F
 from tests.reference_hifigan import Generator as ReferenceGenerator
 from voxanon.models.checkpoints import CheckpointError, fold_weight_norm, safe_load, split_ssl_sas_generator
 from voxanon.models.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,
-                                    Vocoder, receptive_field_frames, synthesis_windows)
+                                    SpectralConvolution, Vocoder, plan_spectral_convolutions, receptive_field_frames,
+                                    spectral_convolutions, synthesis_windows)
 
 SSL_SAS = {"resblock": "1", "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
            "upsample_initial_channel": 512, "resblock_kernel_sizes": [3, 7, 11],
@@ -246,10 +249,80 @@ def test_windowed_synthesis_equals_one_whole_utterance_pass():
     _, generator = reference_and_ours(TINY_SSL_SAS, seed=5)
     vocoder = Vocoder(generator)
     assert receptive_field_frames(generator.config) == 23
-    for n in (40, 130, 257, 610):
+    for n in (40, 130, 257, 610, 1100):
         frames = torch.randn(393, n)
         windows = synthesis_windows(n, CPU_WINDOW_FRAMES, 23)
-        assert len(windows) == (1 if n <= 256 else 2 if n < 467 else 3)
+        assert len(windows) == (1 if n <= 512 else 2 if n <= 978 else 3)
         with torch.no_grad():
             whole = generator(frames[None])[0, 0].numpy()
             np.testing.assert_allclose(vocoder._synthesise_in_windows(frames), whole, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kernel,dilation", [(7, 1), (7, 5), (11, 1), (11, 3), (11, 5), (9, 2)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_spectral_convolution_equals_the_direct_convolution(kernel, dilation, bias):
+    torch.manual_seed(kernel * 10 + dilation)
+    conv = torch.nn.Conv1d(24, 24, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2, bias=bias)
+    spectral = SpectralConvolution(conv)
+    with torch.no_grad():
+        for length in (1, 5, 21, 22, 23, 64, 257):
+            x = torch.randn(1, 24, 1, length).contiguous(memory_format=torch.channels_last)
+            expected = conv(x[:, :, 0])
+            got = spectral(x)
+            assert got.shape == (1, 24, 1, length)
+            assert (got[:, :, 0] - expected).abs().max() <= 2e-6 * expected.abs().max(), (length, kernel, dilation)
+
+
+def test_spectral_convolution_refuses_what_it_cannot_compute():
+    with pytest.raises(ValueError, match="stride 1"):
+        SpectralConvolution(torch.nn.Conv1d(4, 4, 7, stride=2, padding=3))
+    with pytest.raises(ValueError, match="same"):
+        SpectralConvolution(torch.nn.Conv1d(4, 4, 7, padding=0))
+    with pytest.raises(ValueError, match="exceed the kernel"):
+        SpectralConvolution(torch.nn.Conv1d(4, 4, 33, padding=16))
+
+
+def _float64_error(generator, frames, output) -> float:
+    """Largest difference of ``output`` from ``generator``'s float64 output: the float rounding yardstick."""
+    with torch.no_grad():
+        truth = copy.deepcopy(generator).double()(frames.double())
+    return float((output.double() - truth).abs().max())
+
+
+def test_generator_uses_spectral_convolutions_only_where_they_give_the_same_output():
+    h = {**SSL_SAS, "upsample_initial_channel": 256}   # 128 channels after the first upsampling
+    _, generator = reference_and_ours(h, seed=3)
+    frames = torch.randn(1, 393, 30)
+    with torch.no_grad():
+        direct = generator(frames)
+    plan_spectral_convolutions(generator)
+    wide = [conv for block in generator.resblocks for conv in block.modules()
+            if isinstance(conv, torch.nn.Conv1d) and conv in spectral_convolutions]
+    assert len(wide) == 12 and {conv.kernel_size[0] for conv in wide} == {7, 11}
+    assert {conv.in_channels for conv in wide} == {128}
+    calls = []
+    counted = type("Counted", (SpectralConvolution,),
+                   {"__call__": lambda self, x: calls.append(1) or SpectralConvolution.__call__(self, x)})
+    for conv in wide:
+        spectral_convolutions[conv].__class__ = counted
+    with torch.no_grad():
+        spectral = generator(frames)
+    assert len(calls) == 12
+    # The same convolutions to float rounding: no further from float64 than the direct float32 pass.
+    assert _float64_error(generator, frames, spectral) <= 2 * _float64_error(generator, frames, direct) + 1e-7
+    # With gradients (training) or two utterances at once, the direct convolutions run.
+    calls.clear()
+    generator(frames)
+    with torch.no_grad():
+        generator(frames.expand(2, -1, -1))
+    assert not calls
+    # New weights (a loaded checkpoint) make the plans stale: they are not used, and planning rebuilds them.
+    state = {k: v * 1.5 if k.startswith("resblocks") else v for k, v in generator.state_dict().items()}
+    generator.load_state_dict(state)
+    with torch.no_grad():
+        direct = generator(frames)
+        assert not calls
+        plan_spectral_convolutions(generator)
+        spectral = generator(frames)
+    assert (spectral - direct).abs().max() > 0   # the rebuilt plans ran
+    assert _float64_error(generator, frames, spectral) <= 2 * _float64_error(generator, frames, direct) + 1e-7
