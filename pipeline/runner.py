@@ -338,6 +338,25 @@ def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
     atomic_write_text(path, "".join(lines))
 
 
+def _longest_first(jobs: list[Job], data: DataDir) -> list[Job]:
+    """``jobs`` longest first (ties in set order), so that parallel workers finish together: in set order a
+    long utterance met last runs alone while the other workers idle (20 utterances of 6-10 s on 2 workers:
+    4.5 s of one idle core in a 50 s run). Lengths from ``utt2dur`` when it covers every job, else the
+    files' sizes; a pipe's length is unknown and goes last. The output never depends on the order."""
+    if all(job.utt in data.utt2dur for job in jobs):
+        length = {job.utt: data.utt2dur[job.utt] for job in jobs}
+    else:
+        length = {job.utt: 0 if data.is_pipe(job.utt) else _size_or_zero(job.source) for job in jobs}
+    return sorted(jobs, key=lambda job: -length[job.utt])
+
+
+def _size_or_zero(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # reported as a load failure when the job runs
+
+
 def prepare_set(system: System, data: DataDir, work_dir: Path, progress: bool = True) -> dict:
     """The system's configuration with every stage's set-level options (:meth:`Stage.prepare_set`) merged in."""
     config = copy.deepcopy(system.config)
@@ -385,6 +404,8 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
                 data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)),
                 str(contained_path(wav_dir, f"{utt}.wav")))
             for utt in data.utterances if utt not in finished]
+    if backend_info["workers"] > 1:
+        jobs = _longest_first(jobs, data)
     batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
     started = time.time()
     manifest = {

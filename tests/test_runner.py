@@ -162,3 +162,41 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(other_thre
     for utt in data.utterances:
         assert (result.out_dir / "wav" / f"{utt}.wav").read_bytes() == \
             (reference.out_dir / "wav" / f"{utt}.wav").read_bytes()
+
+
+def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
+    from voxanon.data_prep.corpus import DataDir
+    from voxanon.pipeline import runner
+
+    lengths = {"a": 2.0, "b": 9.0, "c": 5.0, "d": 9.0}
+    for utt, seconds in lengths.items():
+        soundfile.write(tmp_path / f"{utt}.wav", np.zeros(int(seconds * 1000)), 1000)
+    data = DataDir(name="set", wav={u: str(tmp_path / f"{u}.wav") for u in lengths} | {"p": "sox x.wav -t wav - |"},
+                   utt2spk={u: "s" for u in [*lengths, "p"]})
+    jobs = [runner.Job(u, "s", None, data.wav[u], str(tmp_path / "out" / f"{u}.wav")) for u in ["p", *lengths]]
+    # From the files' sizes (a pipe's length is unknown: last), ties in set order; then from utt2dur.
+    assert [job.utt for job in runner._longest_first(jobs, data)] == ["b", "d", "c", "a", "p"]
+    data.utt2dur = {"a": 7.0, "b": 1.0, "c": 3.0, "d": 2.0, "p": 4.0}
+    assert [job.utt for job in runner._longest_first(jobs, data)] == ["a", "p", "c", "d", "b"]
+
+    seen = []
+    real_outcomes = runner.LocalBackend.outcomes
+
+    def record(self, config, batches, allow_pipes, output_dir):
+        seen.append([job.utt for batch in batches for job in batch])
+        return real_outcomes(self, config, batches, allow_pipes, output_dir)
+
+    monkeypatch.setattr(runner.LocalBackend, "outcomes", record)
+    rng = np.random.default_rng(0)
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    seconds = {"u1": 0.5, "u2": 1.5, "u3": 1.0, "u4": 1.5}
+    for utt, length in seconds.items():
+        soundfile.write(corpus_dir / f"{utt}.wav", 0.1 * rng.standard_normal(int(16000 * length)), 16000)
+    corpus = DataDir(name="set", wav={u: str(corpus_dir / f"{u}.wav") for u in seconds},
+                     utt2spk={u: f"s{i % 2}" for i, u in enumerate(seconds)})
+    config = load_system_config("b2")
+    anonymise_set(corpus, config, tmp_path / "one", workers=1, progress=False)
+    anonymise_set(corpus, config, tmp_path / "two", workers=2, progress=False)
+    assert seen == [["u1", "u2", "u3", "u4"], ["u2", "u4", "u3", "u1"]]
+    assert _outputs(tmp_path / "one") == _outputs(tmp_path / "two")
