@@ -71,7 +71,12 @@ class HubertSoftEncoder(nn.Module):
         self.config = config
         self.hubert = plain_hubert(config)
         self.proj = nn.Linear(config.hidden_size, config.units_dim)
-        self.label_embedding = nn.Embedding(config.n_labels, config.units_dim)
+        # Given a weight, Embedding draws nothing; drawn here only off the meta device, where normal_
+        # would import torch._dynamo (about 1 s of start-up).
+        self.label_embedding = nn.Embedding(config.n_labels, config.units_dim,
+                                            _weight=torch.empty(config.n_labels, config.units_dim))
+        if not self.label_embedding.weight.is_meta:
+            nn.init.normal_(self.label_embedding.weight)
 
     @classmethod
     def from_bshall_state(cls, state: dict[str, torch.Tensor]) -> "HubertSoftEncoder":
