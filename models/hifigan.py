@@ -161,12 +161,11 @@ class SpectralConvolution:
         self.kernel, self.dilation, self.block = kernel, conv.dilation[0], block
         self.hop = block - kernel + 1
         self.forward_transform, self.inverse_transform, real_only = _spectral_matrices(block, self.hop)
-        spectrum = torch.conj(torch.fft.rfft(conv.weight.detach().double(), n=block)).permute(2, 1, 0)
-        products = []                                                      # per row: (C_in, C_out)
-        for frequency, real in zip(spectrum, real_only):
-            products += [frequency.real] if real else [frequency.real, frequency.imag,
-                                                       frequency.real + frequency.imag]
-        self.mixing = torch.stack(products).float()
+        kernel_first = conv.weight.detach().double().permute(2, 1, 0).contiguous()     # (kernel, C_in, C_out)
+        spectrum = torch.view_as_real(torch.fft.rfft(kernel_first, n=block, dim=0))   # (F, C_in, C_out, 2)
+        real, imaginary = spectrum[..., 0].float(), -spectrum[..., 1].float()          # the conjugate spectrum
+        products = torch.stack([real, imaginary, real + imaginary], 1)                 # (F, 3, C_in, C_out)
+        self.mixing = torch.cat([products[f, :1] if real else products[f] for f, real in enumerate(real_only)])
         self.bias = None if conv.bias is None else conv.bias.detach().clone()
         self._source = self._weights_of(conv)
 
