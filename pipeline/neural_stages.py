@@ -304,8 +304,11 @@ class VocoderStage(Stage):
         return [f"checkpoint:{self.models}"]
 
     def prepare_set(self, data: Any, work_dir: Any, progress: bool = True) -> dict[str, Any]:
-        # The layout is checked here, once before the first utterance, not when the stage is built:
-        # describing a system (voxanon systems) then imports no torch.
+        # A layout override is checked here, once before the first utterance, not when the stage is built:
+        # describing a system (voxanon systems) then imports no torch, nor does a run without an override
+        # before it loads its models.
+        if not self.layout:
+            return {}
         from voxanon.models.hifigan import ConditioningLayout
 
         unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
