@@ -112,7 +112,14 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
         return _loaded[key]
     home = str(models_dir())
     if (home, name) not in _loaded:
-        _loaded[(home, name)] = load_model_set(name)
+        from concurrent.futures import ThreadPoolExecutor
+
+        # The set's checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about
+        # 1 s): hashing releases the interpreter lock. The thread has ended before the runner forks.
+        with ThreadPoolExecutor(1) as verifier:
+            checked = verifier.submit(load_model_set, name)
+            import torch  # noqa: F401
+        _loaded[(home, name)] = checked.result()
     model_set = _loaded[(home, name)]
     key = (home, name, component)
     if key not in _loaded:
