@@ -255,9 +255,10 @@ class ResBlock1(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for conv1, conv2 in zip(self.convs1, self.convs2):
+            # In place where the tensor is a convolution's fresh output: fewer passes over memory, same values.
             xt = _conv(conv1, _masked(F.leaky_relu(x, LRELU_SLOPE), mask))
-            xt = _conv(conv2, _masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
-            x = xt + x
+            xt = _conv(conv2, _masked(F.leaky_relu(xt, LRELU_SLOPE, inplace=True), mask))
+            x = xt.add_(x)
         return x
 
 
@@ -298,14 +299,17 @@ class HifiganGenerator(nn.Module):
         mask = None if lengths is None else _length_mask(lengths, x.shape[-1], x)
         x = _conv(self.conv_pre, _masked(x, mask))
         for i, up in enumerate(self.ups):
-            x = _conv(up, _masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            x = _conv(up, _masked(F.leaky_relu(x, LRELU_SLOPE, inplace=True), mask))
             if lengths is not None:
                 lengths = lengths * self.config.upsample_rates[i]
                 mask = _length_mask(lengths, x.shape[-1], x)
             blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
-            x = sum(block(x, mask) for block in blocks) / self.num_kernels
+            total = blocks[0](x, mask)
+            for block in blocks[1:]:
+                total.add_(block(x, mask))
+            x = total.div_(self.num_kernels)
         # jik876 uses leaky_relu's default slope (0.01) here, not LRELU_SLOPE.
-        x = _conv(self.conv_post, _masked(F.leaky_relu(x), mask))
+        x = _conv(self.conv_post, _masked(F.leaky_relu(x, inplace=True), mask))
         return torch.tanh(x).squeeze(2).contiguous()
 
     def apply_weight_norm(self) -> None:
