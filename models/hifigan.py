@@ -196,7 +196,7 @@ class SpectralConvolution:
         out = torch.matmul(self.inverse_transform, products)               # (blocks, d, hop, C_out)
         out = out.transpose(1, 2).reshape(blocks * hop * d, out_channels)[:length]
         if self.bias is not None:
-            out = out + self.bias
+            out = out.add_(self.bias)  # out belongs to this call alone
         return out.T[None, :, None, :]
 
 
