@@ -15,9 +15,11 @@ seconds per second of audio.
    * reference: the SSL-SAS ``inference.py`` way. One process with torch's default
      threads; each utterance is read, peak-normalised and trimmed, then F0, content,
      speaker vector and generator are called on it alone under ``torch.no_grad``, and
-     the result is written. The generator is jik876's (``tests/reference_hifigan.py``:
-     plain ``Conv1d`` layers, weight norm removed) holding the model set's weights. It runs
-     in a process of its own (spawned), so nothing set up for our chain reaches it.
+     the result is written. Its networks are the reference packages' own classes holding the
+     model set's weights (:func:`reference_models`): jik876's generator (``tests/reference_hifigan.py``:
+     plain ``Conv1d`` layers, weight norm removed), speechbrain's Fbank, sentence normalisation and
+     ECAPA_TDNN, and transformers' HubertModel for fairseq's HuBERT. It runs in a process of its own
+     (spawned), so nothing set up for our chain reaches it.
    * ours, 1 worker: the runner's ``process_jobs`` on the recipe's batches in this
      process (``voxanon anonymise --system resynth``).
    * ours, N workers: the inner loop of ``voxanon anonymise --system resynth --workers N``:
@@ -76,6 +78,7 @@ CPU seconds of the whole command over the same 162 s, both run at once: 100.5 no
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -128,32 +131,78 @@ def load_wav(path: str | Path) -> np.ndarray:
 
 # ---- the reference: one utterance at a time, in its own process -------------------------------
 
-_reference_generator = []
+_reference_models: dict = {}
 
 
-def reference_generator():
-    """The SSL-SAS vocoder as its ``inference.py`` runs it: jik876's ``Generator`` (plain ``Conv1d``
-    layers on (B, C, T) activations) with weight norm removed, holding the model set's weights."""
-    if not _reference_generator:
+def reference_models() -> dict:
+    """The SSL-SAS networks as its ``inference.py`` runs them, holding the model set's weights, built from the
+    reference packages' own classes so that nothing done to ours can speed the reference up:
+
+    * content: a transformers ``HubertModel`` standing in for fairseq's HuBERT (the same computation;
+      fairseq is not installable here), under our SSL-SAS soft-content head (time normalisation, centroids);
+    * speaker: speechbrain's ``Fbank(n_mels=80)``, sentence ``InputNormalization`` and ``ECAPA_TDNN``, as
+      ``EncoderClassifier.encode_batch`` chains them;
+    * vocoder: jik876's ``Generator`` (plain ``Conv1d`` layers on (B, C, T) activations) with weight norm removed.
+    """
+    if not _reference_models:
+        import torch
+        from speechbrain.lobes.features import Fbank
+        from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
+        from speechbrain.processing.features import InputNormalization
+        from transformers import HubertConfig, HubertModel
+
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.reference_hifigan import Generator
-        from voxanon.pipeline.neural_stages import load_model
+        from voxanon.models.hubert import CONV_KERNELS, CONV_STRIDES
+        from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
-        ours = load_model("ssl-sas", "vocoder").generator
+        content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
+        c = content.config
+        hubert = HubertModel(HubertConfig(
+            hidden_size=c.hidden_size, num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+            intermediate_size=c.intermediate_size, conv_dim=(c.conv_channels,) * 7, conv_kernel=CONV_KERNELS,
+            conv_stride=CONV_STRIDES, conv_bias=False, feat_extract_norm="group", feat_proj_layer_norm=True,
+            do_stable_layer_norm=False, num_conv_pos_embeddings=c.pos_conv_kernel,
+            num_conv_pos_embedding_groups=c.pos_conv_groups, hidden_act="gelu", layer_norm_eps=1e-5,
+            mask_time_prob=0.0, mask_feature_prob=0.0)).eval()
+        torch.nn.utils.parametrize.remove_parametrizations(hubert.encoder.pos_conv_embed.conv, "weight")
+        hubert.load_state_dict(content.hubert.state_dict())
+
+        class TransformersBackbone(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = hubert
+
+            def forward(self, wave):
+                return self.model(wave).last_hidden_state
+
+        reference_content = copy.deepcopy(content)
+        reference_content.hubert = TransformersBackbone()
+        e = speaker.config
+        ecapa = ECAPA_TDNN(e.n_mels, lin_neurons=e.lin_neurons, channels=list(e.channels),
+                           kernel_sizes=list(e.kernel_sizes), dilations=list(e.dilations),
+                           attention_channels=e.attention_channels, res2net_scale=e.res2net_scale,
+                           se_channels=e.se_channels).eval()
+        ecapa.load_state_dict(speaker.embedding_model.state_dict())
+        fbank, normalise = Fbank(n_mels=e.n_mels), InputNormalization(norm_type="sentence", std_norm=False)
+
+        def reference_speaker(wave):
+            lengths = torch.ones(wave.shape[0])
+            return ecapa(normalise(fbank(wave), lengths), lengths)[:, 0]
+
+        ours = vocoder.generator
         generator = Generator(ours.config.to_dict(), ours.config.in_channels)
         generator.remove_weight_norm()
         generator.load_state_dict(ours.state_dict())
-        _reference_generator.append(generator.eval())
-    return _reference_generator[0]
+        _reference_models.update(content=reference_content, speaker=reference_speaker, layout=vocoder.layout,
+                                 generator=generator.eval())
+    return _reference_models
 
 
 def reference_setup() -> int:
     import torch
 
-    from voxanon.pipeline.neural_stages import load_ssl_sas_models
-
-    load_ssl_sas_models("ssl-sas")
-    reference_generator()
+    reference_models()
     return torch.get_num_threads()
 
 
@@ -163,10 +212,8 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
 
     from voxanon.data_prep.audio import load_audio, write_wav
     from voxanon.models.f0 import yaapt_f0
-    from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
-    content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
-    generator = reference_generator()
+    models = reference_models()
     for source, target in jobs:
         audio = load_audio(source, 16000).samples
         audio = audio[:len(audio) // 320 * 320]
@@ -174,8 +221,9 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
         f0 = yaapt_f0(audio)
         with torch.no_grad():
             wave = torch.from_numpy(audio)[None]
-            frames = vocoder.layout.frames(content(wave)[0], torch.from_numpy(f0), speaker(wave)[0])
-            output = generator(frames[None])[0, 0].numpy()
+            frames = models["layout"].frames(models["content"](wave)[0], torch.from_numpy(f0),
+                                             models["speaker"](wave)[0])
+            output = models["generator"](frames[None])[0, 0].numpy()
         write_wav(target, output / np.max(np.abs(output)) * 0.95, 16000)
 
 
