@@ -486,15 +486,16 @@ class Vocoder:
 
         On CPU each utterance runs alone, in windows of :data:`CPU_WINDOW_FRAMES`
         (:func:`synthesis_windows`; the same waveform as one whole-utterance pass, to float
-        rounding). oneDNN builds new kernels for every new input length, which costs more than
-        the synthesis itself in bfloat16 (about four times) and a third of it in float32, so whole
-        utterances, nearly all of different lengths, would each pay for their own; the windows'
-        kernels are built once per process, the first time each window length is met. Measured on
-        the full-size generator over 1-12 s utterances of new lengths, one thread: float32 0.22-0.24 s per second of audio in
-        windows against 0.27-0.34 whole, bfloat16 (AMX) 0.066. A padded batch does not
-        help on CPU: the convolutions already keep the cores busy on one utterance, and padding
-        adds work and masking passes (padded batches of four 3-5 s utterances took twice as long as
-        one by one). On a GPU, utterances of similar length run as padded, length-masked batches
+        rounding), with the wide residual convolutions in their spectral form in float32 (module
+        doc). oneDNN builds kernels for each new input length of a direct convolution (in bfloat16
+        that cost about four times the synthesis itself), and whole utterances of 10 s and more run
+        slower per frame than windows, their activations no longer fitting the caches; the windows'
+        kernels are built once per process, the first time each window length is met. Measured on the
+        full-size generator over 6-10 s utterances of new lengths, one thread, float32: 0.22 s per second
+        of audio in windows up to 512 frames (0.30 before the spectral convolutions), bfloat16 (AMX)
+        0.066. A padded batch does not help on CPU: the convolutions already keep the cores busy on
+        one utterance, and padding adds work and masking passes (padded batches of four 3-5 s
+        utterances took twice as long as one by one). On a GPU, utterances of similar length run as padded, length-masked batches
         (:meth:`synthesise_padded`); each output again equals the utterance's one-at-a-time output.
 
         ``dtype`` other than float32 runs the generator under that autocast (the conditioning
