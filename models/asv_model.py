@@ -2,7 +2,7 @@
 
 speechbrain's speaker-recognition recipe, as the challenge's ``train_ecapa_tdnn_small.yaml``
 sets it: ``Fbank`` -> sentence mean normalisation -> ``ECAPA_TDNN`` (the embedding, the
-front end and network of :class:`voxanon.models.speaker.EcapaEncoder`) -> speechbrain's
+front end and network that :class:`voxanon.models.speaker.EcapaEncoder` computes) -> speechbrain's
 cosine ``Classifier`` over the training speakers, trained with additive angular margin
 softmax (``LogSoftmaxWrapper(AdditiveAngularMargin(margin, scale))``).
 
@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from voxanon.models.speaker import EcapaConfig, EcapaEncoder
+from voxanon.models.speaker import EcapaConfig, ecapa_front_end, speechbrain_ecapa_tdnn
 
 
 class SpeakerClassifier(torch.nn.Module):
@@ -31,8 +31,8 @@ class SpeakerClassifier(torch.nn.Module):
         if config.embedding_mean_norm:
             raise ValueError("the training network has no embedding mean normalisation")
         self.config = config
-        encoder = EcapaEncoder(config)
-        self.fbank, self.mean_norm, self.embedding_model = encoder.fbank, encoder.mean_norm, encoder.embedding_model
+        self.fbank, self.mean_norm = ecapa_front_end(config.n_mels)
+        self.embedding_model = speechbrain_ecapa_tdnn(config)
         self.classifier = Classifier(config.lin_neurons, out_neurons=n_speakers)
 
     def features(self, wave: torch.Tensor) -> torch.Tensor:

@@ -134,9 +134,8 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
         elif component == "speaker":
             from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
-            speaker = EcapaEncoder(EcapaConfig.from_dict(model_set.config["speaker"]))
-            speaker.embedding_model.load_state_dict(model_set.tensors("speaker"))
-            _loaded[key] = speaker.eval()
+            _loaded[key] = EcapaEncoder.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]),
+                                                     model_set.tensors("speaker"))
         else:
             from voxanon.models.hifigan import (ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder,
                                                 plan_spectral_convolutions)
