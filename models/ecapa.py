@@ -189,7 +189,7 @@ def weighted_statistics(x: torch.Tensor, weights: torch.Tensor, eps: float = 1e-
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and standard deviation over frames (dim 1) under per-frame weights that sum to 1."""
     mean = (weights * x).sum(dim=1)
-    variance = (weights * (x - mean[:, None]).square()).sum(dim=1)
+    variance = (x - mean[:, None]).square_().mul_(weights).sum(dim=1)
     return mean, torch.sqrt(variance.clamp(min=eps))
 
 
@@ -205,7 +205,7 @@ class AttentiveStatisticsPooling(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels = x.shape[2]
         mean = x.sum(dim=1) / x.shape[1]
-        variance = (x - mean[:, None]).square().sum(dim=1) / x.shape[1]
+        variance = (x - mean[:, None]).square_().sum(dim=1) / x.shape[1]
         projection = self.tdnn.conv.conv
         weight = projection.weight[:, :, 0]
         # The global mean and std are the same at every frame: their share of the projection is one bias per utterance.
