@@ -16,8 +16,8 @@ speechbrain 1.x computes in eval mode, to float rounding (``tests/test_ecapa_par
   the same random weights as speechbrain's class.
 
 The network runs time-major, (batch, frames, channels), where every convolution is one matrix
-product (kernel-1 convolutions directly, wider ones on frames gathered per tap), about 1.4x
-faster than speechbrain's channel-major convolutions on one thread. Each convolution pads by
+product (kernel-1 convolutions directly, wider ones on frames gathered per tap): about 1.5x
+faster than speechbrain's channel-major convolutions on one thread (SSL-SAS size, 8 s). Each convolution pads by
 reflection as speechbrain's "same" padding does (``d·(k-1)//2`` frames each side; kernel-1
 convolutions need none), so utterances are embedded unpadded, one per batch item of equal length.
 The global mean and standard deviation that attentive pooling appends to every frame enter
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 SAMPLE_RATE = 16000
+VARIANCE_FLOOR = 1e-12  # speechbrain's AttentiveStatisticsPooling clamps its variances here before the square root
 
 
 def mel_filters(n_mels: int, n_fft: int = 400, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
@@ -170,6 +171,8 @@ class SqueezeExcitation(nn.Module):
 
 
 class SeRes2NetBlock(nn.Module):
+    """TDNN, Res2Net, TDNN, squeeze-excitation gates, plus the input (through a kernel-1 shortcut if it is narrower)."""
+
     def __init__(self, in_channels: int, out_channels: int, scale: int, se_channels: int, kernel_size: int,
                  dilation: int):
         super().__init__()
@@ -185,12 +188,11 @@ class SeRes2NetBlock(nn.Module):
         return torch.addcmul(residual, x, self.se_block(x))
 
 
-def weighted_statistics(x: torch.Tensor, weights: torch.Tensor, eps: float = 1e-12
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+def weighted_statistics(x: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and standard deviation over frames (dim 1) under per-frame weights that sum to 1."""
     mean = (weights * x).sum(dim=1)
     variance = (x - mean[:, None]).square_().mul_(weights).sum(dim=1)
-    return mean, torch.sqrt(variance.clamp(min=eps))
+    return mean, torch.sqrt(variance.clamp(min=VARIANCE_FLOOR))
 
 
 class AttentiveStatisticsPooling(nn.Module):
@@ -209,7 +211,7 @@ class AttentiveStatisticsPooling(nn.Module):
         projection = self.tdnn.conv.conv
         weight = projection.weight[:, :, 0]
         # The global mean and std are the same at every frame: their share of the projection is one bias per utterance.
-        context = torch.addmm(projection.bias, torch.cat([mean, torch.sqrt(variance.clamp(min=1e-12))], dim=1),
+        context = torch.addmm(projection.bias, torch.cat([mean, torch.sqrt(variance.clamp(min=VARIANCE_FLOOR))], dim=1),
                               weight[:, channels:].T)
         hidden = self.tdnn.activated(torch.matmul(x, weight[:, :channels].T).add_(context[:, None]))
         attention = torch.softmax(self.conv(torch.tanh(hidden)), dim=1)

@@ -4,7 +4,7 @@ ECAPA front end, as both published systems use it: speechbrain ``Fbank(n_mels=80
 (25 ms / 10 ms, 400-point FFT) -> sentence mean normalisation (``InputNormalization(
 norm_type='sentence', std_norm=False)``) -> ``ECAPA_TDNN`` -> 192-d vector. :class:`EcapaEncoder`
 computes it with our own modules (:mod:`voxanon.models.ecapa`: speechbrain's maths to float rounding,
-its ``ECAPA_TDNN`` state-dict keys, about 1.4x faster on one thread), so embedding never imports
+its ``ECAPA_TDNN`` state-dict keys, about 1.5x faster on one thread), so embedding never imports
 speechbrain; :func:`ecapa_front_end` and :func:`speechbrain_ecapa_tdnn` build speechbrain's own
 classes where they are wanted as such (the ASV attacker's training, the release importer's
 front-end reference).

@@ -157,7 +157,8 @@ def test_too_short_for_the_reflect_padding_is_an_error():
 
 
 def test_speaker_stage_loads_and_embeds_without_speechbrain(voxanon_home):
-    """The speaker stage's loader (:func:`load_model`) and an embedding import no speechbrain (0.3-0.7 s of start-up)."""
+    """The speaker stage's loader (:func:`load_model`) and an embedding import no speechbrain (0.3-0.7 s of
+    start-up)."""
     from voxanon.pipeline.cli import main
 
     assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
