@@ -163,9 +163,28 @@ _worker_state: dict = {}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def _reuse_freed_memory() -> None:
+    """glibc: take every allocation from the heap and keep freed memory for reuse instead of returning it.
+
+    By default glibc maps each allocation of more than a few MB afresh and unmaps it when freed, so every
+    large tensor (HuBERT's first activations are 50 MB for 8 s of audio, the vocoder's several MB) costs
+    page faults and zeroing on every utterance: an out-of-place GELU over such a tensor took 36 ms, in
+    place 10 ms. Measured on one core, 6-10 s utterances: content 10 % and vocoder 5 % faster, for about
+    300 MB more resident memory (the peak working set stays mapped). Set once per process that runs
+    batches (a forked pool's parent, whose workers inherit it); elsewhere than glibc nothing changes."""
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-4, 0)            # M_MMAP_MAX: no allocation gets its own mapping
+    libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the heap's free top back
+
+
 def _init_worker(config: dict, allow_pipes: bool) -> None:
     """Set up a process that runs batches (a spawned pool worker, a Ray actor, or the parent of forked
     workers): its system, with every stage's models loaded now rather than on its first batch."""
+    _reuse_freed_memory()
     system = build_system(config)
     for stage in system.stages:
         stage.load_models()
@@ -290,6 +309,7 @@ class LocalBackend:
                  ) -> Iterator[Outcome]:
         if self.workers > 1 and len(batches) > 1:
             return _run_parallel(config, batches, self.workers, allow_pipes)
+        _reuse_freed_memory()
         system = build_system(config)
         return (o for batch in batches for o in process_jobs(system, batch, allow_pipes))
 
