@@ -186,6 +186,11 @@ class F0Stage(Stage):
         self.params = YaaptParams(f0_min_hz=float(f0_min_hz), f0_max_hz=float(f0_max_hz))
         self.cache = F0Cache(cache_dir) if cache_dir else None
 
+    def load_models(self) -> None:
+        # pYAAPT's imports (SciPy's signal processing, about 0.7 s): once, before the runner forks its workers,
+        # instead of in every worker at its first utterance.
+        import amfm_decompy.pYAAPT  # noqa: F401
+
     def process(self, utt: Utterance) -> None:
         from voxanon.models.f0 import yaapt_f0
 
