@@ -19,8 +19,8 @@ windows of a few fixed lengths (:func:`synthesis_windows`), each window's output
 only where that whole field lies inside it: the same waveform, to float rounding. On CPU
 this is how it runs (see :meth:`Vocoder.synthesise`).
 
-Spectral convolutions: on CPU in float32, the residual blocks' wide convolutions (kernel 7 and 11,
-128 channels or more: about 55 % of the generator's arithmetic) run as overlap-save convolutions
+Spectral convolutions: on CPU in float32, the residual blocks' wide convolutions (kernel 7 at 128 channels or
+more, kernel 11 at 64 or more: two thirds of the generator's arithmetic) run as overlap-save convolutions
 in blocks of :data:`SPECTRAL_BLOCK` samples (:class:`SpectralConvolution`): each block's real DFT,
 channel mixing per frequency, the inverse DFT, every step a matrix product. A kernel of 11 then
 costs about 1.1 multiply-adds per output and channel pair where the direct convolution spends 11:
@@ -109,8 +109,10 @@ generator's shapes in 256-frame windows: 32 beats 16 and 64 for kernels of 7 and
 SPECTRAL_MIN_KERNEL = 7
 """Kernels of 3 gain nothing from the spectral form (measured: as fast as the direct convolution at
 256 channels, slower below)."""
-SPECTRAL_MIN_CHANNELS = 128
-"""At 64 channels and fewer the DFTs, not the channel mixing, dominate: no faster than direct (measured)."""
+SPECTRAL_MIN_KERNEL_CHANNELS = 11 * 64
+"""Kernel x input channels from which the spectral form is used. Below it the DFTs, not the channel
+mixing, dominate: measured on one core, a kernel of 11 gains 8-19 % at 64 channels (3 % of the whole
+vocoder), a kernel of 7 at 64 channels and anything at 32 are slower than the direct convolution."""
 
 
 def _spectral_matrices(block: int, hop: int) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
@@ -209,7 +211,8 @@ def plan_spectral_convolutions(generator: "HifiganGenerator") -> None:
     for block in generator.resblocks:
         for conv in block.modules():
             if (isinstance(conv, nn.Conv1d) and conv.kernel_size[0] >= SPECTRAL_MIN_KERNEL
-                    and conv.in_channels >= SPECTRAL_MIN_CHANNELS and conv.weight.device.type == "cpu"
+                    and conv.kernel_size[0] * conv.in_channels >= SPECTRAL_MIN_KERNEL_CHANNELS
+                    and conv.weight.device.type == "cpu"
                     and conv.weight.dtype == torch.float32):
                 plan = spectral_convolutions.get(conv)
                 if plan is None or not plan.matches(conv):
