@@ -45,30 +45,35 @@ seconds per second of audio.
    rounds; medians printed. Then the neural start-up: the command over one 1 s utterance.
    ``--compare-with DIR`` times another checkout's command in the same rounds.
 
-Where our float32 time goes: the vocoder runs in windows of five fixed lengths (oneDNN builds
-kernels for every new input length; the reference, meeting a new length with nearly every
-utterance, pays that each time) on channels-last activations (no layout conversions), and the
-workers win back the time the reference's second thread idles (F0, element-wise work). The
-reference's convolutions and matrix products already run near the fp32 peak of this CPU (about
-130 GFLOP/s per core), so float32 cannot reach x2: the chain's ~40 GFLOP per second of audio at
-that peak on both cores would be x1.6-1.9. bfloat16 on AMX has a higher peak.
+Where our float32 time goes: every network runs near this CPU's float32 peak on one core (about
+100 GFLOP/s; the reference's two threads are as efficient), so the gains are arithmetic not done and
+cores not left idle. The vocoder's wide residual convolutions run as overlap-save spectral
+convolutions (kernel 11: about 2 multiply-adds per output and channel pair instead of 11), in windows
+of up to 512 frames on channels-last activations, its element-wise steps in place; the workers win back
+the time the reference's second thread idles (F0, element-wise work); the command loads the models once
+and forks, imports neither transformers nor speechbrain, takes the longest utterances first, and keeps
+freed memory in glibc's heap (no page faults per large tensor). bfloat16 on AMX has a higher peak.
 
-Measured on the 2-CPU development machine (load average about 1-2 from other users): reference
-RTF 0.27-0.30; ours x1.18 with 1 worker, x1.32 with 2 workers (float32, output within 1 step of
-16 bits), x2.46 with 2 workers in bfloat16 (RTF 0.115; worst utterance 35.9 dB SNR against the
-reference, largest difference 792 16-bit steps); start-up 10 s (reference) and 14 s (ours, two
-processes). In one process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11,
-chain 0.23. On 6-10 s synthetic utterances (``--synthetic --rounds 3``): x1.10, x1.17 and x2.35
-(35.6 dB SNR). Those parts were measured before the runner forked its workers.
+Parts 1 and 2 were measured in an earlier round, before the spectral vocoder and the command's changes
+(2-CPU development machine, load average about 1-2): reference RTF 0.27-0.30; ours x1.18 with 1 worker,
+x1.32 with 2 workers (float32, output within 1 step of 16 bits), x2.46 with 2 workers in bfloat16 (RTF
+0.115; worst utterance 35.9 dB SNR against the reference, largest difference 792 16-bit steps). In one
+process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11, chain 0.23.
 
-Part 3 at a quiet moment (load average 1-2; ``--parts command --cli-rounds 2 --compare-with`` the
-commit before the forked workers), 20 synthetic utterances (161.8 s), float32: reference RTF 0.300,
-the command 0.313 and 0.322 (median x0.95 of the reference, worst x0.93; within 1 step of 16 bits),
-the previous commit's command 0.409 and 0.411 (x0.73): the command is 1.29x faster than before, but
-the x1.3 target is NOT met. Start-up: the command over one 1 s utterance, everything included,
-6.5 s; the reference process (spawn, imports, model load, one utterance) 6.6 s. Under a load
-average of 6-12 the same part's wall times varied up to 4x between rounds (uninformative);
-CPU seconds of the whole command over the same 162 s, both run at once: 100.5 now, 116.7 before.
+Part 3 (``--parts command --cli-rounds 3``), 20 synthetic utterances (161.8 s), float32, two runs in a
+row on the otherwise idle 2-core machine: reference RTF 0.348, the command 0.256: median x1.37 (rounds
+x1.37, x1.37, x1.35); in a slower phase of the machine just before (reference 0.378, command 0.282):
+x1.34 (x1.34, x1.32, x1.42). Outputs within 1 step of 16 bits of the reference's. Start-up, the command
+over one 1 s utterance, everything included: 4.1-4.6 s; the reference process (spawn, imports, model
+load, one utterance) 8.7-11.8 s. At the start of this round the command was at x0.95 (RTF 0.317 against
+0.300), and x0.73 before the previous one. Where the last x0.95 -> x1.37 came from, each measured on
+its own: the spectral convolutions and 512-frame windows (vocoder 0.30 -> 0.22 s per second of audio on
+one core), our HuBERT and ECAPA modules (2.7 s and about 0.7 s less start-up; ECAPA 1.5x faster),
+longest utterances first (the last 4.5 s of one idle core), glibc's heap kept (content 10 %, vocoder 5 %
+faster), in-place element-wise steps in the vocoder (about 5 %), pYAAPT imported before the fork (1.1 s
+per worker when both imported at once) and the checksums computed during torch's import (0.2-0.3 s).
+Tried and dropped: F0 of the first utterances in a process forked ahead of the model loading (no gain:
+the loading slowed by 0.7-1.0 s and the CPU time grew by 2-3 s from the contention).
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
