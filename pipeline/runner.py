@@ -164,20 +164,21 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def _reuse_freed_memory() -> None:
-    """glibc: take every allocation from the heap and keep freed memory for reuse instead of returning it.
+    """glibc: serve allocations up to 32 MB from the heap and keep freed memory there for reuse.
 
     By default glibc maps each allocation of more than a few MB afresh and unmaps it when freed, so every
-    large tensor (HuBERT's first activations are 50 MB for 8 s of audio, the vocoder's several MB) costs
-    page faults and zeroing on every utterance: an out-of-place GELU over such a tensor took 36 ms, in
-    place 10 ms. Measured on one core, 6-10 s utterances: content 10 % and vocoder 5 % faster, for about
-    300 MB more resident memory (the peak working set stays mapped). Set once per process that runs
-    batches (a forked pool's parent, whose workers inherit it); elsewhere than glibc nothing changes."""
+    large tensor (HuBERT's first activations, the vocoder's) costs page faults and zeroing on every
+    utterance: an out-of-place GELU over a 50 MB tensor took 36 ms, in place 10 ms. Measured on one core,
+    6-10 s utterances: content about 10 % and vocoder about 5 % faster, for about 300 MB more resident memory
+    (the peak working set stays mapped). 32 MB is glibc's largest threshold; larger blocks are still mapped,
+    which threads need (their arenas cannot grow past 64 MB). Set once per process that runs batches (a
+    forked pool's parent, whose workers inherit it); elsewhere than glibc nothing changes."""
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return
     import ctypes
 
     libc = ctypes.CDLL(None)
-    libc.mallopt(-4, 0)            # M_MMAP_MAX: no allocation gets its own mapping
+    libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD (fixed, no longer adjusted as blocks are freed)
     libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the heap's free top back
 
 
