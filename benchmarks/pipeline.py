@@ -64,12 +64,12 @@ Part 3 (``--parts command --cli-rounds 3``), 20 synthetic utterances (161.8 s), 
 the otherwise idle 2-core machine at the end of the round (reference RTF / command RTF: median ratio):
 0.348 / 0.256: x1.37; 0.378 / 0.282: x1.34; 0.359 / 0.251: x1.42; then 0.314 / 0.241: x1.32, 0.329 / 0.258:
 x1.27, and with the final code 0.316 / 0.244: x1.30 (rounds x1.27-1.34) and 0.303 / 0.227: x1.34 (every
-round x1.34). The x1.3 target is met in five runs of seven, borderline (x1.27-1.30) in two. Outputs within 1 step of 16 bits of the reference's. Start-up, the command
-over one 1 s utterance, everything included: 4.1-4.6 s; the reference process (spawn, imports, model
-load, one utterance) 8.7-11.8 s. At the start of this round the command was at x0.95 (RTF 0.317 against
-0.300), and x0.73 before the previous one. Where the last x0.95 -> x1.37 came from, each measured on
-its own: the spectral convolutions and 512-frame windows (vocoder 0.30 -> 0.22 s per second of audio on
-one core), our HuBERT and ECAPA modules (2.7 s and about 0.7 s less start-up; ECAPA 1.5x faster),
+round x1.34). The x1.3 target is met in five runs of seven, borderline (x1.27-1.30) in two. Outputs
+within 1 step of 16 bits of the reference's. Start-up, the command over one 1 s utterance, everything
+included: 3.6-4.6 s; the reference process (spawn, imports, model load, one utterance) 8.7-11.8 s. At
+the start of this round the command was at x0.95 (RTF 0.317 against 0.300), and x0.73 before the
+previous one. Where the gain since x0.95 came from, each measured on its own: the spectral
+convolutions and 512-frame windows (vocoder 0.30 -> 0.22 s per second of audio on one core), our HuBERT and ECAPA modules (2.7 s and about 0.7 s less start-up; ECAPA 1.5x faster),
 longest utterances first (the last 4.5 s of one idle core), glibc's heap kept (content 10 %, vocoder 5 %
 faster), in-place element-wise steps in the vocoder (about 5 %), pYAAPT imported before the fork (1.1 s
 per worker when both imported at once) and the checksums computed during torch's import (0.2-0.3 s).
@@ -152,26 +152,15 @@ def reference_models() -> dict:
     """
     if not _reference_models:
         import torch
-        from speechbrain.lobes.features import Fbank
-        from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
-        from speechbrain.processing.features import InputNormalization
-        from transformers import HubertConfig, HubertModel
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.reference_hifigan import Generator
-        from voxanon.models.hubert import CONV_KERNELS, CONV_STRIDES
+        from tests.reference_hubert import transformers_hubert
+        from voxanon.models.speaker import ecapa_front_end, speechbrain_ecapa_tdnn
         from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
         content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
-        c = content.config
-        hubert = HubertModel(HubertConfig(
-            hidden_size=c.hidden_size, num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
-            intermediate_size=c.intermediate_size, conv_dim=(c.conv_channels,) * 7, conv_kernel=CONV_KERNELS,
-            conv_stride=CONV_STRIDES, conv_bias=False, feat_extract_norm="group", feat_proj_layer_norm=True,
-            do_stable_layer_norm=False, num_conv_pos_embeddings=c.pos_conv_kernel,
-            num_conv_pos_embedding_groups=c.pos_conv_groups, hidden_act="gelu", layer_norm_eps=1e-5,
-            mask_time_prob=0.0, mask_feature_prob=0.0)).eval()
-        torch.nn.utils.parametrize.remove_parametrizations(hubert.encoder.pos_conv_embed.conv, "weight")
+        hubert = transformers_hubert(content.config)
         hubert.load_state_dict(content.hubert.state_dict())
 
         class TransformersBackbone(torch.nn.Module):
@@ -184,13 +173,9 @@ def reference_models() -> dict:
 
         reference_content = copy.deepcopy(content)
         reference_content.hubert = TransformersBackbone()
-        e = speaker.config
-        ecapa = ECAPA_TDNN(e.n_mels, lin_neurons=e.lin_neurons, channels=list(e.channels),
-                           kernel_sizes=list(e.kernel_sizes), dilations=list(e.dilations),
-                           attention_channels=e.attention_channels, res2net_scale=e.res2net_scale,
-                           se_channels=e.se_channels).eval()
+        ecapa = speechbrain_ecapa_tdnn(speaker.config).eval()
         ecapa.load_state_dict(speaker.embedding_model.state_dict())
-        fbank, normalise = Fbank(n_mels=e.n_mels), InputNormalization(norm_type="sentence", std_norm=False)
+        fbank, normalise = ecapa_front_end(speaker.config.n_mels)
 
         def reference_speaker(wave):
             lengths = torch.ones(wave.shape[0])

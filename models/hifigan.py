@@ -499,8 +499,9 @@ class Vocoder:
         of audio in windows up to 512 frames (0.30 before the spectral convolutions), bfloat16 (AMX)
         0.066. A padded batch does not help on CPU: the convolutions already keep the cores busy on
         one utterance, and padding adds work and masking passes (padded batches of four 3-5 s
-        utterances took twice as long as one by one). On a GPU, utterances of similar length run as padded, length-masked batches
-        (:meth:`synthesise_padded`); each output again equals the utterance's one-at-a-time output.
+        utterances took twice as long as one by one). On a GPU, utterances of similar length run as
+        padded, length-masked batches (:meth:`synthesise_padded`); each output again equals the
+        utterance's one-at-a-time output.
 
         ``dtype`` other than float32 runs the generator under that autocast (the conditioning
         frames, with their layer norms, are still built in float32). On random full-size SSL-SAS

@@ -163,16 +163,17 @@ _worker_state: dict = {}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _reuse_freed_memory() -> None:
-    """glibc: serve allocations up to 32 MB from the heap and keep freed memory there for reuse.
+def _reuse_freed_memory(single_threaded: bool = False) -> None:
+    """glibc: serve allocations up to 32 MB from the heap and keep freed memory there for reuse; in a
+    ``single_threaded`` process (a forked pool worker), every allocation, however large.
 
     By default glibc maps each allocation of more than a few MB afresh and unmaps it when freed, so every
-    large tensor (HuBERT's first activations, the vocoder's) costs page faults and zeroing on every
-    utterance: an out-of-place GELU over a 50 MB tensor took 36 ms, in place 10 ms. Measured on one core,
-    6-10 s utterances: content about 10 % and vocoder about 5 % faster, for about 300 MB more resident memory
-    (the peak working set stays mapped). 32 MB is glibc's largest threshold; larger blocks are still mapped,
-    which threads need (their arenas cannot grow past 64 MB). Set once per process that runs batches (a
-    forked pool's parent, whose workers inherit it); elsewhere than glibc nothing changes."""
+    large tensor (HuBERT's first activations, 50 MB for 8 s, the vocoder's) costs page faults and zeroing on
+    every utterance: an out-of-place GELU over a 50 MB tensor took 36 ms, in place 10 ms. Measured on one
+    core, 6-10 s utterances: content about 10 % and vocoder about 5 % faster, for about 300 MB more resident
+    memory (the peak working set stays mapped). 32 MB is glibc's largest threshold, and blocks above it must
+    stay mappable where threads allocate (their arenas cannot grow past 64 MB); a process of one thread can
+    do without mappings. Set once per process that runs batches; elsewhere than glibc nothing changes."""
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return
     import ctypes
@@ -180,6 +181,8 @@ def _reuse_freed_memory() -> None:
     libc = ctypes.CDLL(None)
     libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD (fixed, no longer adjusted as blocks are freed)
     libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the heap's free top back
+    if single_threaded:
+        libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
 
 
 def _init_worker(config: dict, allow_pipes: bool) -> None:
@@ -210,12 +213,7 @@ def _init_forked_worker() -> None:
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
-    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
-        # This process runs one thread, so every block, however large, can come from the heap (threads'
-        # arenas could not grow past 64 MB): HuBERT's first activations (50 MB for 8 s) stop costing page
-        # faults on every utterance too. Measured with the command: x1.34-1.42 of the reference against
-        # x1.27-1.32 with only the 32 MB threshold of :func:`_reuse_freed_memory`.
-        ctypes.CDLL(None).mallopt(-4, 0)  # M_MMAP_MAX
+    _reuse_freed_memory(single_threaded=True)
 
 
 def _worker_process(jobs: list[Job]) -> list[Outcome]:

@@ -299,7 +299,8 @@ def test_generator_uses_spectral_convolutions_only_where_they_give_the_same_outp
     wide = [conv for block in generator.resblocks for conv in block.modules()
             if isinstance(conv, torch.nn.Conv1d) and conv in spectral_convolutions]
     # Kernels of 7 and 11 at 128 channels, of 11 only at 64, none below.
-    assert sorted((conv.in_channels, conv.kernel_size[0]) for conv in wide) == [(64, 11)] * 6 + [(128, 7)] * 6 + [(128, 11)] * 6
+    assert (sorted((conv.in_channels, conv.kernel_size[0]) for conv in wide)
+            == [(64, 11)] * 6 + [(128, 7)] * 6 + [(128, 11)] * 6)
     calls = []
     counted = type("Counted", (SpectralConvolution,),
                    {"__call__": lambda self, x: calls.append(1) or SpectralConvolution.__call__(self, x)})

@@ -1,5 +1,6 @@
-"""Our HuBERT backbone against transformers' ``HubertModel`` (imported here, and only here) for the
-HuBERT-base layout: same state-dict keys, same last-layer features, alone and in padded batches."""
+"""Our HuBERT backbone against transformers' ``HubertModel`` (:mod:`tests.reference_hubert`; the package
+itself never imports transformers for it) for the HuBERT-base layout: same state-dict keys, same last-layer
+features, alone and in padded batches."""
 from __future__ import annotations
 
 import functools
@@ -7,8 +8,8 @@ import functools
 import pytest
 import torch
 
-from voxanon.models.hubert import (CONV_KERNELS, CONV_STRIDES, HubertBackboneConfig, _conv_output_lengths,
-                                   batch_hubert_features, plain_hubert)
+from tests import reference_hubert
+from voxanon.models.hubert import HubertBackboneConfig, _conv_output_lengths, batch_hubert_features, plain_hubert
 from voxanon.models.precision import built_with_weights
 
 SMALL = HubertBackboneConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=96, conv_channels=32,
@@ -27,27 +28,12 @@ def release_reference_models():
 
 @functools.cache
 def transformers_hubert(config: HubertBackboneConfig, attention: str = "sdpa"):
-    """transformers' HubertModel as fairseq's HuBERT-base is laid out, with random weights, the
-    positional convolution's weight norm folded as our importers fold it. Norms and biases are
-    random too (at ones and zeros a swapped norm or a dropped bias would go unseen), and linear
+    """The reference :func:`tests.reference_hubert.transformers_hubert` with random weights. Norms and biases
+    are random too (at ones and zeros a swapped norm or a dropped bias would go unseen), and linear
     weights have standard deviation 1 / sqrt(inputs), not 0.02: at 0.02 attention and feed-forward
     barely move the residual stream, and e.g. the tanh approximation of GELU would pass."""
-    from transformers import HubertConfig, HubertModel
-
-    hf_config = HubertConfig(hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-                             num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-                             conv_dim=(config.conv_channels,) * 7, conv_kernel=CONV_KERNELS,
-                             conv_stride=CONV_STRIDES, conv_bias=False, feat_extract_norm="group",
-                             feat_proj_layer_norm=True, do_stable_layer_norm=False,
-                             num_conv_pos_embeddings=config.pos_conv_kernel,
-                             num_conv_pos_embedding_groups=config.pos_conv_groups, hidden_act="gelu",
-                             layer_norm_eps=1e-5, mask_time_prob=0.0, mask_feature_prob=0.0, hidden_dropout=0.0,
-                             attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0,
-                             attn_implementation=attention)
     torch.manual_seed(0)
-    model = HubertModel(hf_config).eval()
-    torch.nn.utils.parametrize.remove_parametrizations(model.encoder.pos_conv_embed.conv, "weight",
-                                                       leave_parametrized=True)
+    model = reference_hubert.transformers_hubert(config, attention)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "norm" in name:
