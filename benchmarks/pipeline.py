@@ -64,7 +64,8 @@ Part 3 (``--parts command --cli-rounds 3``), 20 synthetic utterances (161.8 s), 
 the otherwise idle 2-core machine at the end of the round (reference RTF / command RTF: median ratio):
 0.348 / 0.256: x1.37; 0.378 / 0.282: x1.34; 0.359 / 0.251: x1.42; then 0.314 / 0.241: x1.32, 0.329 / 0.258:
 x1.27, and with the final code 0.316 / 0.244: x1.30 (rounds x1.27-1.34) and 0.303 / 0.227: x1.34 (every
-round x1.34). The x1.3 target is met in five runs of seven, borderline (x1.27-1.30) in two. Outputs
+round x1.34), then 0.282 / 0.223: x1.27 (rounds x1.33, x1.27, x1.23). The x1.3 target is met in five
+runs of eight and missed (x1.27-1.30) in three: NOT robustly met. Outputs
 within 1 step of 16 bits of the reference's. Start-up, the command over one 1 s utterance, everything
 included: 3.6-4.6 s; the reference process (spawn, imports, model load, one utterance) 8.7-11.8 s. At
 the start of this round the command was at x0.95 (RTF 0.317 against 0.300), and x0.73 before the
