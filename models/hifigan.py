@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxanon.models.spectral import cpu_inference, weights_stamp
+
 LRELU_SLOPE = 0.1
 CPU_WINDOW_FRAMES = (64, 128, 192, 256, 384, 512)
 """Window lengths (frames) of CPU synthesis. oneDNN builds kernels for each new input length of a direct
@@ -170,15 +172,11 @@ class SpectralConvolution:
         products = torch.stack([real, imaginary, real + imaginary], 1)                 # (F, 3, C_in, C_out)
         self.mixing = torch.cat([products[f, :1] if real else products[f] for f, real in enumerate(real_only)])
         self.bias = None if conv.bias is None else conv.bias.detach().clone()
-        self._source = self._weights_of(conv)
-
-    @staticmethod
-    def _weights_of(conv: nn.Conv1d) -> tuple:
-        return tuple(None if t is None else (t._version, t.data_ptr()) for t in (conv.weight, conv.bias))
+        self._stamp = weights_stamp(conv)
 
     def matches(self, conv: nn.Conv1d) -> bool:
         """Whether ``conv`` still holds the weights this was built from."""
-        return self._source == self._weights_of(conv)
+        return self._stamp == weights_stamp(conv)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(1, C_in, 1, T) channels-last -> (1, C_out, 1, T) channels-last."""
@@ -222,8 +220,7 @@ def plan_spectral_convolutions(generator: "HifiganGenerator") -> None:
 
 def _spectral_form(conv: nn.Module, x: torch.Tensor) -> SpectralConvolution | None:
     plan = spectral_convolutions.get(conv)
-    if (plan is None or x.shape[0] != 1 or x.device.type != "cpu" or x.dtype != torch.float32
-            or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or not plan.matches(conv)):
+    if plan is None or x.shape[0] != 1 or not cpu_inference(x) or not plan.matches(conv):
         return None
     return plan
 
