@@ -118,20 +118,21 @@ mixing, dominate: measured on one core, a kernel of 11 gains 8-19 % at 64 channe
 vocoder), a kernel of 7 at 64 channels and anything at 32 are slower than the direct convolution."""
 
 
-def _spectral_matrices(block: int, hop: int) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
-    """The forward and inverse transforms of a spectral convolution with ``block``-sample blocks.
+def _spectral_matrices(block: int, hop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward, inverse and kernel transforms of a spectral convolution with ``block``-sample blocks.
 
     Forward (R, block): per frequency of the real DFT, the rows giving Re X, Im X and Re X + Im X
     (Gauss's three-product complex multiplication: Re(XW) = P1 - P2, Im(XW) = P3 - P1 - P2 with
     P1 = Re X Re W, P2 = Im X Im W, P3 = (Re X + Im X)(Re W + Im W)); frequency 0 and, for an even
     block, block/2 are real and get one row. Inverse (hop, R): the first ``hop`` samples of the
-    inverse real DFT, written directly on the products P. Built in float64, rounded once. The flags
-    say which frequencies are real."""
+    inverse real DFT, written directly on the products P. Built in float64, rounded once. Kernel
+    (R, block), kept in float64: the same rows for the kernel's conjugate spectrum (Re W, -Im W,
+    Re W - Im W), so that one matrix product gives the mixing weights of every frequency."""
     frequencies = block // 2 + 1
     real_only = [f == 0 or 2 * f == block for f in range(frequencies)]
     times = torch.arange(block, dtype=torch.float64)
     outputs = torch.arange(hop, dtype=torch.float64)
-    forward, inverse = [], []
+    forward, inverse, kernel = [], [], []
     for f in range(frequencies):
         cosine = torch.cos(2 * math.pi * f * times / block)
         sine = -torch.sin(2 * math.pi * f * times / block)
@@ -141,10 +142,12 @@ def _spectral_matrices(block: int, hop: int) -> tuple[torch.Tensor, torch.Tensor
         if real_only[f]:
             forward.append(cosine)
             inverse.append(back_real)
+            kernel.append(cosine)
         else:
             forward += [cosine, sine, cosine + sine]
             inverse += [back_real - back_imag, -back_real - back_imag, back_imag]
-    return torch.stack(forward).float(), torch.stack(inverse, 1).float(), real_only
+            kernel += [cosine, -sine, cosine - sine]
+    return torch.stack(forward).float(), torch.stack(inverse, 1).float(), torch.stack(kernel)
 
 
 class SpectralConvolution:
@@ -165,12 +168,10 @@ class SpectralConvolution:
             raise ValueError(f"block ({block}) must exceed the kernel ({kernel})")
         self.kernel, self.dilation, self.block = kernel, conv.dilation[0], block
         self.hop = block - kernel + 1
-        self.forward_transform, self.inverse_transform, real_only = _spectral_matrices(block, self.hop)
-        kernel_first = conv.weight.detach().double().permute(2, 1, 0).contiguous()     # (kernel, C_in, C_out)
-        spectrum = torch.view_as_real(torch.fft.rfft(kernel_first, n=block, dim=0))   # (F, C_in, C_out, 2)
-        real, imaginary = spectrum[..., 0].float(), -spectrum[..., 1].float()          # the conjugate spectrum
-        products = torch.stack([real, imaginary, real + imaginary], 1)                 # (F, 3, C_in, C_out)
-        self.mixing = torch.cat([products[f, :1] if real else products[f] for f, real in enumerate(real_only)])
+        self.forward_transform, self.inverse_transform, kernel_transform = _spectral_matrices(block, self.hop)
+        out_channels, in_channels, _ = conv.weight.shape
+        kernel_first = conv.weight.detach().double().permute(2, 1, 0).reshape(kernel, -1)   # (kernel, C_in·C_out)
+        self.mixing = (kernel_transform[:, :kernel] @ kernel_first).view(-1, in_channels, out_channels).float()
         self.bias = None if conv.bias is None else conv.bias.detach().clone()
         self._stamp = weights_stamp(conv)
 
