@@ -158,6 +158,7 @@ class SslSasInputStage(Stage):
     """Peak normalisation and the 320-sample trim that the rest of the chain relies on."""
 
     name = "ssl_sas_input"
+    model_free = True
 
     def __init__(self, peak: float = 0.95):
         if not 0.0 < float(peak) <= 1.0:
@@ -179,6 +180,7 @@ class F0Stage(Stage):
     """pYAAPT F0 (SSL-SAS settings), optionally cached on disk per utterance content."""
 
     name = "f0"
+    model_free = True
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0):
         from voxanon.models.f0 import F0Cache, YaaptParams

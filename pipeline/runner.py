@@ -22,6 +22,7 @@ so no id can make a run write outside its output folder.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -29,6 +30,7 @@ import json
 import logging
 import os
 import platform
+import queue
 import sys
 import threading
 import time
@@ -50,6 +52,7 @@ from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
+from voxanon.pipeline.stages import Utterance
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
 
 log = logging.getLogger(__name__)
@@ -110,34 +113,52 @@ def _sha256_or_none(path: Path) -> str | None:
         return None
 
 
-def process_jobs(system: System, jobs: list[Job], allow_pipes: bool) -> list[Outcome]:
-    """Load, transform and write one batch; every failure is caught and attributed to a stage."""
+@dataclass
+class Prepared:
+    """A job's utterance as loaded and taken through its system's first ``stages_done`` stages elsewhere
+    (by the head start: :class:`_HeadStart`), with what loading it reported."""
+    utterance: Utterance
+    stages_done: int
+    input_seconds: float
+    notes: list[str]
+
+
+def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
+    """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
+    audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, allow_pipe=allow_pipes)
+    return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
+                    audio.notes())
+
+
+def process_jobs(system: System, jobs: list[Job], allow_pipes: bool,
+                 prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
+    """Load, transform and write one batch; every failure is caught and attributed to a stage. An utterance
+    in ``prepared`` starts where its preparation stopped."""
     outcomes = {job.utt: Outcome(job.utt) for job in jobs}
-    utterances = []
+    ready: list[Prepared] = []
     for job in jobs:
         try:
-            audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds,
-                               allow_pipe=allow_pipes)
+            ready.append(prepared[job.utt] if prepared and job.utt in prepared else _load(system, job, allow_pipes))
         except AudioError as error:
             outcomes[job.utt].failed_stage, outcomes[job.utt].error = "load", error.reason
             continue
-        outcomes[job.utt].input_seconds = audio.seconds
-        outcomes[job.utt].notes = audio.notes()
-        utterances.append(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples))
-    for stage in system.stages:
+        outcomes[job.utt].input_seconds = ready[-1].input_seconds
+        outcomes[job.utt].notes = ready[-1].notes
+    utterances = [item.utterance for item in ready]
+    stages_done = {item.utterance.utt_id: item.stages_done for item in ready}
+    for index, stage in enumerate(system.stages):
+        batch = [utt for utt in utterances if stages_done[utt.utt_id] <= index]
         try:
-            stage.process_batch(utterances)
+            stage.process_batch(batch)
         except Exception:
             # Isolate the utterance at fault: rerun the batch's members one at a time.
-            survivors = []
-            for utt in utterances:
+            for utt in batch:
                 try:
                     stage.process_batch([utt])
-                    survivors.append(utt)
                 except Exception as error:
                     outcomes[utt.utt_id].failed_stage = stage.name
                     outcomes[utt.utt_id].error = f"{type(error).__name__}: {error}"
-            utterances = survivors
+            utterances = [utt for utt in utterances if outcomes[utt.utt_id].error is None]
     by_id = {job.utt: job for job in jobs}
     for utt in utterances:
         outcome = outcomes[utt.utt_id]
@@ -185,39 +206,121 @@ def _reuse_freed_memory(single_threaded: bool = False) -> None:
         libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
 
 
-def _init_worker(config: dict, allow_pipes: bool) -> None:
+def _init_worker(config: dict, allow_pipes: bool, head_start_jobs: list[Job] | None = None) -> "_HeadStart | None":
     """Set up a process that runs batches (a spawned pool worker, a Ray actor, or the parent of forked
-    workers): its system, with every stage's models loaded now rather than on its first batch."""
+    workers): its system, with every stage's models loaded now rather than on its first batch.
+
+    Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
+    system that opens with model-free stages and then loads models, it starts a :class:`_HeadStart`
+    on them once the model-free stages are loaded, and returns it."""
     _reuse_freed_memory()
     system = build_system(config)
-    for stage in system.stages:
+    model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
+    for stage in system.stages[:model_free]:
+        stage.load_models()
+    head_start = (_HeadStart(system, model_free, head_start_jobs, allow_pipes)
+                  if head_start_jobs and 0 < model_free < len(system.stages) else None)
+    for stage in system.stages[model_free:]:
         stage.load_models()
     _worker_state["system"] = system
     _worker_state["allow_pipes"] = allow_pipes
+    return head_start
 
 
-def _init_forked_worker() -> None:
-    """A forked worker: one torch thread (the pool gives the parallelism), and gone with its parent.
-
-    Forked workers hold copies of the parent's files, the output lock's among them: a worker left
-    behind by a killed run would keep the lock (and the models' memory) forever, so it asks the
-    kernel to kill it when the parent dies (``PR_SET_PDEATHSIG``)."""
+def _die_with_parent() -> None:
+    """Ask the kernel to kill this forked process when its parent dies (``PR_SET_PDEATHSIG``): it holds
+    copies of the parent's files, the output lock's among them, and must not keep them (or the models'
+    memory) after a killed run."""
     import ctypes
     import signal
-    import sys
 
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+class _HeadStart:
+    """A system's leading model-free stages (loading, peak normalisation, pYAAPT's F0) run over the jobs
+    the pool will take last, in a process forked before the models load, while this process loads them.
+
+    Loading the neural chain's models takes this process about 2 s (torch's import, the weights, the
+    vocoder's plans) on one core, and the other core would idle until the workers start: there, it
+    prepares the utterances at the end of the queue (the shortest, longest first), about a third of the
+    F0 work of a 160 s set. Each batch takes the preparations ready when it is submitted
+    (:meth:`take`); its worker starts those utterances after their prepared stages, with the same
+    values (the stages are deterministic and the utterance's seeds travel with it). An utterance the
+    head start could not prepare (bad audio, a stage's error) is left to its worker, which reports it.
+    The head start stops once the workers run (:meth:`stop`), after the utterance in hand."""
+
+    def __init__(self, system: System, stages: int, jobs: list[Job], allow_pipes: bool):
+        context = get_context("fork")
+        # A queue, not a bare pipe: its feeder thread holds what this process has not read yet, so the
+        # head start never waits for it (this process reads only when it submits a batch).
+        self._results = context.Queue()
+        self._stop = context.Event()
+        self._process = context.Process(target=_head_start, daemon=True,
+                                        args=(system, stages, jobs[::-1], allow_pipes, self._results, self._stop))
+        self._process.start()
+        self._ready: dict[str, Prepared] = {}
+        self._open = True
+
+    def _receive(self, timeout: float | None) -> bool:
+        """One preparation (or the end) into ``_ready``; False when none came within ``timeout``."""
+        try:
+            prepared = self._results.get(timeout=timeout) if timeout else self._results.get_nowait()
+        except queue.Empty:
+            return False
+        if prepared is None:
+            self._open = False
+        else:
+            self._ready[prepared.utterance.utt_id] = prepared
+        return True
+
+    def take(self, jobs: list[Job]) -> dict[str, Prepared]:
+        """The preparations of ``jobs`` that have arrived (each handed out once)."""
+        while self._open and self._receive(None):
+            pass
+        return {job.utt: self._ready.pop(job.utt) for job in jobs if job.utt in self._ready}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stops the head start and reads what it still holds (it cannot end before), then joins it."""
+        self._stop.set()
+        while self._open and (self._receive(1.0) or self._process.is_alive()):
+            pass
+        self._process.join()
+
+
+def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool, results, stop) -> None:
+    _die_with_parent()
+    for job in jobs:
+        if stop.is_set():
+            break
+        try:
+            prepared = _load(system, job, allow_pipes)
+            for stage in system.stages[:stages]:
+                stage.process_batch([prepared.utterance])
+        except Exception:  # the job's worker meets the same failure and reports it
+            continue
+        prepared.stages_done = stages
+        results.put(prepared)
+    results.put(None)
+
+
+def _init_forked_worker() -> None:
+    """A forked worker: one torch thread (the pool gives the parallelism), and gone with its parent."""
+    _die_with_parent()
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     _reuse_freed_memory(single_threaded=True)
 
 
-def _worker_process(jobs: list[Job]) -> list[Outcome]:
-    return process_jobs(_worker_state["system"], jobs, _worker_state["allow_pipes"])
+def _worker_process(jobs: list[Job], prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
+    return process_jobs(_worker_state["system"], jobs, _worker_state["allow_pipes"], prepared)
 
 
 def batch_invariant(config: dict) -> bool:
@@ -255,47 +358,60 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
         # THP_MEM_ALLOC_ENABLE puts torch's large CPU buffers on huge pages (2-8% faster neural chains,
         # measured); torch reads it at its first large allocation, the models' loading here, and the
         # forked workers keep the setting.
-        huge_pages = os.environ.get("THP_MEM_ALLOC_ENABLE")
-        os.environ["THP_MEM_ALLOC_ENABLE"] = "1"
-        try:
-            _init_worker(config, allow_pipes)
-        finally:
-            if huge_pages is None:
-                os.environ.pop("THP_MEM_ALLOC_ENABLE")
-            else:
-                os.environ["THP_MEM_ALLOC_ENABLE"] = huge_pages
+        with _environment({"THP_MEM_ALLOC_ENABLE": "1"}):
+            head_start = _init_worker(config, allow_pipes, [job for batch in batches for job in batch])
         pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_init_forked_worker)
-        return _pool_outcomes(pool, batches, workers)
-    # One thread per worker process (torch reads OMP_NUM_THREADS at import), huge pages as above.
-    worker_env = {name: os.environ.get(name) for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")}
-    os.environ.update({name: "1" for name in worker_env})
-    try:
+        return _pool_outcomes(pool, batches, workers, head_start)
+    # One thread per worker process (torch reads OMP_NUM_THREADS at import), huge pages as above; the
+    # workers start with the first batches, submitted before this returns.
+    with _environment({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")}):
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
                                    initargs=(config, allow_pipes))
         return _pool_outcomes(pool, batches, workers)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the block (for what is imported or started in it), then as before."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
     finally:
-        for name, value in worker_env.items():
+        for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
 
 
-def _pool_outcomes(pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int) -> Iterator[Outcome]:
-    """Submits the first batches now (which starts the pool's processes) and yields outcomes as they come."""
+def _pool_outcomes(pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int,
+                   head_start: _HeadStart | None = None) -> Iterator[Outcome]:
+    """Submits the first batches now (which starts the pool's processes) and yields outcomes as they come;
+    each batch goes with what ``head_start`` has prepared of it by then."""
     queue = iter(batches)
-    pending = {pool.submit(_worker_process, batch) for _, batch in zip(range(workers * 3), queue)}
+
+    def submit(batch: list[Job]):
+        return pool.submit(_worker_process, batch, head_start.take(batch) if head_start else None)
+
+    pending = {submit(batch) for _, batch in zip(range(workers * 3), queue)}
+    if head_start:
+        head_start.stop()
 
     def outcomes() -> Iterator[Outcome]:
         nonlocal pending
-        with pool:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield from future.result()
-                    batch = next(queue, None)
-                    if batch is not None:
-                        pending.add(pool.submit(_worker_process, batch))
+        try:
+            with pool:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        yield from future.result()
+                        batch = next(queue, None)
+                        if batch is not None:
+                            pending.add(submit(batch))
+        finally:
+            if head_start:
+                head_start.close()
     return outcomes()
 
 

@@ -67,6 +67,9 @@ class Stage:
     """One step of a system. Subclasses set ``name`` and override ``process`` or ``process_batch``."""
 
     name: ClassVar[str]
+    model_free: ClassVar[bool] = False
+    """True for a stage that needs neither torch nor a loaded model (reading-level DSP, pYAAPT's F0): the
+    runner may run a system's leading model-free stages in a helper process while it loads the models."""
 
     def needs(self) -> list[str]:
         """Requirements as ``kind:name`` strings (``checkpoint:ssl-sas``, ``pool:libritts``, ``flow:sex``,

@@ -17,7 +17,7 @@ from conftest import make_corpus
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set
-from voxanon.pipeline.stages import derive_seed
+from voxanon.pipeline.stages import Stage, derive_seed
 from voxanon.pipeline.systems import load_system_config
 
 
@@ -200,3 +200,51 @@ def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
     anonymise_set(corpus, config, tmp_path / "two", workers=2, progress=False)
     assert seen == [["u1", "u2", "u3", "u4"], ["u2", "u4", "u3", "u1"]]
     assert _outputs(tmp_path / "one") == _outputs(tmp_path / "two")
+
+
+class _Marked(Stage):
+    """Model-free: records the process it ran in."""
+    name = "marked"
+    model_free = True
+
+    def process(self, utt):
+        utt.record["marked_in"] = os.getpid()
+        utt.audio = utt.audio * 0.5
+
+
+class _SlowToLoad(Stage):
+    """Loads for a second, as a neural stage's models do; records the process it ran in."""
+    name = "slow_to_load"
+
+    def load_models(self):
+        time.sleep(1.0)
+
+    def process(self, utt):
+        utt.record["loaded_in"] = os.getpid()
+        utt.audio = np.tanh(utt.audio * 3.0)
+
+
+def test_the_head_start_prepares_utterances_while_the_models_load(tmp_path, monkeypatch):
+    """With two workers, a process forked before the models load runs the leading model-free stages on the
+    last utterances of the queue; their workers start after those stages, with the same outputs."""
+    from voxanon.pipeline import runner
+    from voxanon.pipeline.systems import STAGES
+
+    monkeypatch.setitem(STAGES, "marked", _Marked)
+    monkeypatch.setitem(STAGES, "slow_to_load", _SlowToLoad)
+    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=6, seconds=0.5)
+    (tmp_path / "corrupt.wav").write_bytes(b"RIFF, but nothing else")
+    data.wav["spk0-bad"] = str(tmp_path / "corrupt.wav")
+    data.utt2spk["spk0-bad"] = "spk0"
+    config = {**load_system_config("b2"), "name": "headstart", "stages": ["marked", "slow_to_load"]}
+    two = anonymise_set(data, config, tmp_path / "two", workers=2, progress=False)
+    one = anonymise_set(data, config, tmp_path / "one", workers=1, progress=False)
+    records = {e["utt"]: e["record"] for e in map(json.loads, (tmp_path / "two" / JOURNAL).read_text().splitlines())}
+    assert sorted(records) == sorted(u for u in data.utterances if u != "spk0-bad")
+    prepared = [utt for utt, record in records.items() if record["marked_in"] != record["loaded_in"]]
+    assert prepared, "the head start prepared nothing"
+    assert len({records[utt]["marked_in"] for utt in prepared}) == 1
+    assert [(f.utt, f.failed_stage) for f in two.failures] == [(f.utt, f.failed_stage) for f in one.failures] \
+        == [("spk0-bad", "load")]
+    assert _outputs(tmp_path / "two") == _outputs(tmp_path / "one")
