@@ -355,15 +355,17 @@ def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
     """
     batches = _parallel_batches(batches, workers, config)
     if sys.platform == "linux" and threading.active_count() == 1:
-        # THP_MEM_ALLOC_ENABLE puts torch's large CPU buffers on huge pages (2-8% faster neural chains,
-        # measured); torch reads it at its first large allocation, the models' loading here, and the
-        # forked workers keep the setting.
-        with _environment({"THP_MEM_ALLOC_ENABLE": "1"}):
-            head_start = _init_worker(config, allow_pipes, [job for batch in batches for job in batch])
+        # Not THP_MEM_ALLOC_ENABLE here: forked workers keep every block on their heap
+        # (_reuse_freed_memory), so huge pages only slow the first touch of each block; measured on the
+        # neural chain, each worker's first two utterances took 0.3-0.4 s longer in HuBERT, and the set
+        # 0.8 s longer, with them.
+        head_start = _init_worker(config, allow_pipes, [job for batch in batches for job in batch])
         pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_init_forked_worker)
         return _pool_outcomes(pool, batches, workers, head_start)
-    # One thread per worker process (torch reads OMP_NUM_THREADS at import), huge pages as above; the
-    # workers start with the first batches, submitted before this returns.
+    # One thread per worker process (torch reads OMP_NUM_THREADS at import); THP_MEM_ALLOC_ENABLE puts
+    # torch's large CPU buffers on huge pages, which spawned workers map afresh for each block above 32 MB
+    # (2-8 % faster neural chains, measured). The workers start with the first batches, submitted before
+    # this returns.
     with _environment({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")}):
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
                                    initargs=(config, allow_pipes))
