@@ -60,22 +60,39 @@ x1.32 with 2 workers (float32, output within 1 step of 16 bits), x2.46 with 2 wo
 0.115; worst utterance 35.9 dB SNR against the reference, largest difference 792 16-bit steps). In one
 process, the stage table: F0 0.03, content 0.07, speaker 0.011, vocoder 0.11, chain 0.23.
 
-Part 3 (``--parts command --cli-rounds 3``), 20 synthetic utterances (161.8 s), float32, six runs on
-the otherwise idle 2-core machine at the end of the round (reference RTF / command RTF: median ratio):
-0.348 / 0.256: x1.37; 0.378 / 0.282: x1.34; 0.359 / 0.251: x1.42; then 0.314 / 0.241: x1.32, 0.329 / 0.258:
-x1.27, and with the final code 0.316 / 0.244: x1.30 (rounds x1.27-1.34) and 0.303 / 0.227: x1.34 (every
-round x1.34), then 0.282 / 0.223: x1.27 (rounds x1.33, x1.27, x1.23). The x1.3 target is met in five
-runs of eight and missed (x1.27-1.30) in three: NOT robustly met. Outputs
-within 1 step of 16 bits of the reference's. Start-up, the command over one 1 s utterance, everything
-included: 3.6-4.6 s; the reference process (spawn, imports, model load, one utterance) 8.7-11.8 s. At
-the start of this round the command was at x0.95 (RTF 0.317 against 0.300), and x0.73 before the
-previous one. Where the gain since x0.95 came from, each measured on its own: the spectral
-convolutions and 512-frame windows (vocoder 0.30 -> 0.22 s per second of audio on one core), our HuBERT and ECAPA modules (2.7 s and about 0.7 s less start-up; ECAPA 1.5x faster),
-longest utterances first (the last 4.5 s of one idle core), glibc's heap kept (content 10 %, vocoder 5 %
-faster), in-place element-wise steps in the vocoder (about 5 %), pYAAPT imported before the fork (1.1 s
-per worker when both imported at once) and the checksums computed during torch's import (0.2-0.3 s).
-Tried and dropped: F0 of the first utterances in a process forked ahead of the model loading (no gain:
-the loading slowed by 0.7-1.0 s and the CPU time grew by 2-3 s from the contention).
+Part 3 (``--parts command --cli-rounds 3``), 20 synthetic utterances (161.8 s), float32, on the otherwise
+idle 2-core machine (reference RTF / command RTF: median ratio, rounds). This round, as the changes
+below landed: 0.2952 / 0.2160: x1.38 (x1.44, x1.36, x1.38); 0.2955 / 0.2170: x1.36 (x1.46, x1.36,
+x1.36); 0.3045 / 0.2182: x1.39 (x1.39, x1.29, x1.43); final code 0.2916 / 0.2220: x1.35 (x1.44, x1.35,
+x1.23) and 0.2855 / 0.2201: x1.27 (x1.32, x1.27, x1.26). The x1.3 target is met in four runs of five, missed
+in one: met on average (mean of the medians x1.35), not robustly. The command's RTF holds at 0.215-0.226;
+the reference's moves from round to round (0.27-0.32), and the ratio with it. Outputs within 1 step of
+16 bits of the reference's. Start-up, the command over one 1 s utterance, everything included:
+2.8-3.4 s; the reference process (spawn, imports, model load, one utterance) 8.0 s. The previous round ended at x1.27-1.42 over eight runs (RTF 0.223-0.282; x1.3 met
+in five, missed in three), x0.95 at its start, x0.73 before that. This round's gains, each measured on
+its own (trace of the workers' stage times; the set's wall time in alternating runs):
+
+* the head start (runner ``_HeadStart``): while the main process imports torch and loads the models
+  (about 2 s on one core), a process forked after pYAAPT's import runs the input normalisation and F0
+  over the utterances the workers take last: 8-10 of the 20, about 40 % of the set's F0; the set took
+  34.8 s against 36.5-36.7 s in single traced runs before it (runs vary by about 0.5 s), the loading
+  itself 0.2-0.5 s slower beside it;
+* no THP_MEM_ALLOC_ENABLE in forked workers: huge pages on a heap that is never given back only slowed
+  the first touch (each worker's first two HuBERT passes 0.3-0.4 s longer): 0.8 s less;
+* HuBERT's positional convolution through the FFT (``models/spectral.py``): 59 -> 12 ms over 400 frames
+  on one core; content 0.155 s per second of audio on one core, about 3 % less;
+* the interpreter's final garbage collections skipped at exit (``gc.freeze``): exit 0.55 -> 0.24 s;
+* the vocoder's spectral plans from one float64 matrix product: 0.26 -> 0.14-0.24 s at load.
+
+Tried and dropped: a real FFT (MKL) instead of the DFT matrices in the vocoder's spectral convolutions
+(blocks of 64-128, complex or Gauss mixing; 10-35 % slower than the 32-sample DFT form at every layer
+shape: the layout changes cost more than the arithmetic saved); forward and inverse DFTs as single
+matrix products over all blocks (slower); the vocoder over whole utterances instead of windows (13 %
+faster once each length has been met, but every new length builds new oneDNN kernels and faults new
+heap, so over a set of new lengths it was 11 % slower; with the transposed convolutions as polyphase
+direct ones, whose kernels are cheaper to build, even); HuBERT's feature encoder in time chunks (no
+gain once the heap is kept: the difference was page faults); the head start at the lowest priority
+(a quarter fewer utterances prepared, no faster).
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
