@@ -133,7 +133,7 @@ class FeatureProjection(nn.Module):
 class PositionalConvEmbedding(nn.Module):
     """Grouped convolution over time, padded by kernel // 2 each side; with HuBERT's even kernel that
     gives one frame too many, and the last is dropped. One utterance in float32 on CPU runs it through
-    the FFT (:func:`voxanon.models.spectral.fft_form`: the same outputs to float rounding, 6x faster)."""
+    the FFT (:func:`voxanon.models.spectral.fft_form`: the same outputs to float rounding, 5x faster)."""
 
     def __init__(self, hidden_size: int, kernel: int, groups: int):
         super().__init__()
