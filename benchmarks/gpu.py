@@ -18,7 +18,9 @@ On a machine without CUDA it prints one line saying so and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,6 +87,7 @@ def main() -> int:
     from voxanon.models.f0 import yaapt_f0
 
     os.environ["VOXANON_HOME"] = tempfile.mkdtemp(prefix="voxanon-gpu-")
+    atexit.register(shutil.rmtree, os.environ["VOXANON_HOME"], ignore_errors=True)  # a 0.5 GB model set
     subprocess.run([str(Path(sys.executable).with_name("voxanon")), "models", "import", "ssl-sas", "--random-init",
                     "--size", args.size], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     waves = [w / np.max(np.abs(w)) * 0.9 for w in synthetic_utterances(args.utterances)]

@@ -103,8 +103,10 @@ gain once the heap is kept: the difference was page faults); the head start at t
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -420,6 +422,8 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are measured, also through a pipe
 
     work = Path(tempfile.mkdtemp(prefix="voxanon-bench-"))
+    # A random model set and every run's outputs, about 0.5 GB: gone at exit, also after an error.
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     os.environ["VOXANON_HOME"] = str(work / "home")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
