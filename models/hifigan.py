@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxanon.models.spectral import cpu_inference, weights_stamp
+from voxanon.models.spectral import WeightsPlan, cpu_inference, current_plan
 
 LRELU_SLOPE = 0.1
 CPU_WINDOW_FRAMES = (64, 128, 192, 256, 384, 512)
@@ -150,7 +150,7 @@ def _spectral_matrices(block: int, hop: int) -> tuple[torch.Tensor, torch.Tensor
     return torch.stack(forward).float(), torch.stack(inverse, 1).float(), torch.stack(kernel)
 
 
-class SpectralConvolution:
+class SpectralConvolution(WeightsPlan):
     """A stride-1 ``Conv1d`` with "same" zero padding as an overlap-save convolution (module doc).
 
     Each block of ``block`` samples gives ``block - kernel + 1`` outputs (a circular correlation is
@@ -161,6 +161,7 @@ class SpectralConvolution:
     """
 
     def __init__(self, conv: nn.Conv1d, block: int = SPECTRAL_BLOCK):
+        super().__init__(conv)
         kernel = conv.kernel_size[0]
         if conv.stride[0] != 1 or conv.groups != 1 or 2 * conv.padding[0] != conv.dilation[0] * (kernel - 1):
             raise ValueError("a spectral convolution needs stride 1, one group and 'same' padding")
@@ -173,11 +174,6 @@ class SpectralConvolution:
         kernel_first = conv.weight.detach().double().permute(2, 1, 0).reshape(kernel, -1)   # (kernel, C_in·C_out)
         self.mixing = (kernel_transform[:, :kernel] @ kernel_first).view(-1, in_channels, out_channels).float()
         self.bias = None if conv.bias is None else conv.bias.detach().clone()
-        self._stamp = weights_stamp(conv)
-
-    def matches(self, conv: nn.Conv1d) -> bool:
-        """Whether ``conv`` still holds the weights this was built from."""
-        return self._stamp == weights_stamp(conv)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(1, C_in, 1, T) channels-last -> (1, C_out, 1, T) channels-last."""
@@ -214,9 +210,7 @@ def plan_spectral_convolutions(generator: "HifiganGenerator") -> None:
                     and conv.kernel_size[0] * conv.in_channels >= SPECTRAL_MIN_KERNEL_CHANNELS
                     and conv.weight.device.type == "cpu"
                     and conv.weight.dtype == torch.float32):
-                plan = spectral_convolutions.get(conv)
-                if plan is None or not plan.matches(conv):
-                    spectral_convolutions[conv] = SpectralConvolution(conv)
+                current_plan(spectral_convolutions, conv, SpectralConvolution)
 
 
 def _spectral_form(conv: nn.Module, x: torch.Tensor) -> SpectralConvolution | None:

@@ -26,20 +26,40 @@ def weights_stamp(module: nn.Module) -> tuple:
     return tuple(None if t is None else (t._version, t.data_ptr()) for t in (module.weight, module.bias))
 
 
+class WeightsPlan:
+    """Precomputed from one convolution's weights: valid while that convolution still holds them."""
+
+    def __init__(self, conv: nn.Conv1d):
+        self._stamp = weights_stamp(conv)
+
+    def matches(self, conv: nn.Conv1d) -> bool:
+        """Whether ``conv`` still holds the weights this was built from."""
+        return self._stamp == weights_stamp(conv)
+
+
+def current_plan(plans: weakref.WeakKeyDictionary, conv: nn.Conv1d, build) -> WeightsPlan:
+    """``plans[conv]``, built by ``build(conv)`` where it is missing or ``conv``'s weights have changed."""
+    plan = plans.get(conv)
+    if plan is None or not plan.matches(conv):
+        plan = plans[conv] = build(conv)
+    return plan
+
+
 def cpu_inference(x: torch.Tensor) -> bool:
     """Whether ``x`` is a float32 CPU tensor outside autograd and autocast: where the spectral forms apply."""
     return (x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu"))
 
 
-class FftConvolution:
+class FftConvolution(WeightsPlan):
     """A stride-1, undilated ``Conv1d`` (any groups, zero padding of at least (kernel - 1) / 2 each side)
     as an overlap-save FFT convolution: blocks of the smallest power of two at least twice the kernel,
     each block's real FFT, per frequency and group a complex matrix product with the kernel's
-    conjugate spectrum, the inverse FFT. Gives the first T outputs for T input frames (HuBERT's positional convolution, whose
-    even kernel makes one output too many, drops the last)."""
+    conjugate spectrum, the inverse FFT. Gives the first T outputs for T input frames (HuBERT's
+    positional convolution, whose even kernel makes one output too many, drops the last)."""
 
     def __init__(self, conv: nn.Conv1d):
+        super().__init__(conv)
         kernel = conv.kernel_size[0]
         if (conv.stride[0] != 1 or conv.dilation[0] != 1 or isinstance(conv.padding, str)
                 or 2 * conv.padding[0] < kernel - 1):
@@ -56,10 +76,6 @@ class FftConvolution:
                        .reshape(self.groups * frequencies, group_inputs, group_outputs).to(torch.complex64)
                        .contiguous())
         self.bias = None if conv.bias is None else conv.bias.detach().clone()
-        self._stamp = weights_stamp(conv)
-
-    def matches(self, conv: nn.Conv1d) -> bool:
-        return self._stamp == weights_stamp(conv)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(C_in, T) -> (C_out, T)."""
@@ -89,7 +105,4 @@ def fft_form(conv: nn.Conv1d, x: torch.Tensor) -> FftConvolution | None:
     item, another device or precision, gradients, or a kernel below :data:`FFT_MIN_KERNEL`."""
     if x.shape[0] != 1 or conv.kernel_size[0] < FFT_MIN_KERNEL or not cpu_inference(x):
         return None
-    plan = _fft_plans.get(conv)
-    if plan is None or not plan.matches(conv):
-        plan = _fft_plans[conv] = FftConvolution(conv)
-    return plan
+    return current_plan(_fft_plans, conv, FftConvolution)

@@ -264,19 +264,15 @@ class _HeadStart:
                                         args=(system, stages, jobs[::-1], allow_pipes, self._results, self._stop))
         self._process.start()
         self._ready: dict[str, Prepared] = {}
-        self._open = True
 
     def take(self, jobs: list[Job]) -> dict[str, Prepared]:
         """The preparations of ``jobs`` that have arrived (each handed out once)."""
-        while self._open:
+        while True:
             try:
                 prepared = self._results.get_nowait()
             except queue.Empty:
                 break
-            if prepared is None:
-                self._open = False
-            else:
-                self._ready[prepared.utterance.utt_id] = prepared
+            self._ready[prepared.utterance.utt_id] = prepared
         return {job.utt: self._ready.pop(job.utt) for job in jobs if job.utt in self._ready}
 
     def stop(self) -> None:
@@ -302,7 +298,6 @@ def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool,
             continue
         prepared.stages_done = stages
         results.put(prepared)
-    results.put(None)
 
 
 def _init_forked_worker() -> None:
