@@ -21,7 +21,8 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.commands.evaluate import load_protocol, make_embedder, make_transcriber
-from voxanon.pipeline.evaluation import discover_sets, evaluate_sets
+from voxanon.pipeline.evaluation.evaluate import evaluate_sets
+from voxanon.pipeline.evaluation.sets import discover_sets
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config

@@ -5,7 +5,7 @@ Adam + cyclic LR) on random 3 s chunks of synthetic 16 kHz WAV utterances (timin
 on the audio), batch 32 by default, on the CPU (or ``--device cuda``, where ``--precision auto``
 means bf16 autocast). Two figures, measured side by side in one process:
 
-* ``train asv``: :class:`voxanon.pipeline.asv_training.AsvTrainer`'s epoch loop, reading chunks
+* ``train asv``: :class:`voxanon.pipeline.training.asv.AsvTrainer`'s epoch loop, reading chunks
   from the WAV files (first epoch is the warm-up, the second is timed);
 * ``speechbrain step``: the recipe's bare step (Fbank, sentence mean norm, ECAPA_TDNN,
   Classifier, LogSoftmaxWrapper(AdditiveAngularMargin), backward, Adam) on the same batches held
@@ -94,7 +94,7 @@ def _synchronise(device) -> None:
 
 
 def main() -> None:
-    from voxanon.pipeline.asv_training import AsvTrainer, prepare_training_data, read_training_sets, resolve_hparams
+    from voxanon.pipeline.training.asv import AsvTrainer, prepare_training_data, read_training_sets, resolve_hparams
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=32)

@@ -276,7 +276,7 @@ def test_challenge_under_ray_gives_the_local_outputs(challenge, tmp_path):
 
 def test_demo_split_keeps_attacker_speakers_out_of_the_trials(tmp_path):
     from voxanon.data_prep.demo_corpus import demo_corpus_dir
-    from voxanon.pipeline.challenge import demo_split
+    from voxanon.pipeline.commands.demo import demo_split
 
     demo = read_data_dir(demo_corpus_dir())
     train_dir, eval_dir, note = demo_split(demo, tmp_path)

@@ -73,7 +73,7 @@ def test_outputs_and_report_are_written(benchmark_run):
 def test_rerun_reuses_cached_embeddings_and_transcripts(benchmark_run, small_demo, tmp_path):
     from voxanon.pipeline.commands.benchmark import compare
     from voxanon.pipeline.commands.evaluate import load_protocol
-    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.evaluation.sets import discover_sets
     from voxanon.pipeline.feature_cache import ContentCache
 
     evaluation = compare(discover_sets(small_demo), ["b2"], load_protocol("vpc2022"), benchmark_run, 1,
@@ -103,7 +103,7 @@ def test_missing_anonymised_utterances_are_listed(benchmark_run, small_demo, tmp
 
 
 def test_unknown_layout_is_a_clear_error(tmp_path):
-    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.evaluation.sets import discover_sets
     with pytest.raises(VoxanonError, match="VoicePrivacy-layout sets"):
         discover_sets(tmp_path)
 
@@ -200,5 +200,5 @@ def test_plda_scoring_trained_on_other_speakers(small_demo, benchmark_run, tmp_p
     assert _value(results, "original", "o-o", "eer", "kaldi") < 30.0
     assert np.isfinite(_value(results, "b2", "o-a", "cllr"))
     with pytest.raises(VoxanonError, match="needs asv.plda_train"):
-        from voxanon.pipeline.evaluation import _fit_plda
+        from voxanon.pipeline.evaluation.evaluate import _fit_plda
         _fit_plda({"scoring": "plda"}, None, None)

@@ -66,7 +66,7 @@ def test_too_few_speakers_is_a_clear_error():
 
 def test_evaluation_labels_raw_cllr_uncalibrated_unless_the_scorer_gives_llrs():
     from voxanon.eval.tables import markdown_tables_by_condition
-    from voxanon.pipeline.evaluation import results_from_metrics
+    from voxanon.pipeline.evaluation.evaluate import results_from_metrics
 
     metrics = {"eer_rocch": 10.0, "cllr": 0.99, "min_cllr": 0.4, "linkability": 0.3, "zebra_dece": 0.2,
                "zebra_worst_case": 1.0, "zebra_tag": "B", "n_target": 10, "n_nontarget": 90}
@@ -83,7 +83,7 @@ def test_evaluation_labels_raw_cllr_uncalibrated_unless_the_scorer_gives_llrs():
 
 def test_scored_trial_speakers_follow_the_scored_trials():
     from voxanon.data_prep.corpus import Trial
-    from voxanon.pipeline.evaluation import cosine_trial_scores, scored_trial_speakers
+    from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, scored_trial_speakers
 
     trials = [Trial("a", "a1", True), Trial("a", "b1", False), Trial("c", "a1", False), Trial("b", "b1", True),
               Trial("b", "gone", False)]

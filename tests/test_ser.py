@@ -150,7 +150,7 @@ def test_ser_results_scores_each_utterance_with_its_fold_model(tmp_path, fold_mo
     from sklearn.metrics import recall_score
 
     from voxanon.pipeline.feature_cache import ContentCache
-    from voxanon.pipeline.ser_evaluation import FoldClassifiers, ser_results
+    from voxanon.pipeline.evaluation.ser import FoldClassifiers, ser_results
 
     original = write_set(tmp_path / "IEMOCAP_dev", UTTERANCES, 1.0)
     anonymised = write_set(tmp_path / "IEMOCAP_dev_b1", UTTERANCES, 0.2)
@@ -190,7 +190,7 @@ def test_ser_results_scores_each_utterance_with_its_fold_model(tmp_path, fold_mo
 def test_ser_results_clear_errors(tmp_path, fold_models):
     import shutil
 
-    from voxanon.pipeline.ser_evaluation import ser_results
+    from voxanon.pipeline.evaluation.ser import ser_results
 
     original = write_set(tmp_path / "IEMOCAP_test", UTTERANCES, 1.0)
     bare = tmp_path / "IEMOCAP_test_anon"

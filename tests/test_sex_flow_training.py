@@ -13,7 +13,7 @@ from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.models.flow import load_flow
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.sex_flow_training import add_train_parser, held_out_speakers
+from voxanon.pipeline.training.sex_flow import add_train_parser, held_out_speakers
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -24,11 +24,11 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.eer import rocch_eer
 from voxanon.models.checkpoints import safe_load
-from voxanon.pipeline.asv_training import (CLASSIFIER_FILE, TRAINING_FILE, default_hparams, export_model,
+from voxanon.pipeline.training.asv import (CLASSIFIER_FILE, TRAINING_FILE, default_hparams, export_model,
                                            resolve_hparams, select_utterances, train_asv)
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
-from voxanon.pipeline.evaluation import cosine_trial_scores, speaker_enrolment
+from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enrolment
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
@@ -136,7 +136,7 @@ def test_challenge_sized_model_is_saved_key_for_key(tmp_path):
 
     from voxanon.models.asv_model import SpeakerClassifier
     from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaConfig
-    from voxanon.pipeline.asv_training import ecapa_config
+    from voxanon.pipeline.training.asv import ecapa_config
 
     hparams = default_hparams()
     speakers = [f"s{i:03d}" for i in range(921)]
@@ -288,7 +288,7 @@ def test_cyclic_learning_rate_is_speechbrains():
 
 
 def test_epoch_order_depends_on_seed_and_epoch_only_and_never_leaves_one_utterance_alone():
-    from voxanon.pipeline.asv_training import epoch_batches
+    from voxanon.pipeline.training.asv import epoch_batches
 
     choices = np.full(33, 1000.0)
     batches = epoch_batches(33, choices, 16, seed=5, epoch=2)
@@ -305,7 +305,7 @@ def test_non_standard_kernels_and_dilations_load_as_speechbrain_builds_them(tmp_
     from speechbrain.inference.speaker import EncoderClassifier
 
     from voxanon.models.asv_model import SpeakerClassifier
-    from voxanon.pipeline.asv_training import ecapa_config
+    from voxanon.pipeline.training.asv import ecapa_config
 
     hparams = resolve_hparams({**TINY, "kernel_sizes": [3, 5, 3, 1, 1], "dilations": [1, 3, 2, 1, 1]})
     torch.manual_seed(0)

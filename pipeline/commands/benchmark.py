@@ -15,7 +15,8 @@ from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_arg
 from voxanon.pipeline.systems import build_system, load_system_config
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.evaluation import Evaluation, EvaluationSet
+    from voxanon.pipeline.evaluation.evaluate import Evaluation
+    from voxanon.pipeline.evaluation.sets import EvaluationSet
 
 
 def add_parser(subparsers) -> None:
@@ -42,7 +43,7 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     With ``second_run`` a stochastic system also anonymises the trials again with the next
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
     """
-    from voxanon.pipeline.evaluation import EvaluationSet
+    from voxanon.pipeline.evaluation.sets import EvaluationSet
     from voxanon.pipeline.runner import anonymise_set
 
     config = load_system_config(system, [f"batch_size={batch_size}"] if batch_size is not None else [])
@@ -73,7 +74,7 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
 
     ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches.
     """
-    from voxanon.pipeline.evaluation import Evaluation, evaluate_sets
+    from voxanon.pipeline.evaluation.evaluate import Evaluation, evaluate_sets
 
     embedder = make_embedder(protocol.get("asv", {}))
     transcriber = make_transcriber(protocol.get("asr"), trust_model_code)
@@ -99,7 +100,7 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.evaluation.sets import discover_sets
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems:

@@ -57,7 +57,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.challenge import ChallengeInputs, run_challenge
+    from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
     from voxanon.pipeline.commands.evaluate import cache_from, print_table
 
     inputs = ChallengeInputs(

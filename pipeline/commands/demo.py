@@ -2,15 +2,85 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
+from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
+from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.benchmark import compare
 from voxanon.pipeline.commands.evaluate import load_protocol, print_table, write_outputs
 
 DEMO_SYSTEMS = ("b2", "b2r")
 DEMO_PROTOCOL = "vpc2022"
+
+# A tiny ECAPA-TDNN (the challenge's architecture, narrow channels, 1.5 s chunks): a few seconds per epoch
+# on two CPU cores for the demo's ~100 training utterances.
+DEMO_ATTACKER_SETTINGS = {"channels": [32, 32, 32, 32, 96], "lin_neurons": 32, "attention_channels": 16,
+                          "se_channels": 16, "sentence_len": 1.5, "batch_size": 16, "step_size": 20,
+                          "valid_ratio": 0.125, "number_of_epochs": 20}
+DEMO_EVAL_SPEAKERS_PER_SEX = 3
+
+
+def demo_attacker_overrides(epochs: int | None = None) -> list[str]:
+    settings = dict(DEMO_ATTACKER_SETTINGS)
+    if epochs is not None:
+        settings["number_of_epochs"] = epochs
+    return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+
+
+def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
+    """The demo corpus split by speaker: ``<root>/demo_attacker_train`` (every utterance of the attacker's
+    speakers) and ``<root>/demo_eval`` (enrolment and trials of the other speakers, trials between them
+    only). Per sex, every other speaker in name order is evaluated, at most
+    ``DEMO_EVAL_SPEAKERS_PER_SEX``; the rest train the attacker. Returns the two folders and a note."""
+    from voxanon.data_prep.corpus import write_data_dir
+
+    evaluated: set[str] = set()
+    for sex in sorted(set(demo.spk2gender.values())):
+        speakers = sorted(s for s in demo.speakers if demo.spk2gender.get(s) == sex)
+        evaluated |= set(speakers[0::2][:DEMO_EVAL_SPEAKERS_PER_SEX])
+    trained = sorted(set(demo.speakers) - evaluated)
+    if len(trained) < 2 or not evaluated:
+        raise VoxanonError(f"{demo.path}: too few speakers to split into attacker training and evaluation speakers")
+    absolute = demo.absolute_wav()
+    train = demo.subset([u for u in demo.wav if demo.utt2spk[u] in trained])
+    train.name, train.enrolls, train.trials = "demo_attacker_train", None, None
+    evaluation = demo.subset([u for u in demo.wav if demo.utt2spk[u] in evaluated])
+    evaluation.name = "demo_eval"
+    evaluation.trials = [t for t in evaluation.trials if t.enrol_speaker in evaluated]
+    paths = []
+    for data in (train, evaluation):
+        data.wav = {u: absolute[u] for u in data.wav}
+        data.path = root / data.name
+        write_data_dir(data, data.path)
+        paths.append(data.path)
+    n_target = sum(t.target for t in evaluation.trials)
+    note = (f"speaker-disjoint: the attacker trains on the anonymised speech of {len(trained)} speakers "
+            f"({', '.join(trained)}, {len(train.wav)} utterances) who are not in the evaluated trials; the trials "
+            f"are those of the other {len(evaluated)} speakers ({', '.join(sorted(evaluated))}): {n_target} target "
+            f"and {len(evaluation.trials) - n_target} non-target")
+    return paths[0], paths[1], note
+
+
+def attacker_comparison(results) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """(header, rows): per set and system, the EER (%) of o-o (original speech, the set's) and of the
+    ignorant, lazy-informed and semi-informed attackers, then the models of the last two."""
+    from voxanon.eval.tables import format_value
+
+    columns = (("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed"))
+    eers = {(r.set, r.system, r.condition, r.attacker): r for r in results
+            if r.metric == "eer" and (r.condition, r.attacker) in columns and not r.system.startswith("published")}
+    header = ("set", "system", *(f"{attacker} {condition} EER (%)" if attacker else f"{condition} EER (%)"
+                                 for condition, attacker in columns), "lazy-informed model", "semi-informed model")
+    rows = []
+    for set_name, system in dict.fromkeys((s, system) for s, system, _, _ in eers if system != "original"):
+        found = [eers.get((set_name, "original" if condition == "o-o" else system, condition, attacker))
+                 for condition, attacker in columns]
+        rows.append((set_name, system, *(format_value(r) if r is not None else "-" for r in found),
+                     *(r.model if r is not None else "-" for r in found[2:])))
+    return header, rows
 
 
 def add_parser(subparsers) -> None:
@@ -34,7 +104,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.semi_informed:
         return run_semi_informed(args)
-    from voxanon.pipeline.evaluation import discover_sets
+    from voxanon.pipeline.evaluation.sets import discover_sets
     from voxanon.pipeline.feature_cache import ContentCache
 
     sets = discover_sets(demo_corpus_dir())
@@ -58,8 +128,7 @@ def run_semi_informed(args: argparse.Namespace) -> int:
 
     from voxanon.data_prep.corpus import read_data_dir
     from voxanon.eval.tables import Table, markdown
-    from voxanon.pipeline.challenge import (ChallengeInputs, attacker_comparison, demo_attacker_overrides,
-                                            demo_split, run_challenge)
+    from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
     from voxanon.pipeline.commands.challenge import stage_summary
     from voxanon.pipeline.feature_cache import ContentCache
 

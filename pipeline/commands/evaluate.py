@@ -16,7 +16,9 @@ from voxanon.pipeline.systems import available_recipes, read_recipe
 
 if TYPE_CHECKING:
     from voxanon.eval.results import Result
-    from voxanon.pipeline.evaluation import Evaluation, EvaluationSet, SemiInformed
+    from voxanon.pipeline.evaluation.attackers import SemiInformed
+    from voxanon.pipeline.evaluation.evaluate import Evaluation
+    from voxanon.pipeline.evaluation.sets import EvaluationSet
     from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
@@ -90,9 +92,9 @@ def make_embedder(asv: dict, encoder: str | None = None) -> CachedComputation:
 def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet],
                            system: str) -> tuple[SemiInformed, list[str]]:
     """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
-    warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attacker_training_warnings`).
+    warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
     A missing model file is an error naming it."""
-    from voxanon.pipeline.evaluation import SemiInformed, attacker_training_warnings, check_attacker_model
+    from voxanon.pipeline.evaluation.attackers import SemiInformed, attacker_training_warnings, check_attacker_model
 
     training = check_attacker_model(model_dir)
     spec = f"ecapa:{model_dir}"
@@ -229,7 +231,8 @@ def print_table(results: list[Result]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation import discover_sets, evaluate_sets
+    from voxanon.pipeline.evaluation.evaluate import evaluate_sets
+    from voxanon.pipeline.evaluation.sets import discover_sets
 
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)

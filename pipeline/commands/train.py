@@ -3,8 +3,8 @@
 Each action is one ``add_<action>_parser(actions)`` function listed in :data:`ACTIONS`;
 adding an action is writing such a function and listing it.
 
-* ``train vocoder``: HiFi-GAN for an SSL-SAS-layout model set (:mod:`voxanon.pipeline.vocoder_training`).
-* ``train asv``: the VoicePrivacy 2024 ECAPA-TDNN attacker on (anonymised) data (:mod:`voxanon.pipeline.asv_training`).
+* ``train vocoder``: HiFi-GAN for an SSL-SAS-layout model set (:mod:`voxanon.pipeline.training.vocoder`).
+* ``train asv``: the VoicePrivacy 2024 ECAPA-TDNN attacker on (anonymised) data (:mod:`voxanon.pipeline.training.asv`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.anonymise import add_corpus_arguments
-from voxanon.pipeline.sex_flow_training import add_train_parser as add_sex_flow_parser
+from voxanon.pipeline.training.sex_flow import add_train_parser as add_sex_flow_parser
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_vocoder(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.vocoder_training import VocoderTrainingOptions, install_trained_generator, train_vocoder
+    from voxanon.pipeline.training.vocoder import VocoderTrainingOptions, install_trained_generator, train_vocoder
 
     options = VocoderTrainingOptions(
         out=args.out, models=args.models, steps=args.steps, batch_size=args.batch_size, segment=args.segment,
@@ -163,7 +163,7 @@ KALDI_FILES = ("wav.scp", "utt2spk", "spk2utt", "text", "utt2dur", "spk2gender")
 
 def run_asv(args: argparse.Namespace) -> int:
     from voxanon.data_prep.corpus import read_data_dir
-    from voxanon.pipeline.asv_training import TRAINING_FILE, train_asv
+    from voxanon.pipeline.training.asv import TRAINING_FILE, train_asv
 
     # A folder with any Kaldi file is read as a data directory, so that a missing one is named.
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) if any((path / name).is_file() for name in KALDI_FILES)

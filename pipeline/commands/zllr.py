@@ -242,7 +242,7 @@ def evaluation_table(protections: Protections, vectors: Vectors, is_female: np.n
     from voxanon.eval.attacks.sex import sex_attack
     from voxanon.eval.cllr import min_cllr
     from voxanon.eval.eer import eer
-    from voxanon.pipeline.evaluation import cosine_trial_scores
+    from voxanon.pipeline.evaluation.scoring import cosine_trial_scores
 
     attacker_train = _speaker_halves(speakers, is_female, seed)
     groups = np.array(speakers)[attacker_train]

@@ -4,7 +4,7 @@ Stages, in order (every one resumable, and skipped when its output is already th
 
 1. anonymise the training set(s) with the system (the runner resumes: finished utterances are
    kept, so a rerun anonymises nothing);
-2. train the semi-informed attacker, ``ASV_eval^anon`` (:func:`voxanon.pipeline.asv_training.train_asv`)
+2. train the semi-informed attacker, ``ASV_eval^anon`` (:func:`voxanon.pipeline.training.asv.train_asv`)
    on the anonymised training sets, in ``<out>/attacker/<system>-<identity>``, the identity being a
    hash of the training settings and the anonymised sets' identities (name, size, anonymisation
    system and configuration hash from ``run.json``). A model whose ``training.json`` says it is
@@ -57,7 +57,7 @@ class CountingCache(ContentCache):
 class ChallengeInputs:
     system: str                                   # a system name or recipe path
     train: list[Path]                             # training data directories (original speech)
-    data: Path                                    # evaluation sets (see voxanon.pipeline.evaluation.discover_sets)
+    data: Path                                    # evaluation sets (see voxanon.pipeline.evaluation.sets.discover_sets)
     out: Path
     iemocap: list[Path] = field(default_factory=list)
     ser_models: Path | None = None
@@ -81,7 +81,7 @@ class ChallengeInputs:
 
 @dataclass
 class ChallengeOutcome:
-    evaluation: object                            # voxanon.pipeline.evaluation.Evaluation
+    evaluation: object                            # voxanon.pipeline.evaluation.evaluate.Evaluation
     report: Path
     model_dir: Path
     stages: dict
@@ -113,7 +113,7 @@ def _system_config(inputs: ChallengeInputs) -> dict:
 def attacker_identity(hparams: dict, train_sets: list[dict]) -> str:
     """The attacker folder's name part: a hash of the settings that shape the weights and of the training data
     (the number of epochs is left out, so raising it trains the same model further)."""
-    from voxanon.pipeline.asv_training import FREE_SETTINGS
+    from voxanon.pipeline.training.asv import FREE_SETTINGS
 
     shaping = {k: v for k, v in hparams.items() if k not in FREE_SETTINGS}
     data = [_comparable(entry) for entry in train_sets]
@@ -128,8 +128,8 @@ def _anonymisation_key(entry: dict) -> dict | None:
 
 def finished_attacker(model_dir: Path, hparams: dict, train_sets: list[dict]) -> bool:
     """Whether ``model_dir`` holds a complete model trained with these settings on these data."""
-    from voxanon.pipeline.asv_training import TRAINING_FILE
-    from voxanon.pipeline.evaluation import ATTACKER_MODEL_FILES
+    from voxanon.pipeline.training.asv import TRAINING_FILE
+    from voxanon.pipeline.evaluation.attackers import ATTACKER_MODEL_FILES
 
     path = model_dir / TRAINING_FILE
     if not path.is_file() or not all((model_dir / name).is_file() for name in ATTACKER_MODEL_FILES):
@@ -194,12 +194,13 @@ class _Anonymiser:
 
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
-    from voxanon.pipeline.asv_training import (data_identity, prepare_training_data, read_training_sets,
+    from voxanon.pipeline.training.asv import (data_identity, prepare_training_data, read_training_sets,
                                                resolve_hparams, train_asv)
     from voxanon.pipeline.commands.evaluate import (attacker_notes, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
-    from voxanon.pipeline.evaluation import EvaluationSet, discover_sets, evaluate_sets
+    from voxanon.pipeline.evaluation.evaluate import evaluate_sets
+    from voxanon.pipeline.evaluation.sets import EvaluationSet, discover_sets
     started = time.monotonic()
     out = Path(inputs.out)
     # Every check before the first file is written.
@@ -283,7 +284,7 @@ def _since(start: float) -> float:
 def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
     """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
     settings (then their data passed train_asv's checks when it was trained)."""
-    from voxanon.pipeline.asv_training import data_identity
+    from voxanon.pipeline.training.asv import data_identity
 
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False
@@ -296,7 +297,7 @@ def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: l
 
 
 def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
-    from voxanon.pipeline.ser_evaluation import FoldClassifiers, ser_labels
+    from voxanon.pipeline.evaluation.ser import FoldClassifiers, ser_labels
 
     if not iemocap_sets:
         if inputs.ser_models is not None:
@@ -313,7 +314,7 @@ def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
 
 def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, inputs: ChallengeInputs,
               system: str, cache, protocol: dict, results: list) -> list:
-    from voxanon.pipeline.ser_evaluation import ser_results
+    from voxanon.pipeline.evaluation.ser import ser_results
 
     failures: dict[str, str] = {}
     rows = []
@@ -335,74 +336,3 @@ def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, 
         rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL))
                  if (r.set, r.system) not in present]
     return rows
-
-
-
-# The demo: lazy- and semi-informed attackers side by side on the bundled corpus ------------------
-
-# A tiny ECAPA-TDNN (the challenge's architecture, narrow channels, 1.5 s chunks): a few seconds per epoch
-# on two CPU cores for the demo's ~100 training utterances.
-DEMO_ATTACKER_SETTINGS = {"channels": [32, 32, 32, 32, 96], "lin_neurons": 32, "attention_channels": 16,
-                          "se_channels": 16, "sentence_len": 1.5, "batch_size": 16, "step_size": 20,
-                          "valid_ratio": 0.125, "number_of_epochs": 20}
-DEMO_EVAL_SPEAKERS_PER_SEX = 3
-
-
-def demo_attacker_overrides(epochs: int | None = None) -> list[str]:
-    settings = dict(DEMO_ATTACKER_SETTINGS)
-    if epochs is not None:
-        settings["number_of_epochs"] = epochs
-    return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
-
-
-def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
-    """The demo corpus split by speaker: ``<root>/demo_attacker_train`` (every utterance of the attacker's
-    speakers) and ``<root>/demo_eval`` (enrolment and trials of the other speakers, trials between them
-    only). Per sex, every other speaker in name order is evaluated, at most
-    ``DEMO_EVAL_SPEAKERS_PER_SEX``; the rest train the attacker. Returns the two folders and a note."""
-    from voxanon.data_prep.corpus import write_data_dir
-
-    evaluated: set[str] = set()
-    for sex in sorted(set(demo.spk2gender.values())):
-        speakers = sorted(s for s in demo.speakers if demo.spk2gender.get(s) == sex)
-        evaluated |= set(speakers[0::2][:DEMO_EVAL_SPEAKERS_PER_SEX])
-    trained = sorted(set(demo.speakers) - evaluated)
-    if len(trained) < 2 or not evaluated:
-        raise VoxanonError(f"{demo.path}: too few speakers to split into attacker training and evaluation speakers")
-    absolute = demo.absolute_wav()
-    train = demo.subset([u for u in demo.wav if demo.utt2spk[u] in trained])
-    train.name, train.enrolls, train.trials = "demo_attacker_train", None, None
-    evaluation = demo.subset([u for u in demo.wav if demo.utt2spk[u] in evaluated])
-    evaluation.name = "demo_eval"
-    evaluation.trials = [t for t in evaluation.trials if t.enrol_speaker in evaluated]
-    paths = []
-    for data in (train, evaluation):
-        data.wav = {u: absolute[u] for u in data.wav}
-        data.path = root / data.name
-        write_data_dir(data, data.path)
-        paths.append(data.path)
-    n_target = sum(t.target for t in evaluation.trials)
-    note = (f"speaker-disjoint: the attacker trains on the anonymised speech of {len(trained)} speakers "
-            f"({', '.join(trained)}, {len(train.wav)} utterances) who are not in the evaluated trials; the trials "
-            f"are those of the other {len(evaluated)} speakers ({', '.join(sorted(evaluated))}): {n_target} target "
-            f"and {len(evaluation.trials) - n_target} non-target")
-    return paths[0], paths[1], note
-
-
-def attacker_comparison(results) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """(header, rows): per set and system, the EER (%) of o-o (original speech, the set's) and of the
-    ignorant, lazy-informed and semi-informed attackers, then the models of the last two."""
-    from voxanon.eval.tables import format_value
-
-    columns = (("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed"))
-    eers = {(r.set, r.system, r.condition, r.attacker): r for r in results
-            if r.metric == "eer" and (r.condition, r.attacker) in columns and not r.system.startswith("published")}
-    header = ("set", "system", *(f"{attacker} {condition} EER (%)" if attacker else f"{condition} EER (%)"
-                                 for condition, attacker in columns), "lazy-informed model", "semi-informed model")
-    rows = []
-    for set_name, system in dict.fromkeys((s, system) for s, system, _, _ in eers if system != "original"):
-        found = [eers.get((set_name, "original" if condition == "o-o" else system, condition, attacker))
-                 for condition, attacker in columns]
-        rows.append((set_name, system, *(format_value(r) if r is not None else "-" for r in found),
-                     *(r.model if r is not None else "-" for r in found[2:])))
-    return header, rows

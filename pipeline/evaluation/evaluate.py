@@ -1,13 +1,7 @@
 """Challenge-style evaluation of an anonymised corpus against its original.
 
-An evaluation set pairs an enrolment list with a trials list, for the original and the
-anonymised speech. Two input forms are understood:
-
-- one data directory holding both ``enrolls`` and ``trials`` (the demo corpus, or any
-  set made with ``voxanon prepare trials``), and its anonymised twin;
-- a folder of VoicePrivacy-layout sets: every ``<prefix>_trials_<x>`` directory is
-  evaluated with the enrolment list of ``<prefix>_enrolls``, and the anonymised sets are
-  ``<name><suffix>`` in the anonymised folder.
+An evaluation set (:mod:`voxanon.pipeline.evaluation.sets`) pairs an enrolment list with a trials
+list, for the original and the anonymised speech.
 
 ASV conditions (anchors Part B §1.3): o-o (original enrolment and trials), o-a (original
 enrolment, anonymised trials: the ignorant attacker) and a-a (anonymised enrolment and
@@ -27,177 +21,17 @@ from typing import Iterable
 
 import numpy as np
 
-from voxanon.data_prep.corpus import DataDir, read_data_dir
+from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.scores import ScoreTable
 from voxanon.eval.results import ATTACKERS, SEMI_INFORMED, Result
-from voxanon.pipeline.asv_training import HYPERPARAMS_FILE, TRAINING_FILE
+from voxanon.pipeline.evaluation.attackers import SemiInformed
+from voxanon.pipeline.evaluation.scoring import (cosine_trial_scores, enrolment_vectors, pair_score_table,
+                                                 plda_trial_scores, scored_trial_speakers, speaker_enrolment)
+from voxanon.pipeline.evaluation.sets import EvaluationSet, audio_files, check_anonymised
 
 log = logging.getLogger(__name__)
 
 ASV_CONDITIONS = ("o-o", "o-a", "a-a")
-
-
-@dataclass
-class EvaluationSet:
-    name: str
-    enroll: DataDir
-    trials: DataDir
-    anon_enroll: DataDir | None = None
-    anon_trials: DataDir | None = None
-    # A second anonymisation of the trials with another seed: the adversary-calibration extension (C_ECE).
-    anon_trials_run2: DataDir | None = None
-
-    @property
-    def enroll_utts(self) -> list[str]:
-        return list(self.enroll.enrolls or [])
-
-    @property
-    def test_utts(self) -> list[str]:
-        return sorted({t.test_utt for t in self.trials.trials or []})
-
-
-def _read(path: Path, allow_pipes: bool) -> DataDir:
-    return read_data_dir(path, allow_pipes=allow_pipes)
-
-
-def discover_sets(orig: Path, anon: Path | None = None, suffix: str | None = None, *,
-                  allow_pipes: bool = False) -> list[EvaluationSet]:
-    """The evaluation sets under ``orig`` and their anonymised twins (see the module doc)."""
-    orig = Path(orig)
-    if (orig / "wav.scp").is_file():
-        trials = _read(orig, allow_pipes)
-        if trials.trials is None or trials.enrolls is None:
-            raise VoxanonError(f"{orig}: an evaluation set needs both 'enrolls' and 'trials' files")
-        pairs = [(orig.name, orig, orig)]
-    else:
-        pairs = []
-        for trials_dir in sorted(p for p in orig.glob("*_trials_*") if (p / "trials").is_file()):
-            prefix = trials_dir.name.split("_trials_")[0]
-            enroll_dir = orig / f"{prefix}_enrolls"
-            if suffix and trials_dir.name.endswith(suffix):
-                continue
-            if not (enroll_dir / "enrolls").is_file():
-                raise VoxanonError(f"{trials_dir}: no enrolment list {enroll_dir / 'enrolls'}")
-            pairs.append((trials_dir.name, enroll_dir, trials_dir))
-        if not pairs:
-            raise VoxanonError(f"{orig}: neither a data directory with enrolls and trials nor a folder of "
-                               "VoicePrivacy-layout sets (<prefix>_enrolls, <prefix>_trials_<x>)")
-    sets = []
-    for name, enroll_dir, trials_dir in pairs:
-        enroll = _read(enroll_dir, allow_pipes) if enroll_dir != trials_dir else None
-        trials = _read(trials_dir, allow_pipes)
-        enroll = enroll or trials
-        evaluation = EvaluationSet(name, enroll, trials)
-        if anon is not None:
-            evaluation.anon_enroll, evaluation.anon_trials = _anonymised_twins(
-                Path(anon), enroll_dir, trials_dir, suffix, allow_pipes)
-        sets.append(evaluation)
-    return sets
-
-
-def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: str | None,
-                      allow_pipes: bool) -> tuple[DataDir, DataDir]:
-    if (anon / "wav.scp").is_file():
-        twin = _read(anon, allow_pipes)
-        return twin, twin
-    if suffix is None:
-        raise VoxanonError(f"{anon} is a folder of sets: give --suffix to find the anonymised twin of "
-                           f"{trials_dir.name}")
-    dirs = [anon / f"{d.name}{suffix}" for d in (enroll_dir, trials_dir)]
-    for directory in dirs:
-        if not (directory / "wav.scp").is_file():
-            raise VoxanonError(f"anonymised set {directory} not found")
-    twins = [_read(d, allow_pipes) for d in dirs]
-    return twins[0], twins[1]
-
-
-def check_anonymised(evaluation: EvaluationSet, allow_missing: bool) -> list[str]:
-    """Utterances of the set that have no anonymised audio; an error unless ``allow_missing``."""
-    missing = []
-    for original, twin in ((evaluation.enroll_utts, evaluation.anon_enroll),
-                           (evaluation.test_utts, evaluation.anon_trials)):
-        if twin is None:
-            continue
-        missing += [u for u in original if u not in twin.wav or
-                    (not twin.is_pipe(u) and not twin.audio_path(u).is_file())]
-    missing = sorted(set(missing))
-    if missing and not allow_missing:
-        shown = ", ".join(missing[:10]) + (f" ... ({len(missing) - 10} more)" if len(missing) > 10 else "")
-        raise VoxanonError(f"{evaluation.name}: {len(missing)} utterance(s) have no anonymised audio: {shown}. "
-                           "Anonymise them, or pass --allow-missing to evaluate without them")
-    if missing:
-        log.warning("%s: evaluating without %d utterance(s) that have no anonymised audio, e.g. %s",
-                    evaluation.name, len(missing), missing[0])
-    return missing
-
-
-def _unit(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-
-
-def enrolment_vectors(vectors: dict[str, np.ndarray], utts: Iterable[str],
-                      utt2spk: dict[str, str]) -> dict[str, list[np.ndarray]]:
-    """Each speaker's enrolment embeddings (the listed utterances that have one)."""
-    grouped: dict[str, list[np.ndarray]] = {}
-    for utt in utts:
-        if utt in vectors:
-            grouped.setdefault(utt2spk[utt], []).append(vectors[utt])
-    return grouped
-
-
-def speaker_enrolment(vectors: dict[str, np.ndarray], utts: Iterable[str], utt2spk: dict[str, str]) -> dict[str, np.ndarray]:
-    """Each speaker's mean enrolment embedding (unnormalised mean, as VoicePrivacy 2024)."""
-    return {spk: np.mean(vecs, axis=0) for spk, vecs in enrolment_vectors(vectors, utts, utt2spk).items()}
-
-
-def cosine_trial_scores(enrolment: dict[str, np.ndarray], tests: dict[str, np.ndarray],
-                        trials) -> tuple[np.ndarray, np.ndarray, int]:
-    """Target and non-target cosine scores of the trials whose both sides exist; and how many were left out."""
-    speakers = sorted(enrolment)
-    test_ids = sorted(tests)
-    if not speakers or not test_ids:
-        return np.zeros(0), np.zeros(0), len(trials)
-    speaker_index = {s: i for i, s in enumerate(speakers)}
-    test_index = {u: i for i, u in enumerate(test_ids)}
-    similarity = _unit(np.stack([enrolment[s] for s in speakers])) @ _unit(np.stack([tests[u] for u in test_ids])).T
-    tar, non, left_out = [], [], 0
-    for trial in trials:
-        i, j = speaker_index.get(trial.enrol_speaker), test_index.get(trial.test_utt)
-        if i is None or j is None:
-            left_out += 1
-            continue
-        (tar if trial.target else non).append(similarity[i, j])
-    return np.asarray(tar), np.asarray(non), left_out
-
-
-def plda_trial_scores(plda, enrol_vectors: dict[str, np.ndarray], enrol_utts: Iterable[str], utt2spk: dict[str, str],
-                      tests: dict[str, np.ndarray], trials) -> tuple[np.ndarray, np.ndarray, int]:
-    """Target and non-target PLDA LLRs (enrolment = mean of each speaker's projected vectors)."""
-    grouped = enrolment_vectors(enrol_vectors, enrol_utts, utt2spk)
-    if not grouped or not tests:
-        return np.zeros(0), np.zeros(0), len(trials)
-    test_ids = sorted(tests)
-    test_index = {u: i for i, u in enumerate(test_ids)}
-    projected = plda.project(np.stack([tests[u] for u in test_ids]))
-    llrs = {spk: plda.llr(plda.project(np.stack(vecs)).mean(axis=0), len(vecs), projected)
-            for spk, vecs in grouped.items()}
-    tar, non, left_out = [], [], 0
-    for trial in trials:
-        j = test_index.get(trial.test_utt)
-        if trial.enrol_speaker not in llrs or j is None:
-            left_out += 1
-            continue
-        (tar if trial.target else non).append(llrs[trial.enrol_speaker][j])
-    return np.asarray(tar), np.asarray(non), left_out
-
-
-def pair_score_table(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> ScoreTable:
-    """Cosine scores of every (first, second) utterance pair, for the voice similarity matrices."""
-    first_ids, second_ids = sorted(first), sorted(second)
-    scores = _unit(np.stack([first[u] for u in first_ids])) @ _unit(np.stack([second[u] for u in second_ids])).T
-    return ScoreTable([u for u in first_ids for _ in second_ids], [v for _ in first_ids for v in second_ids],
-                      scores.reshape(-1).astype(np.float64))
 
 
 # Scorers whose scores are LLRs; Cllr of any other scorer's raw scores is labelled uncalibrated.
@@ -249,99 +83,6 @@ class Evaluation:
     computed: int                     # embeddings and transcripts computed (not served from cache)
 
 
-@dataclass
-class SemiInformed:
-    """The semi-informed attacker's ASV model: its embedder (a CachedComputation) and its label in the tables."""
-
-    embedder: object
-    model: str
-
-
-# What a semi-informed attacker's model directory must hold (speechbrain's EncoderClassifier layout).
-ATTACKER_MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt")  # models.speaker.EMBEDDING_FILE, which imports torch
-
-
-def check_attacker_model(model_dir: Path) -> dict | None:
-    """The model directory's ``training.json`` (None when it has none, e.g. the challenge's released models);
-    a VoxanonError naming the file when a model file is missing or training is unfinished or unreadable."""
-    import json
-
-    from voxanon.models.speechbrain_dirs import require_files
-
-    model_dir = Path(model_dir)
-    require_files(model_dir, ATTACKER_MODEL_FILES, "semi-informed attacker's ASV model")
-    path = model_dir / TRAINING_FILE
-    if not path.is_file():
-        return None
-    try:
-        training = json.loads(path.read_text(encoding="utf-8"))
-        status, data = training["status"], list(training["data"])
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise VoxanonError(f"{path}: not a voxanon train asv record ({type(error).__name__}: {error})") from None
-    if status != "complete":
-        raise VoxanonError(f"{path}: training status is {status!r}, not 'complete'; finish it with voxanon train asv "
-                           "(it resumes) before evaluating with the model")
-    return {**training, "data": data}
-
-
-def _run_identity(data: DataDir | None) -> tuple[str, str] | None:
-    """(system, config hash) of an anonymised set, from its run.json; None without one."""
-    from voxanon.pipeline.runner import read_run_identity
-
-    found = read_run_identity(data.path) if data is not None and data.path is not None else None
-    return None if found is None else (str(found["system"]), str(found["config_hash"]))
-
-
-def attacker_training_warnings(model_dir: Path, training: dict | None, sets: list[EvaluationSet],
-                               system: str) -> list[str]:
-    """Why the model may not be the semi-informed attacker of ``system`` on these sets: trained on
-    another system's output (or another configuration of it), on original speech, or on unknown data."""
-    if training is None:
-        return [f"{model_dir}: no {TRAINING_FILE}, so the data it was trained on are unknown; the a-a "
-                f"semi-informed figures assume it was trained on {system} output"]
-    evaluated: dict[tuple[str, str] | None, list[str]] = {}
-    for evaluation in sets:
-        for data in (evaluation.anon_enroll, evaluation.anon_trials):
-            if data is not None:
-                evaluated.setdefault(_run_identity(data), []).append(data.name)
-    warnings = []
-    trained: dict[tuple[str, str], list[str]] = {}
-    for entry in training["data"]:
-        anonymisation = entry.get("anonymisation") if isinstance(entry, dict) else None
-        name = entry.get("name", "?") if isinstance(entry, dict) else "?"
-        if not anonymisation:
-            warnings.append(f"{model_dir} was trained on {name}, which has no anonymisation record (run.json): "
-                            "original speech makes it a lazy-informed-style model, not the semi-informed attacker")
-            continue
-        trained.setdefault((str(anonymisation.get("system")), str(anonymisation.get("config_hash"))),
-                           []).append(name)
-    trained_systems = {key[0] for key in trained}
-    for identity, names in sorted(evaluated.items(), key=lambda item: str(item[0])):
-        if not trained:
-            break
-        shown = ", ".join(sorted(set(names)))
-        if identity is None:
-            if system not in trained_systems:
-                warnings.append(f"{model_dir} was trained on output of {', '.join(sorted(trained_systems))}, but the "
-                                f"evaluated system is {system} ({shown} have no run.json to say more)")
-            continue
-        evaluated_system, evaluated_hash = identity
-        if identity in trained:
-            continue
-        if evaluated_system in trained_systems:
-            hashes = sorted(h for s, h in trained if s == evaluated_system)
-            warnings.append(f"{model_dir} was trained on {evaluated_system} output of another configuration "
-                            f"(config hash {', '.join(hashes)}) than the evaluated {shown} ({evaluated_hash})")
-        else:
-            sources = "; ".join(f"{s} ({', '.join(n)})" for (s, _), n in sorted(trained.items()))
-            warnings.append(f"{model_dir} was trained on output of another system than the one evaluated: trained "
-                            f"on {sources}, evaluating {evaluated_system} output ({shown})")
-    return warnings
-
-
-def _files(data: DataDir, utts: Iterable[str]) -> dict[str, Path]:
-    return {utt: data.audio_path(utt) for utt in utts if utt in data.wav}
-
 
 def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, embedder, cache,
                   asr=None, allow_missing: bool = False, asv_model: str | None = None,
@@ -373,9 +114,9 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
         vectors: dict[str, dict[str, dict]] = {}
         for side, (enroll_dir, trials_dir) in sides.items():
             skip = missing if side == "a" else set()
-            enroll = embedder.run(_files(enroll_dir, [u for u in evaluation.enroll_utts if u not in skip]),
+            enroll = embedder.run(audio_files(enroll_dir, [u for u in evaluation.enroll_utts if u not in skip]),
                                   cache, f"{evaluation.name} {side} enrol")
-            tests = embedder.run(_files(trials_dir, [u for u in evaluation.test_utts if u not in skip]),
+            tests = embedder.run(audio_files(trials_dir, [u for u in evaluation.test_utts if u not in skip]),
                                  cache, f"{evaluation.name} {side} trials")
             vectors[side] = {"enroll": enroll, "test": tests}
             failures.update(embedder.take_failures(f"{evaluation.name}:{side}:"))
@@ -474,9 +215,9 @@ def _semi_informed_results(evaluation: EvaluationSet, system: str, semi_informed
     from voxanon.eval.summary import compute_metrics
 
     embedder = semi_informed.embedder
-    enroll = embedder.run(_files(evaluation.anon_enroll, [u for u in evaluation.enroll_utts if u not in missing]),
+    enroll = embedder.run(audio_files(evaluation.anon_enroll, [u for u in evaluation.enroll_utts if u not in missing]),
                           cache, f"{evaluation.name} a enrol ({SEMI_INFORMED})")
-    tests = embedder.run(_files(evaluation.anon_trials, [u for u in evaluation.test_utts if u not in missing]),
+    tests = embedder.run(audio_files(evaluation.anon_trials, [u for u in evaluation.test_utts if u not in missing]),
                          cache, f"{evaluation.name} a trials ({SEMI_INFORMED})")
     failures.update(embedder.take_failures(f"{evaluation.name}:a:{SEMI_INFORMED}:"))
     enrolment = speaker_enrolment(enroll, evaluation.enroll_utts, utt2spk)
@@ -490,16 +231,6 @@ def _semi_informed_results(evaluation: EvaluationSet, system: str, semi_informed
     rows = [replace(r, attacker=SEMI_INFORMED, model=semi_informed.model) for r in rows]
     return rows, SetScores(evaluation.name, system, f"a-a {SEMI_INFORMED}", tar, non)
 
-
-def scored_trial_speakers(trials, enrolled: set[str], tests: set[str], utt2spk: dict[str, str]
-                          ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(enrolment speaker, test speaker) of the target and non-target trials that
-    :func:`cosine_trial_scores` / :func:`plda_trial_scores` score, in the same order."""
-    tar, non = [], []
-    for trial in trials:
-        if trial.enrol_speaker in enrolled and trial.test_utt in tests:
-            (tar if trial.target else non).append((trial.enrol_speaker, utt2spk[trial.test_utt]))
-    return tar, non
 
 
 def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray, non: np.ndarray,
@@ -531,7 +262,7 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
     rates = {}
     for side, (_, trials_dir) in sides.items():
         utts = [u for u in references if not (side == "a" and u in missing)]
-        hypotheses = asr.run(_files(trials_dir, utts), cache, f"{evaluation.name} {side} ASR")
+        hypotheses = asr.run(audio_files(trials_dir, utts), cache, f"{evaluation.name} {side} ASR")
         failures.update(asr.take_failures(f"{evaluation.name}:{side}:"))
         scored = {u: references[u] for u in hypotheses}
         if not scored:
@@ -580,7 +311,7 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
     from voxanon.eval.zebra import calibration_distortion
 
     run2 = evaluation.anon_trials_run2
-    tests = embedder.run(_files(run2, [u for u in evaluation.test_utts if u not in missing]), cache,
+    tests = embedder.run(audio_files(run2, [u for u in evaluation.test_utts if u not in missing]), cache,
                          f"{evaluation.name} a (run 2) trials")
     failures.update(embedder.take_failures(f"{evaluation.name}:a2:"))
     enrolment = speaker_enrolment(enrolment_vectors, evaluation.enroll_utts, utt2spk)
@@ -602,8 +333,8 @@ def _pitch_results(evaluation: EvaluationSet, missing: set[str], cache, system: 
 
     tracker = CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves])
     utts = [u for u in evaluation.test_utts if u not in missing]
-    original = tracker.run(_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
-    anonymised = tracker.run(_files(evaluation.anon_trials, utts), cache, f"{evaluation.name} a F0")
+    original = tracker.run(audio_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
+    anonymised = tracker.run(audio_files(evaluation.anon_trials, utts), cache, f"{evaluation.name} a F0")
     failures.update(tracker.take_failures(f"{evaluation.name}:f0:"))
     pairs = [(original[u], anonymised[u]) for u in utts if u in original and u in anonymised]
     if not pairs:

@@ -57,6 +57,8 @@ from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
                                             load_model)
 from voxanon.pipeline.stages import Utterance
+from voxanon.pipeline.training.checkpointing import (PRECISIONS, autocast_dtype, resolve_device, resolve_precision,
+                                                    restore_rng_state, rng_state)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,6 @@ TRAIN_LOG = "train.log"
 SKIPPED_FILE = "skipped.txt"
 OPTIONS_FILE = "training.json"
 JIK876_CONFIG = "config.json"
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _CHECKPOINT_NAME = re.compile(r"^(g|do)_(\d{8})$")
 # Settings a resumed run must share with the checkpoint for the continuation to be exact.
 RESUME_KEYS = ("models", "batch_size", "segment", "seed", "lambda_xv", "layout", "learning_rate", "adam_betas",
@@ -336,29 +337,6 @@ class SegmentSampler:
 # Training --------------------------------------------------------------------------------------
 
 
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise VoxanonError(f"--device {name}: no CUDA device is available here")
-    return device
-
-
-def resolve_precision(name: str, device) -> str:
-    import torch
-
-    if name == "auto":
-        if device.type != "cuda":
-            return "fp32"
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if name == "fp16" and device.type != "cuda":
-        raise VoxanonError("--precision fp16 needs a CUDA device (use fp32 or bf16 on the CPU)")
-    return name
-
-
 def checkpoint_pairs(folder: Path) -> list[int]:
     """Step counts for which both ``g_*`` and ``do_*`` exist, ascending."""
     found: dict[int, set[str]] = {}
@@ -424,7 +402,7 @@ class VocoderTrainer:
     def _autocast(self):
         import torch
 
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        dtype = autocast_dtype(self.precision)
         return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
 
     def load_batch(self, picks: list[tuple[int, int]]):
@@ -544,22 +522,17 @@ class VocoderTrainer:
                 "data_digest": self.features.digest}
 
     def save_checkpoint(self) -> Path:
-        import torch
-
         from voxanon.models.checkpoints import atomic_torch_save
         from voxanon.models.hifigan_training import to_jik876_generator_state
 
         out = self.options.out
         name = f"{self.steps:08d}"
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
         state = {"mpd": self.mpd.state_dict(), "msd": self.msd.state_dict(),
                  "optim_g": self.optim_g.state_dict(), "optim_d": self.optim_d.state_dict(),
                  "steps": self.steps, "epoch": self.sampler.epoch,
                  "scheduler_g": self.scheduler_g.state_dict(), "scheduler_d": self.scheduler_d.state_dict(),
                  "scaler_g": self.scaler_g.state_dict(), "scaler_d": self.scaler_d.state_dict(),
-                 "rng": rng, "data_order": self.sampler.state_dict(),
+                 "rng": rng_state(), "data_order": self.sampler.state_dict(),
                  "format": CHECKPOINT_FORMAT, "settings": json.dumps(self.run_settings(), sort_keys=True)}
         atomic_torch_save(state, out / f"do_{name}")
         generator_path = out / f"g_{name}"
@@ -572,8 +545,6 @@ class VocoderTrainer:
 
     def resume(self) -> int | None:
         """Load the latest checkpoint pair in the output folder; the step count resumed from, or None."""
-        import torch
-
         from voxanon.models.checkpoints import SSL_SAS_SUBMODELS, safe_load
 
         pairs = checkpoint_pairs(self.options.out)
@@ -608,9 +579,7 @@ class VocoderTrainer:
             self.scaler_g.load_state_dict(do["scaler_g"])
             self.scaler_d.load_state_dict(do["scaler_d"])
             self.sampler.load_state_dict(do["data_order"])
-            torch.set_rng_state(do["rng"]["torch"])
-            if "cuda" in do["rng"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(do["rng"]["cuda"])
+            restore_rng_state(do["rng"])
             self.steps = int(do["steps"])
         else:
             # jik876 saves the index of the last finished step and restarts the saved epoch from its start.

@@ -55,6 +55,8 @@ import numpy as np
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.training.checkpointing import (autocast_dtype, resolve_device, resolve_precision, restore_rng_state,
+                                                    rng_state)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,6 @@ CLASSIFIER_FILE = "classifier.ckpt"
 LABEL_ENCODER_FILE = "label_encoder.txt"
 PRETRAINER_LABEL_ENCODER_FILE = "label_encoder.ckpt"
 UTT_SELECTIONS = ("spk-diverse-sess", "spk-random", "spk-sess")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Settings that do not change the trained weights: a resumed run may differ in them.
 FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval_minutes")
 
@@ -402,16 +403,13 @@ class AsvTrainer:
         import torch
 
         from voxanon.models.asv_model import SpeakerClassifier, aam_softmax_loss
-        from voxanon.pipeline.vocoder_training import resolve_device, resolve_precision
 
-        if precision not in PRECISIONS:
-            raise VoxanonError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if device not in ("auto", "cpu") and not device.startswith("cuda"):
             raise VoxanonError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
-        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        self.autocast_dtype = autocast_dtype(self.precision)
         self.workers = (0 if self.device.type == "cpu" else 8) if workers is None else workers
         self.allow_pipes, self.progress = allow_pipes, progress
         self.chunk = chunk_samples(h)
@@ -439,18 +437,13 @@ class AsvTrainer:
         return sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
 
     def save_checkpoint(self) -> Path:
-        import torch
-
         from voxanon.models.checkpoints import atomic_torch_save
 
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
         state = {"format": CHECKPOINT_FORMAT, "settings": json.dumps(self.settings(), sort_keys=True),
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict(), "step": self.step, "epoch": self.epoch,
                  "position": self.position, "running": dict(self.running), "history": json.dumps(self.history),
-                 "rng": rng}
+                 "rng": rng_state()}
         target = self.out_dir / CHECKPOINT_DIR / f"ckpt_{self.step:010d}_{self.epoch:04d}_{self.position:07d}.pt"
         atomic_torch_save(state, target)
         for older in self.checkpoint_paths():
@@ -459,8 +452,6 @@ class AsvTrainer:
         return target
 
     def resume(self) -> bool:
-        import torch
-
         from voxanon.models.checkpoints import safe_load
 
         paths = self.checkpoint_paths()
@@ -482,9 +473,7 @@ class AsvTrainer:
         self.step, self.epoch, self.position = int(state["step"]), int(state["epoch"]), int(state["position"])
         self.running = dict(state["running"])
         self.history = json.loads(state["history"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if "cuda" in state["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        restore_rng_state(state["rng"])
         log.info("resuming from %s: epoch %d, batch %d of it, step %d", paths[-1].name, self.epoch + 1,
                  self.position, self.step)
         return True
