@@ -90,14 +90,25 @@ class SoftContentConfig(HubertBackboneConfig):
             raise CheckpointError(f"not a fairseq HuBERT state dict (missing {error})") from None
 
 
-class FeatureConv(nn.Module):
-    """One convolution of the feature encoder (no bias) and GELU; the first also normalises each
-    channel over the whole utterance (GroupNorm, one group per channel) before the GELU."""
+class ChannelLayerNorm(nn.LayerNorm):
+    """Layer norm over the channels of each frame of a (batch, channels, frames) tensor."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int, group_norm: bool):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.transpose(-2, -1)).transpose(-2, -1)
+
+
+class FeatureConv(nn.Module):
+    """One convolution of the feature encoder and GELU; the first also normalises each channel over the
+    whole utterance (GroupNorm, one group per channel) before the GELU. wav2vec2's ``layer_norm`` feature
+    encoder (``frame_norm``) instead has conv biases and normalises every frame over its channels, in every
+    layer."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int, group_norm: bool, *,
+                 frame_norm: bool = False):
         super().__init__()
-        self.conv = nn.Conv1d(in_channels, out_channels, kernel, stride, bias=False)
-        self.layer_norm = nn.GroupNorm(out_channels, out_channels) if group_norm else nn.Identity()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel, stride, bias=frame_norm)
+        self.layer_norm = (ChannelLayerNorm(out_channels) if frame_norm else
+                           nn.GroupNorm(out_channels, out_channels) if group_norm else nn.Identity())
         self.activation = nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,10 +118,10 @@ class FeatureConv(nn.Module):
 class FeatureEncoder(nn.Module):
     """(batch, samples) -> (batch, channels, frames): seven strided convolutions, 320 samples a frame."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, *, frame_norm: bool = False):
         super().__init__()
         self.conv_layers = nn.ModuleList(
-            FeatureConv(channels if i else 1, channels, kernel, stride, group_norm=i == 0)
+            FeatureConv(channels if i else 1, channels, kernel, stride, group_norm=i == 0, frame_norm=frame_norm)
             for i, (kernel, stride) in enumerate(zip(CONV_KERNELS, CONV_STRIDES)))
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
@@ -182,27 +193,39 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Post-layer-norm transformer layer: attention, residual, norm, feed-forward, residual, norm."""
+    """Post-layer-norm transformer layer: attention, residual, norm, feed-forward, residual, norm.
+    ``layer_norm_first`` (wav2vec2 large): each branch normalises its own input instead, and the
+    residual stream is never normalised."""
 
-    def __init__(self, config: HubertBackboneConfig):
+    def __init__(self, config: HubertBackboneConfig, *, layer_norm_first: bool = False):
         super().__init__()
+        self.layer_norm_first = layer_norm_first
         self.attention = SelfAttention(config.hidden_size, config.num_heads)
         self.layer_norm = nn.LayerNorm(config.hidden_size)
         self.feed_forward = FeedForward(config.hidden_size, config.intermediate_size)
         self.final_layer_norm = nn.LayerNorm(config.hidden_size)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.layer_norm_first:
+            x = x + self.attention(self.layer_norm(x), key_mask)
+            return x + self.feed_forward(self.final_layer_norm(x))
         x = self.layer_norm(x + self.attention(x, key_mask))
         return self.final_layer_norm(x + self.feed_forward(x))
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: HubertBackboneConfig):
+    """``layer_norm_first`` (wav2vec2 large): pre-norm layers, and ``layer_norm`` is not applied to the
+    layers' input; torchaudio's ``extract_features``, whose last-layer output SA-toolkit's ASR-BN extractor
+    takes, does not apply it to their output either, so it is held (for the checkpoint's keys) and unused."""
+
+    def __init__(self, config: HubertBackboneConfig, *, layer_norm_first: bool = False):
         super().__init__()
+        self.layer_norm_first = layer_norm_first
         self.pos_conv_embed = PositionalConvEmbedding(config.hidden_size, config.pos_conv_kernel,
                                                       config.pos_conv_groups)
         self.layer_norm = nn.LayerNorm(config.hidden_size)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(EncoderLayer(config, layer_norm_first=layer_norm_first)
+                                    for _ in range(config.num_layers))
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(batch, frames, hidden) projected features -> last-layer features of the same shape.
@@ -214,7 +237,9 @@ class Encoder(nn.Module):
         if attention_mask is not None:
             x = x.masked_fill(~attention_mask[..., None], 0.0)
             key_mask = attention_mask[:, None, None, :]
-        x = self.layer_norm(x + self.pos_conv_embed(x))
+        x = x + self.pos_conv_embed(x)
+        if not self.layer_norm_first:
+            x = self.layer_norm(x)
         for layer in self.layers:
             x = layer(x, key_mask)
         return x
@@ -230,11 +255,14 @@ class HubertBackbone(nn.Module):
     (weight norm folded by the importers).
     """
 
-    def __init__(self, config: HubertBackboneConfig):
+    def __init__(self, config: HubertBackboneConfig, *, wav2vec2_large: bool = False):
+        """``wav2vec2_large``: the wav2vec2 large layout instead (fairseq ``extractor_mode: layer_norm``,
+        ``layer_norm_first``: conv biases and per-frame layer norms in the feature encoder, pre-norm layers),
+        with the features of torchaudio's ``extract_features``' last layer (no final layer norm)."""
         super().__init__()
-        self.feature_extractor = FeatureEncoder(config.conv_channels)
+        self.feature_extractor = FeatureEncoder(config.conv_channels, frame_norm=wav2vec2_large)
         self.feature_projection = FeatureProjection(config.conv_channels, config.hidden_size)
-        self.encoder = Encoder(config)
+        self.encoder = Encoder(config, layer_norm_first=wav2vec2_large)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         return self.encoder(self.feature_projection(self.feature_extractor(wave).transpose(1, 2)))
@@ -358,14 +386,27 @@ def batch_hubert_features(hubert, waves: torch.Tensor, lengths: torch.Tensor) ->
     What makes each item's frames equal its one-at-a-time features: the feature encoder's
     convolutions have no padding, so an item's valid frames never read past its end; the first
     layer's GroupNorm (one group per channel) takes its mean and variance over the item's own
-    frames only; the transformer gets the frame mask (padded frames zeroed before the positional
+    frames only (wav2vec2 large's per-frame layer norms need nothing); the transformer gets the frame mask (padded frames zeroed before the positional
     convolution, and never attended to).
     """
     layers = hubert.feature_extractor.conv_layers
     norm = getattr(layers[0], "layer_norm", None)
+    if isinstance(norm, ChannelLayerNorm):
+        x = hubert.feature_extractor(waves)  # frames normalised one by one: padding changes no valid frame
+    else:
+        x = _group_normed_features(layers, waves, lengths)
+    frames = _conv_output_lengths(lengths)
+    hidden = hubert.feature_projection(x.transpose(1, 2))
+    mask = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < frames[:, None]
+    return hubert.encoder(hidden, attention_mask=mask), frames
+
+
+def _group_normed_features(layers, waves: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The HuBERT-base feature encoder on a zero-padded batch, its first GroupNorm over each item's own frames."""
+    norm = getattr(layers[0], "layer_norm", None)
     if not isinstance(norm, nn.GroupNorm) or norm.num_groups != norm.num_channels:
-        raise ValueError("batched HuBERT features need the base layout: a per-channel GroupNorm after the first "
-                         "convolution")
+        raise ValueError("batched HuBERT features need the base layout (a per-channel GroupNorm after the first "
+                         "convolution) or wav2vec2 large's (per-frame layer norms)")
     x = layers[0].conv(waves[:, None])
     counts = _conv_output_lengths(lengths, CONV_KERNELS[:1], CONV_STRIDES[:1])
     with torch.autocast(waves.device.type, enabled=False):
@@ -378,10 +419,7 @@ def batch_hubert_features(hubert, waves: torch.Tensor, lengths: torch.Tensor) ->
     x = layers[0].activation(x)
     for layer in layers[1:]:
         x = layer(x)
-    frames = _conv_output_lengths(lengths)
-    hidden = hubert.feature_projection(x.transpose(1, 2))
-    mask = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < frames[:, None]
-    return hubert.encoder(hidden, attention_mask=mask), frames
+    return x
 
 
 @torch.inference_mode()
