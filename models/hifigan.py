@@ -304,6 +304,10 @@ class HifiganGenerator(nn.Module):
             for block in blocks[1:]:
                 total.add_(block(x, mask))
             x = total.div_(self.num_kernels)
+        return self.output_layer(x, mask)
+
+    def output_layer(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The last stage's (B, C, 1, T) channels-last activations -> (B, 1, T) waveform."""
         # jik876 uses leaky_relu's default slope (0.01) here, not LRELU_SLOPE.
         x = _conv(self.conv_post, _masked(F.leaky_relu(x, inplace=True), mask))
         return torch.tanh(x).squeeze(2).contiguous()
