@@ -139,8 +139,35 @@ def load_model_set(name: str, root: Path | None = None, verify: bool = True) -> 
         if verify and sha256_file(path) != digest:
             raise ModelNotInstalledError(f"model set {name!r}: {path} does not match its manifest checksum; "
                                          f"reinstall with: {how}")
-    if manifest.get("random"):
-        log.warning("MODEL SET %r HAS RANDOM WEIGHTS (imported with --random-init): its output is noise, "
-                    "useful only to test plumbing and speed", name)
+    _warn_if_random(folder, manifest)
     config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     return ModelSet(name, folder, manifest, config)
+
+
+_random_warned: set[str] = set()
+_random_warnings_quiet = False
+
+
+def _warn_if_random(folder: Path, manifest: dict) -> None:
+    key = str(folder.resolve())
+    if manifest.get("random") and key not in _random_warned:
+        _random_warned.add(key)
+        log.log(logging.DEBUG if _random_warnings_quiet else logging.WARNING,
+                "MODEL SET %r HAS RANDOM WEIGHTS (imported with --random-init): its output is noise, "
+                "useful only to test plumbing and speed", folder.name)
+
+
+def warn_if_random(name: str, root: Path | None = None) -> None:
+    """The loud random-weights warning for an installed set, once per process and folder (loading the set
+    later in the same process, or in a process forked from it, does not repeat it); nothing for a set that
+    is not installed."""
+    folder = (root or models_dir()) / name
+    if (folder / MANIFEST).is_file():
+        _warn_if_random(folder, json.loads((folder / MANIFEST).read_text(encoding="utf-8")))
+
+
+def quiet_random_warnings() -> None:
+    """In a worker process of a run whose driver has already warned (:func:`warn_if_random`): the warning
+    goes to the debug log, so that a run prints it once, not once per worker."""
+    global _random_warnings_quiet
+    _random_warnings_quiet = True

@@ -19,7 +19,8 @@ share the CPU models their parent loaded.
 ``device`` on the content, speaker and vocoder stages (``voxanon anonymise --device cpu|cuda|auto``;
 default ``cpu``; ``auto`` is CUDA when the process running the stage sees one): off the CPU, content
 and vocoder run the runner's batch as padded groups of similar length, and ``precision`` may also
-be ``float16``.
+be ``float16``. ``cpu:N`` (for example ``cpu:0``) runs that device code path on the CPU: how the GPU
+path, and the streaming executor that serves it, are tested on machines without a GPU.
 
 ``precision: bfloat16`` on the content and vocoder stages (opt-in, ``voxanon anonymise --precision
 bfloat16``; ``float32``, the default, is unchanged) runs their matrix products and convolutions in
@@ -32,6 +33,7 @@ chain and gained under 0.005 RTF.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -56,9 +58,26 @@ def _checked_precision(stage: str, precision: str) -> str:
 
 
 def _checked_device(stage: str, device: str) -> str:
-    if device not in DEVICES and not str(device).startswith("cuda:"):
-        raise ValueError(f"{stage}.device must be one of {', '.join(DEVICES)} (or cuda:N), got {device!r}")
+    if device not in DEVICES and not str(device).startswith(("cuda:", "cpu:")):
+        raise ValueError(f"{stage}.device must be one of {', '.join(DEVICES)} (or cuda:N, or cpu:N: the device "
+                         f"code path on the CPU), got {device!r}")
     return device
+
+
+def check_device_available(device: str) -> None:
+    """A :class:`VoxanonError` in one line unless this process can run models on ``device`` (``auto`` and the
+    CPU always can)."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available():
+        raise VoxanonError(f"device {device!r}: this process sees no CUDA device (torch {torch.__version__}, "
+                           f"built for CUDA {torch.version.cuda or 'none'}; CUDA_VISIBLE_DEVICES="
+                           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use --device cpu or auto")
+    if index >= torch.cuda.device_count():
+        raise VoxanonError(f"device {device!r}: this process sees only {torch.cuda.device_count()} CUDA device(s)")
 
 
 def resolve_device(device: str) -> str:
@@ -230,6 +249,11 @@ class ContentStage(Stage):
         if self.device == "cpu":
             load_model(self.models, "content", self.precision)
 
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            load_model(self.models, "content", self.precision, self.device)
+
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
         content = load_model(self.models, "content", self.precision, device)
@@ -272,6 +296,11 @@ class SpeakerStage(Stage):
     def load_models(self) -> None:
         if self.device == "cpu":
             load_model(self.models, "speaker")
+
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            load_model(self.models, "speaker", device=self.device)
 
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
@@ -332,7 +361,12 @@ class VocoderStage(Stage):
 
     def load_models(self) -> None:
         if self.device == "cpu":
-            load_model(self.models, "vocoder", self.precision)
+            self._vocoder()  # with the layout override, which must fit the generator
+
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            self._vocoder()
 
     def _vocoder(self):
         from voxanon.models.hifigan import Vocoder
@@ -352,7 +386,9 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
-        for utt, wave in zip(batch, vocoder.synthesise(items, getattr(torch, self.precision))):
+        # Off the CPU as padded batches (on a GPU synthesise would choose them itself; cpu:N chooses them too).
+        synthesise = vocoder.synthesise if resolve_device(self.device) == "cpu" else vocoder.synthesise_padded
+        for utt, wave in zip(batch, synthesise(items, getattr(torch, self.precision))):
             peak = float(np.max(np.abs(wave)))
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak

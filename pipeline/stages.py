@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from voxanon.data_prep.errors import VoxanonError
 
 SEED_LEVELS = ("utterance", "speaker")
 
@@ -69,7 +70,11 @@ class Stage:
     name: ClassVar[str]
     model_free: ClassVar[bool] = False
     """True for a stage that needs neither torch nor a loaded model (reading-level DSP, pYAAPT's F0): the
-    runner may run a system's leading model-free stages in a helper process while it loads the models."""
+    runner may run a system's leading model-free stages in a helper process while it loads the models, and
+    the streaming executor runs them in its pool of CPU processes."""
+    device: str = "cpu"
+    """Where the stage's models run (``cpu``, ``cuda``, ``cuda:N``, ``auto``; ``cpu:N`` runs the device code
+    path on the CPU). A stage whose device is not ``cpu`` runs in the streaming executor's device process."""
 
     def needs(self) -> list[str]:
         """Requirements as ``kind:name`` strings (``checkpoint:ssl-sas``, ``pool:libritts``, ``flow:sex``,
@@ -84,9 +89,14 @@ class Stage:
         return {}
 
     def load_models(self) -> None:
-        """Load in this process what ``process_batch`` will need (the runner calls it once before it forks
-        its workers, which then share what was loaded). Models for a GPU are left to each worker: a CUDA
-        context does not survive a fork."""
+        """Load in this process what ``process_batch`` will need on the CPU (the runner calls it once before
+        it forks its workers, which then share what was loaded). Models for another device are left to
+        :meth:`load_device_models`: a CUDA context does not survive a fork."""
+
+    def load_device_models(self) -> None:
+        """Load in this process the models ``process_batch`` runs on a device other than the CPU (checking
+        that the device is there). The runner calls it, after :meth:`load_models`, in each process that runs
+        batches and forks nothing afterwards, before the process takes any work."""
 
     def process(self, utt: Utterance) -> None:
         raise TypeError(f"stage {self.name!r} defines neither process nor process_batch")
@@ -94,3 +104,25 @@ class Stage:
     def process_batch(self, batch: list[Utterance]) -> None:
         for utt in batch:
             self.process(utt)
+
+
+class RunFault(VoxanonError):
+    """A fault of the whole run rather than of one utterance (its models cannot load, its device is missing
+    or out of memory): the runner stops the run with this one message instead of failing every utterance."""
+
+
+DEVICE_FAULT_MESSAGES = ("CUDA error", "CUDA out of memory", "CUBLAS_STATUS", "cuDNN error", "CUDA driver")
+
+
+def is_run_fault(error: BaseException) -> bool:
+    """Whether a stage's ``error`` is the run's: a :class:`RunFault`, or the device's (out of memory, a CUDA
+    error), which would fail every utterance after it too. Told apart by name, so that no torch is imported."""
+    if isinstance(error, RunFault) or type(error).__name__ in ("OutOfMemoryError", "AcceleratorError"):
+        return True
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in DEVICE_FAULT_MESSAGES)
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one line: its type (unless a VoxanonError, whose message says it all) and its message."""
+    message = " ".join(str(error).split())
+    return message if isinstance(error, VoxanonError) else f"{type(error).__name__}: {message}"
