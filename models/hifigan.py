@@ -271,7 +271,11 @@ class ResBlock2(nn.Module):
 
 
 class HifiganGenerator(nn.Module):
-    """(B, in_channels, T) frames -> (B, 1, T·hop) waveform in [-1, 1]."""
+    """(B, in_channels, T) frames -> (B, 1, leading_samples + T·hop) waveform in [-1, 1]."""
+
+    leading_samples = 0
+    """Output samples before the first frame's ``hop`` (one in SA-toolkit's ``CoreHifiGan``, whose output
+    layer reflects one sample in front)."""
 
     def __init__(self, config: GeneratorConfig = GeneratorConfig()):
         super().__init__()
@@ -482,7 +486,8 @@ class Vocoder:
     @torch.inference_mode()
     def synthesise(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                    dtype: torch.dtype = torch.float32) -> list[np.ndarray]:
-        """(content, f0, speaker) per utterance -> float32 waveforms of F0 frames × hop samples each.
+        """(content, f0, speaker) per utterance -> float32 waveforms of F0 frames × hop samples each (after the
+        generator's :attr:`~HifiganGenerator.leading_samples`).
 
         On CPU each utterance runs alone, in windows of :data:`CPU_WINDOW_FRAMES`
         (:func:`synthesis_windows`; the same waveform as one whole-utterance pass, to float
@@ -533,19 +538,21 @@ class Vocoder:
             with lower_precision:
                 audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
             for row, (i, n) in enumerate(zip(group, lengths)):
-                waves[i] = audio[row, :int(n) * hop].numpy().astype(np.float32)
+                waves[i] = audio[row, :int(n) * hop + self.generator.leading_samples].numpy().astype(np.float32)
         return waves
 
     def _synthesise_in_windows(self, frames: torch.Tensor, sizes: Sequence[int] = CPU_WINDOW_FRAMES) -> np.ndarray:
         """One utterance's (channels, T) frames -> its waveform, window by window."""
-        hop = self.generator.config.hop_length
+        hop, lead = self.generator.config.hop_length, self.generator.leading_samples
         n_frames = frames.shape[1]
-        wave = np.empty(n_frames * hop, dtype=np.float32)
+        wave = np.empty(lead + n_frames * hop, dtype=np.float32)
         for window in synthesis_windows(n_frames, sizes, receptive_field_frames(self.generator.config)):
             chunk = frames[None, :, window.start:window.start + window.size]
             inside = chunk.shape[-1]
             lengths = None if inside == window.size else torch.tensor([inside])
             audio = self.generator(F.pad(chunk, (0, window.size - inside)), lengths)[0, 0]
-            kept = slice((window.keep_from - window.start) * hop, (window.keep_to - window.start) * hop)
-            wave[window.keep_from * hop:window.keep_to * hop] = audio[kept].float().numpy()
+            # Leading samples belong to the utterance's first window; in later windows they lie in the margin.
+            begin = 0 if window.start == 0 else lead + (window.keep_from - window.start) * hop
+            kept = slice(begin, lead + (window.keep_to - window.start) * hop)
+            wave[begin + window.start * hop:lead + window.keep_to * hop] = audio[kept].float().numpy()
         return wave
