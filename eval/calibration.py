@@ -28,6 +28,14 @@ from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
 TIE_ORDERS = ("non_tar", "tar_non")
 MONOTONICITY_EPSILON = 1e-6
+# Linear calibration's prior on the slope of standardised scores: N(0, 5^2). One pooled standard deviation of
+# score is then worth about 5 nats of evidence a priori, as much as a good ASV system's scores carry; the
+# prior weighs as one trial among N, so it moves no fit on a few hundred non-separable trials by more than
+# rounding, but keeps the fit finite when a fold's classes are separable (the unregularised optimum is then
+# at infinity, and a steep map applied to other speakers' shifted scores gave LLRs of hundreds of nats).
+SLOPE_PRIOR_SD = 10.0
+# A cross-validation fit with fewer trials of either class than this is reported as fitted on few trials.
+MIN_FIT_TRIALS = 10
 
 
 def pav(y, weights=None) -> tuple[np.ndarray, np.ndarray]:
@@ -269,17 +277,24 @@ class LinearCalibration:
         return self.slope * as_score_array(scores, "scores to calibrate") + self.offset
 
 
-def fit_linear_calibration(tar, non, *, prior: float = 0.5, max_iterations: int = 200) -> LinearCalibration:
+def fit_linear_calibration(tar, non, *, prior: float = 0.5, slope_prior_sd: float | None = SLOPE_PRIOR_SD,
+                           max_iterations: int = 200) -> LinearCalibration:
     """Logistic-regression calibration: the affine map minimising the cross-entropy at ``prior``.
 
     The objective is the prior-weighted cross-entropy (C_llr when ``prior`` is 0.5, the
     spec §6.5 ASSUMPTION), so each class weighs ``prior`` / ``1 - prior`` whatever its
-    count. Scores are standardised for conditioning. When the classes are separable the
-    optimum is at infinity: the fit stops after ``max_iterations`` with a steep map.
+    count, plus a Gaussian prior N(0, ``slope_prior_sd``²) on the slope of the standardised
+    scores (:data:`SLOPE_PRIOR_SD`), which weighs as one trial among the ``N`` fitted: the
+    MAP estimate of ``N`` times the average cross-entropy plus ``slope² / (2 sd²)`` (ridge
+    logistic regression). It keeps the map finite when the classes are separable, where
+    the unregularised optimum (``slope_prior_sd=None``) is at infinity and the fit stops
+    after ``max_iterations`` with a very steep map. Scores are standardised for conditioning.
     """
     tar, non = check_score_sets(tar, non)
     if not 0.0 < prior < 1.0:
         raise ScoreError(f"prior must lie in (0, 1), got {prior}")
+    if slope_prior_sd is not None and not slope_prior_sd > 0.0:
+        raise ScoreError(f"slope_prior_sd must be positive (or None for no prior), got {slope_prior_sd}")
     pooled = np.concatenate((tar, non))
     centre, scale = pooled.mean(), pooled.std()
     if scale == 0.0:
@@ -287,15 +302,19 @@ def fit_linear_calibration(tar, non, *, prior: float = 0.5, max_iterations: int 
     tar_z, non_z = (tar - centre) / scale, (non - centre) / scale
     prior_log_odds = logit(prior)
     weight_tar, weight_non = prior / tar.size, (1.0 - prior) / non.size
+    # The prior's weight against the cross-entropy, which is an average over the trials.
+    ridge = 0.0 if slope_prior_sd is None else 1.0 / (slope_prior_sd ** 2 * (tar.size + non.size))
 
     def objective(params):
         slope, offset = params
         tar_logit = slope * tar_z + offset + prior_log_odds
         non_logit = slope * non_z + offset + prior_log_odds
-        value = weight_tar * np.logaddexp(0.0, -tar_logit).sum() + weight_non * np.logaddexp(0.0, non_logit).sum()
+        value = (weight_tar * np.logaddexp(0.0, -tar_logit).sum() + weight_non * np.logaddexp(0.0, non_logit).sum()
+                 + 0.5 * ridge * slope ** 2)
         tar_residual = -weight_tar * expit(-tar_logit)
         non_residual = weight_non * expit(non_logit)
-        gradient = np.array([tar_residual @ tar_z + non_residual @ non_z, tar_residual.sum() + non_residual.sum()])
+        gradient = np.array([tar_residual @ tar_z + non_residual @ non_z + ridge * slope,
+                             tar_residual.sum() + non_residual.sum()])
         return value, gradient
 
     def hessian(params):
@@ -303,7 +322,7 @@ def fit_linear_calibration(tar, non, *, prior: float = 0.5, max_iterations: int 
         tar_curv = weight_tar * _logistic_curvature(slope * tar_z + offset + prior_log_odds)
         non_curv = weight_non * _logistic_curvature(slope * non_z + offset + prior_log_odds)
         return np.array([
-            [tar_curv @ tar_z ** 2 + non_curv @ non_z ** 2, tar_curv @ tar_z + non_curv @ non_z],
+            [tar_curv @ tar_z ** 2 + non_curv @ non_z ** 2 + ridge, tar_curv @ tar_z + non_curv @ non_z],
             [tar_curv @ tar_z + non_curv @ non_z, tar_curv.sum() + non_curv.sum()]])
 
     result = minimize(objective, np.array([1.0, 0.0]), jac=True, hess=hessian, method="trust-exact",
@@ -405,13 +424,34 @@ def speaker_disjoint_splits(groups, n_folds: int = 5) -> list[tuple[np.ndarray, 
     return [(np.flatnonzero(masks == mask), np.flatnonzero((masks & mask) == 0)) for mask in np.unique(masks)]
 
 
-def cross_validated_linear_llr(scores, is_target, groups, *, n_folds: int = 5, prior: float = 0.5) -> np.ndarray:
-    """LLRs (natural log) of every trial from linear calibration fitted on other speakers' trials.
+class CrossValidatedCalibration(NamedTuple):
+    """Speaker-disjoint linear calibration: every trial's LLR (natural log), and how the maps were fitted."""
+
+    llrs: np.ndarray
+    splits: int         # maps fitted, one per split of :func:`speaker_disjoint_splits`
+    separable: int      # of them, fitted on trials whose classes were separable (no score overlap)
+    few_trials: int     # of them, fitted on fewer than MIN_FIT_TRIALS target or non-target trials
+
+    def caveats(self) -> str:
+        """What makes the calibrated figure less certain, in words; "" when nothing does."""
+        parts = []
+        if self.separable:
+            parts.append(f"{self.separable} of {self.splits} calibration fits on separable trials "
+                         f"(kept finite by the slope prior, sd {SLOPE_PRIOR_SD:g} per standardised score)")
+        if self.few_trials:
+            parts.append(f"{self.few_trials} of {self.splits} fitted on fewer than {MIN_FIT_TRIALS} target or "
+                         "non-target trials")
+        return "; ".join(parts)
+
+
+def cross_validated_linear_calibration(scores, is_target, groups, *, n_folds: int = 5,
+                                       prior: float = 0.5) -> CrossValidatedCalibration:
+    """LLRs of every trial from linear calibration fitted on other speakers' trials, with the fits' caveats.
 
     Each split of :func:`speaker_disjoint_splits` fits :func:`fit_linear_calibration` on its
     ``fitted`` trials and applies it to its ``scored`` trials, so no trial is calibrated by a
     map that saw it or any trial of its speakers. Raises :class:`ScoreError` when a split has
-    no target or no non-target trial to fit on (too few speakers).
+    no target or no non-target trial to fit on (too few speakers): no honest figure exists then.
     """
     scores = as_score_array(scores, "scores to calibrate")
     is_target = np.asarray(is_target, dtype=bool)
@@ -420,11 +460,21 @@ def cross_validated_linear_llr(scores, is_target, groups, *, n_folds: int = 5, p
     if len(groups) != scores.size:
         raise ScoreError(f"speaker groups: expected one row per score ({scores.size}), got {len(groups)}")
     llrs = np.empty_like(scores)
-    for scored, fitted in speaker_disjoint_splits(groups, n_folds):
+    splits = speaker_disjoint_splits(groups, n_folds)
+    separable = few_trials = 0
+    for scored, fitted in splits:
         tar, non = scores[fitted][is_target[fitted]], scores[fitted][~is_target[fitted]]
         if tar.size == 0 or non.size == 0:
             raise ScoreError(f"speaker-disjoint calibration: {scored.size} trial(s) have no other speakers' "
                              f"{'target' if tar.size == 0 else 'non-target'} trials to fit a map on "
                              "(too few speakers)")
-        llrs[scored] = fit_linear_calibration(tar, non, prior=prior)(scores[scored])
-    return llrs
+        separable += bool(non.max() < tar.min())
+        few_trials += min(tar.size, non.size) < MIN_FIT_TRIALS
+        llrs[scored] = np.clip(fit_linear_calibration(tar, non, prior=prior)(scores[scored]),
+                               -np.log(tar.size + 1.0), np.log(non.size + 1.0))
+    return CrossValidatedCalibration(llrs, len(splits), separable, few_trials)
+
+
+def cross_validated_linear_llr(scores, is_target, groups, *, n_folds: int = 5, prior: float = 0.5) -> np.ndarray:
+    """The LLRs of :func:`cross_validated_linear_calibration`."""
+    return cross_validated_linear_calibration(scores, is_target, groups, n_folds=n_folds, prior=prior).llrs

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from voxanon.eval.calibration import MONOTONICITY_EPSILON, cross_validated_linear_llr, sorted_trials
+from voxanon.eval.calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration, cross_validated_linear_calibration,
+                                      sorted_trials)
 from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
@@ -141,10 +142,16 @@ def calibrated_cllr(scores, is_target, groups, *, n_folds: int = 5) -> float:
     For scores that are not LLRs (cosine similarities), :func:`cllr` of the raw scores says
     little (near 1 bit whatever the discrimination); this is the Cllr an attacker reaches
     with an affine map learnt on *other* speakers' trials (see
-    :func:`~voxanon.eval.calibration.cross_validated_linear_llr`; ``groups`` gives each
+    :func:`~voxanon.eval.calibration.cross_validated_linear_calibration`; ``groups`` gives each
     trial's speakers, e.g. its enrolment and test speaker). Never below :func:`min_cllr`
     in expectation; ``calibrated_cllr - min_cllr`` is the calibration loss left.
     """
+    return calibrated_cllr_with_caveats(scores, is_target, groups, n_folds=n_folds)[0]
+
+
+def calibrated_cllr_with_caveats(scores, is_target, groups, *, n_folds: int = 5
+                                 ) -> tuple[float, CrossValidatedCalibration]:
+    """:func:`calibrated_cllr` and the calibration it came from (its ``caveats()``: separable or small fits)."""
     is_target = np.asarray(is_target, dtype=bool)
-    llrs = cross_validated_linear_llr(scores, is_target, groups, n_folds=n_folds)
-    return cllr(llrs[is_target], llrs[~is_target])
+    calibration = cross_validated_linear_calibration(scores, is_target, groups, n_folds=n_folds)
+    return cllr(calibration.llrs[is_target], calibration.llrs[~is_target]), calibration

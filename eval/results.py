@@ -40,6 +40,7 @@ class Result:
     unit: str           # "%", "bits", "log10", "dB", "" (dimensionless)
     attacker: str = ""  # "ignorant", "lazy-informed", "semi-informed"; "" where no attacker applies (o-o, WER)
     model: str = ""     # the model that produced the number, e.g. "ge2e", "ecapa:asv_b2 (sha256 1f2e...)"
+    note: str = ""      # what makes the number less certain, or why it is NaN (not estimable); "" when nothing
 
     @property
     def label(self) -> str:

@@ -270,11 +270,13 @@ def table_notes(results: Iterable[Result]) -> list[str]:
     if any(metric == "cllr_calibrated" for metric, _ in metrics):
         notes.append("Cllr speaker-CV calibrated: Cllr after linear (logistic-regression) calibration cross-validated "
                      "over speakers: speakers are dealt into 5 folds, and each trial (enrolment speaker, test "
-                     "speaker) is scored by a map fitted only on trials involving neither speaker's fold.")
+                     "speaker) is scored by a map fitted only on trials involving neither speaker's fold (ridge "
+                     "logistic regression: a weak Gaussian prior on the slope; each LLR bounded by what its Nt target "
+                     "and Nn non-target fitting trials support, [-ln(Nt+1), ln(Nn+1)]).")
     if any(metric == "min_cllr" for metric, _ in metrics):
         notes.append("Cllr min: Cllr after oracle PAV calibration on the very trials scored (the discrimination "
                      "part; calibrated Cllr minus Cllr min is the calibration loss left).")
-    notes += model_notes(results)
+    notes += model_notes(results) + record_notes(results)
     published = sorted({r.system.split(")")[0] + ")" for r in results if r.system.startswith(PUBLISHED_PREFIX)})
     for label in published:
         notes.append(f"Rows '{label} ...' are figures published by the challenge for its baselines (data shipped "
@@ -293,6 +295,13 @@ def model_notes(results: Iterable[Result]) -> list[str]:
             for (condition, attacker), names in sorted(models.items(),
                                                        key=lambda item: (condition_rank(item[0][0]),
                                                                          attacker_rank(item[0][1])))]
+
+
+def record_notes(results: Iterable[Result]) -> list[str]:
+    """The caveats that single records carry (a calibration fitted on separable folds, a value not estimable)."""
+    return [f"{r.set}, {r.system}, {r.condition}{f' {r.attacker} attacker' if r.attacker else ''}, "
+            f"{METRICS[r.metric].title if r.metric in METRICS else r.metric}: {r.note}."
+            for r in results if r.note]
 
 
 def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> str:

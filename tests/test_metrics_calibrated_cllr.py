@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from voxanon.eval.calibration import cross_validated_linear_llr, speaker_disjoint_splits
-from voxanon.eval.cllr import calibrated_cllr, cllr, min_cllr
+from voxanon.eval.calibration import (cross_validated_linear_calibration, cross_validated_linear_llr,
+                                      speaker_disjoint_splits)
+from voxanon.eval.cllr import calibrated_cllr, calibrated_cllr_with_caveats, cllr, min_cllr
 from voxanon.eval.scores import ScoreError
 
 
@@ -56,6 +57,55 @@ def test_calibration_does_not_use_the_scored_trials():
     assert not np.allclose(first[unchanged], second[unchanged])   # the moved trial does fit other folds' maps
 
 
+def few_speakers_strong_scorer(seed=9, n_speakers=5, tests_per_speaker=7):
+    """A VoicePrivacy-sized sex set (5 speakers, 35 test utterances, 175 trials) scored by a strong cosine-like
+    scorer whose level shifts from speaker to speaker: most training folds of the speaker cross-validation are
+    separable, and another fold's speakers sit elsewhere on the score axis."""
+    rng = np.random.default_rng(seed)
+    speaker_shift = rng.normal(0, 0.08, n_speakers)
+    pair_shift = rng.normal(0, 0.06, (n_speakers, n_speakers))
+    enrol, test = np.meshgrid(np.arange(n_speakers), np.repeat(np.arange(n_speakers), tests_per_speaker),
+                              indexing="ij")
+    enrol, test = enrol.ravel(), test.ravel()
+    is_target = enrol == test
+    scores = (0.25 + 0.35 * is_target + speaker_shift[enrol] + speaker_shift[test] + pair_shift[enrol, test]
+              + rng.normal(0, 0.05, enrol.size))
+    groups = np.stack([[f"spk{s}" for s in enrol], [f"spk{s}" for s in test]], axis=1)
+    return scores, is_target, groups
+
+
+def test_separable_folds_keep_the_calibrated_cllr_sane():
+    """Issue 25 §1: with few speakers and a strong scorer the unregularised fit of a separable fold was a very
+    steep map, and other speakers' shifted scores got LLRs of hundreds of nats of the wrong sign: 88.8 bits here
+    (98.8 on real speech). The slope prior and the LLR bound keep it near the discrimination it measures."""
+    scores, is_target, groups = few_speakers_strong_scorer()
+    value, calibration = calibrated_cllr_with_caveats(scores, is_target, groups)
+    assert value <= 1.5
+    assert min_cllr(scores[is_target], scores[~is_target]) <= value
+    assert calibration.separable > 0 and "separable" in calibration.caveats()
+    assert value == calibrated_cllr(scores, is_target, groups)
+
+
+def test_calibrated_llrs_stay_within_what_their_fitting_trials_support():
+    """Each trial's LLR lies in [-ln(Nt + 1), ln(Nn + 1)] for the Nt target and Nn non-target trials its map was
+    fitted on: the extreme LLRs of PAV with Laplace's rule of succession on those trials."""
+    scores, is_target, groups = few_speakers_strong_scorer()
+    llrs = cross_validated_linear_llr(scores, is_target, groups)
+    at_bound = 0
+    for scored, fitted in speaker_disjoint_splits(groups):
+        lowest, highest = -np.log(is_target[fitted].sum() + 1), np.log((~is_target[fitted]).sum() + 1)
+        assert np.all(llrs[scored] >= lowest) and np.all(llrs[scored] <= highest)
+        at_bound += np.count_nonzero((llrs[scored] == lowest) | (llrs[scored] == highest))
+    assert at_bound > 0     # the bound is what keeps this case sane
+
+
+def test_well_posed_calibration_reports_no_caveat():
+    llr, is_target, groups = gaussian_llr_trials(0)
+    calibration = cross_validated_linear_calibration(0.05 * llr + 0.6, is_target, groups)
+    assert (calibration.separable, calibration.few_trials, calibration.caveats()) == (0, 0, "")
+    assert calibration.splits == len(speaker_disjoint_splits(groups))
+
+
 def test_too_few_speakers_is_a_clear_error():
     scores = np.array([0.9, 0.1, 0.2, 0.8])
     with pytest.raises(ScoreError, match="too few speakers"):
@@ -79,6 +129,10 @@ def test_evaluation_labels_raw_cllr_uncalibrated_unless_the_scorer_gives_llrs():
         results_from_metrics("s", "b2", "o-a", metrics, ["rocch"], scorer="cosine", calibrated_cllr=0.55))
     assert "Cllr uncalibrated cosine (bits)" in table and "Cllr speaker-CV calibrated (bits)" in table
     assert "not LLRs (uncalibrated)" in table and "cross-validated over speakers" in table
+    noted = markdown_tables_by_condition(results_from_metrics(
+        "libri_f", "b2", "a-a", metrics, ["rocch"], calibrated_cllr=1.2,
+        calibrated_cllr_note="3 of 10 calibration fits on separable trials"))
+    assert "libri_f, b2, a-a, Cllr speaker-CV calibrated: 3 of 10 calibration fits on separable trials." in noted
 
 
 def test_scored_trial_speakers_follow_the_scored_trials():

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from voxanon.eval.calibration import (empirical_calibration, fit_isotonic_calibration, fit_linear_calibration,
-                                      optimal_llr, pav, sort_scores, sorted_optimal_llr)
+from voxanon.eval.calibration import (SLOPE_PRIOR_SD, empirical_calibration, fit_isotonic_calibration,
+                                      fit_linear_calibration, optimal_llr, pav, sort_scores, sorted_optimal_llr)
 from voxanon.eval.scores import ScoreError
 
 
@@ -177,10 +177,17 @@ def test_linear_calibration_recovers_a_known_affine_map():
 def test_linear_calibration_weighs_classes_by_the_prior_not_their_counts():
     rng = np.random.default_rng(5)
     tar, non = rng.normal(1, 1, 200), rng.normal(-1, 1.5, 300)
-    single = fit_linear_calibration(tar, non)
-    doubled = fit_linear_calibration(np.concatenate([tar, tar]), non)
+    # The cross-entropy term weighs each class by its prior, whatever its count: unregularised, the fit does not
+    # move when the targets are doubled.
+    single = fit_linear_calibration(tar, non, slope_prior_sd=None)
+    doubled = fit_linear_calibration(np.concatenate([tar, tar]), non, slope_prior_sd=None)
     assert doubled.slope == pytest.approx(single.slope, rel=1e-6)
     assert doubled.offset == pytest.approx(single.offset, rel=1e-6, abs=1e-9)
+    # The slope prior weighs as one trial among all fitted, so doubling them moves the default fit by its share only.
+    regularised = fit_linear_calibration(tar, non)
+    assert regularised.slope < single.slope
+    assert regularised.slope == pytest.approx(single.slope, rel=2e-3)
+    assert fit_linear_calibration(np.concatenate([tar, tar]), non).slope == pytest.approx(single.slope, rel=2e-3)
     with pytest.raises(ScoreError, match="prior"):
         fit_linear_calibration(tar, non, prior=1.0)
 
@@ -215,3 +222,36 @@ def test_empirical_calibration_of_calibrated_llrs_follows_the_diagonal():
     np.testing.assert_allclose(data.target_fraction[well_filled], data.bin_centres[well_filled], atol=0.03)
     overconfident = empirical_calibration(3 * tar_llr, 3 * non_llr, n_bins=10)
     assert overconfident.target_fraction[-1] < overconfident.bin_centres[-1] - 0.02
+
+
+def test_linear_calibration_matches_a_fit_of_llreval_cross_entropy():
+    """Unregularised, the fit is the minimum of llreval's prior-weighted cross-entropy over affine maps."""
+    from llreval.cllr import cross_entropy
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(11)
+    tar, non = rng.normal(0.6, 0.1, 300), rng.normal(0.2, 0.15, 900)
+    for prior in (0.5, 0.2):
+        def objective(params):
+            value, back = cross_entropy(params[0] * tar + params[1], params[0] * non + params[1], prior, deriv=True)
+            d_tar, d_non = back(1.0)
+            return value, np.array([d_tar @ tar + d_non @ non, d_tar.sum() + d_non.sum()])
+
+        reference = minimize(objective, np.array([1.0, 0.0]), jac=True, method="BFGS", options={"gtol": 1e-12}).x
+        ours = fit_linear_calibration(tar, non, prior=prior, slope_prior_sd=None)
+        assert [ours.slope, ours.offset] == pytest.approx(reference, rel=1e-4)
+        # The default slope prior moves a fit on 1200 overlapping trials by well under a percent.
+        assert fit_linear_calibration(tar, non, prior=prior).slope == pytest.approx(reference[0], rel=5e-3)
+
+
+def test_linear_calibration_stays_finite_on_separable_classes():
+    tar, non = np.array([0.8, 0.85, 0.9, 0.95]), np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    steep = fit_linear_calibration(tar, non, slope_prior_sd=None)
+    fitted = fit_linear_calibration(tar, non)
+    pooled_sd = np.concatenate((tar, non)).std()
+    # Without the prior the optimum is at infinity; with it the standardised slope stays within a few sds.
+    assert steep.slope > 4 * fitted.slope
+    assert 0 < fitted.slope * pooled_sd < SLOPE_PRIOR_SD
+    assert fitted(tar).min() > 0 > fitted(non).max()
+    with pytest.raises(ScoreError, match="slope_prior_sd"):
+        fit_linear_calibration(tar, non, slope_prior_sd=0.0)

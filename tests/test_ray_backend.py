@@ -204,7 +204,15 @@ def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_pa
                           "--workers", "1", "--batch-size", "16"]) == 0
     local = json.loads((tmp_path / "local" / "results.json").read_text())
     remote = json.loads((tmp_path / "ray" / "results.json").read_text())
-    assert remote == local and local
+    assert local and len(remote) == len(local)
+    # Ray's actors compute the embeddings with their own thread count (one per reserved CPU), which changes the
+    # order of torch's reductions: the embeddings, and every figure from them, agree to float rounding only.
+    for ours, theirs in zip(local, remote):
+        assert {k: v for k, v in theirs.items() if k != "value"} == {k: v for k, v in ours.items() if k != "value"}
+        if isinstance(ours["value"], str):
+            assert theirs["value"] == ours["value"]
+        else:
+            assert theirs["value"] == pytest.approx(ours["value"], rel=1e-4, abs=1e-5, nan_ok=True), ours
 
 
 def test_pool_build_under_ray_gives_the_local_vectors(cluster, tmp_path, monkeypatch):

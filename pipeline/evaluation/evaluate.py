@@ -40,16 +40,18 @@ LLR_SCORERS = frozenset({"plda"})
 
 def results_from_metrics(set_name: str, system: str, condition: str, metrics: dict[str, object],
                          eer_variants: Iterable[str], *, scorer: str = "cosine",
-                         calibrated_cllr: float | None = None) -> list[Result]:
+                         calibrated_cllr: float | None = None, calibrated_cllr_note: str = "") -> list[Result]:
     """Labelled records from ``compute_metrics`` output (EERs in %, Cllr/D_ECE in bits, worst case in log10).
 
     The raw-score Cllr has variant ``uncalibrated <scorer>`` unless ``scorer`` gives LLRs;
-    ``calibrated_cllr`` (speaker-cross-validated linear calibration) is its own metric.
+    ``calibrated_cllr`` (speaker-cross-validated linear calibration) is its own metric, with
+    ``calibrated_cllr_note`` (its caveats, or why it is NaN) as the record's note.
     """
     rows = [Result(set_name, system, condition, "eer", v, float(metrics[f"eer_{v}"]), "%") for v in eer_variants]
     raw_variant = "" if scorer in LLR_SCORERS else f"uncalibrated {scorer}"
     if calibrated_cllr is not None:
-        rows.append(Result(set_name, system, condition, "cllr_calibrated", "", float(calibrated_cllr), "bits"))
+        rows.append(Result(set_name, system, condition, "cllr_calibrated", "", float(calibrated_cllr), "bits",
+                           note=calibrated_cllr_note))
     rows += [
         Result(set_name, system, condition, "cllr", raw_variant, float(metrics["cllr"]), "bits"),
         Result(set_name, system, condition, "min_cllr", "", float(metrics["min_cllr"]), "bits"),
@@ -136,10 +138,10 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
                             condition, left_out)
             scored_system = "original" if condition == "o-o" else system
             metrics = compute_metrics(tar, non)
-            calibrated = _calibrated_cllr(evaluation, condition, tar, non, vectors[enrol_side]["enroll"],
-                                          vectors[test_side]["test"], utt2spk)
+            calibrated, caveats = _calibrated_cllr(evaluation, condition, tar, non, vectors[enrol_side]["enroll"],
+                                                   vectors[test_side]["test"], utt2spk)
             results += results_from_metrics(evaluation.name, scored_system, condition, metrics, eer_variants,
-                                            scorer=scoring, calibrated_cllr=calibrated)
+                                            scorer=scoring, calibrated_cllr=calibrated, calibrated_cllr_note=caveats)
             kept.append(SetScores(evaluation.name, scored_system, condition, tar, non))
         if semi_informed is not None and "a" in vectors:
             found, scores = _semi_informed_results(evaluation, system, semi_informed, cache, missing, utt2spk,
@@ -225,20 +227,21 @@ def _semi_informed_results(evaluation: EvaluationSet, system: str, semi_informed
     if left_out:
         log.warning("%s a-a %s: %d trial(s) left out (no embedding for one side)", evaluation.name, SEMI_INFORMED,
                     left_out)
-    calibrated = _calibrated_cllr(evaluation, "a-a", tar, non, enroll, tests, utt2spk)
+    calibrated, caveats = _calibrated_cllr(evaluation, "a-a", tar, non, enroll, tests, utt2spk)
     rows = results_from_metrics(evaluation.name, system, "a-a", compute_metrics(tar, non), eer_variants,
-                                calibrated_cllr=calibrated)
+                                calibrated_cllr=calibrated, calibrated_cllr_note=caveats)
     rows = [replace(r, attacker=SEMI_INFORMED, model=semi_informed.model) for r in rows]
     return rows, SetScores(evaluation.name, system, f"a-a {SEMI_INFORMED}", tar, non)
 
 
 
 def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray, non: np.ndarray,
-                     enrol_vectors: dict, test_vectors: dict, utt2spk: dict[str, str]) -> float:
-    """Cllr after linear calibration cross-validated over speakers: the folds deal out speakers, and a
+                     enrol_vectors: dict, test_vectors: dict, utt2spk: dict[str, str]) -> tuple[float, str]:
+    """Cllr after linear calibration cross-validated over speakers (the folds deal out speakers, and a
     trial (enrolment speaker, test speaker) is scored by a map fitted on trials that involve neither
-    speaker's fold. NaN, with a warning, when there are too few speakers for such folds."""
-    from voxanon.eval.cllr import calibrated_cllr
+    speaker's fold), and its caveats for the tables: fits on separable or few trials. NaN, with the reason
+    why it is not estimable, when there are too few speakers for such folds."""
+    from voxanon.eval.cllr import calibrated_cllr_with_caveats
     from voxanon.eval.scores import ScoreError
 
     enrolled = set(enrolment_vectors(enrol_vectors, evaluation.enroll_utts, utt2spk))
@@ -246,11 +249,13 @@ def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray,
     if (len(tar_groups), len(non_groups)) != (len(tar), len(non)):
         raise VoxanonError(f"{evaluation.name} {condition}: trial speakers do not match the scored trials")
     try:
-        return calibrated_cllr(np.concatenate((tar, non)), np.arange(len(tar) + len(non)) < len(tar),
-                               tar_groups + non_groups)
+        value, calibration = calibrated_cllr_with_caveats(np.concatenate((tar, non)),
+                                                          np.arange(len(tar) + len(non)) < len(tar),
+                                                          tar_groups + non_groups)
     except ScoreError as error:
         log.warning("%s %s: no calibrated Cllr (%s)", evaluation.name, condition, error)
-        return float("nan")
+        return float("nan"), f"not estimable: {error}"
+    return value, calibration.caveats()
 
 
 def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr, cache, system: str,
