@@ -5,14 +5,15 @@ complete new one, never a partial file.
 
 Temporary files and folders are created with the modes ``open()`` and ``mkdir()`` use
 (0666 and 0777 less the umask), not ``tempfile``'s private 0600/0700: the rename keeps
-the mode, and corpora are shared, so outputs must be as readable as any file the user
-creates (0644 under the usual umask 022).
+the mode, and corpora and model folders are shared, so outputs must be as readable as any file
+the user creates (0644 under the usual umask 022), whatever mode the writing library gave the file.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -54,8 +55,13 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = _create_unique(target.parent, f".{target.name}.",
                               (target.suffix if suffix is None else suffix) + ".tmp", _create_file)
+    mode = stat.S_IMODE(os.stat(tmp_path).st_mode)
     try:
         yield tmp_path
+        # Some writers replace the file with a private one of their own (safetensors' save_file leaves 0600):
+        # the target gets the mode this file was created with.
+        if stat.S_IMODE(os.stat(tmp_path).st_mode) != mode:
+            os.chmod(tmp_path, mode)
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

@@ -69,3 +69,17 @@ def test_an_extracted_model_folder_follows_the_umask(tmp_path, umask):
         tar.addfile(member, io.BytesIO(b"1234"))
     folder = extract(archive)
     assert _mode(folder) == 0o777 & ~umask
+
+
+def test_an_installed_model_set_follows_the_umask(tmp_path, umask):
+    """Issue 25 §3: safetensors wrote each weights file 0600 beside a 0644 manifest, so a group could not read
+    a model folder it shared."""
+    import torch
+
+    from voxanon.models.registry import write_model_set
+
+    folder = write_model_set("shared", {"content": {"w": torch.zeros(2, 3)}}, {"content": {}}, source="test",
+                             random=True, root=tmp_path / "models")
+    files = sorted(p.name for p in folder.iterdir())
+    assert "content.safetensors" in files
+    assert {name: oct(_mode(folder / name)) for name in files} == dict.fromkeys(files, oct(0o666 & ~umask))
