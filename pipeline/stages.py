@@ -53,14 +53,16 @@ class Utterance:
     @classmethod
     def create(cls, utt_id: str, speaker: str, gender: str | None, audio: np.ndarray,
                sample_rate: int, run_seed: int, system: str) -> "Utterance":
+        # "run": one draw shared by every utterance of the run (B5/B6's distinct target per source speaker).
         seeds = {"utterance": derive_seed(run_seed, system, f"utt:{utt_id}"),
-                 "speaker": derive_seed(run_seed, system, f"spk:{speaker}")}
+                 "speaker": derive_seed(run_seed, system, f"spk:{speaker}"),
+                 "run": derive_seed(run_seed, system, "run")}
         return cls(utt_id, speaker, gender, audio, sample_rate, seeds)
 
     def rng(self, level: str = "utterance") -> np.random.Generator:
-        """A fresh generator for draws made once per utterance or once per speaker."""
+        """A fresh generator for draws made once per utterance, once per speaker, or once per run (``run``)."""
         if level not in self.seeds:
-            raise ValueError(f"seed level must be one of {SEED_LEVELS}, got {level!r}")
+            raise ValueError(f"seed level must be one of {SEED_LEVELS + ('run',)}, got {level!r}")
         return np.random.default_rng(self.seeds[level])
 
 
