@@ -21,6 +21,7 @@ utterance it has already journaled, so nothing is written twice.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -118,7 +119,7 @@ class _Worker:
 def _system_worker(config: dict, allow_pipes: bool) -> Callable[[list], list]:
     from voxanon.pipeline import runner
 
-    runner._init_worker(config, allow_pipes)
+    runner.load_worker(config, allow_pipes)
     return runner._worker_process
 
 
@@ -186,8 +187,18 @@ class RayBackend:
             fits.append(int(resources.get("GPU", 0) // self.options.gpus_per_worker))
         return max(1, min(min(fits) if fits else 1, batches))
 
-    def outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
-        """The runner's outcomes of ``batches`` (any order); a batch lost too often comes back as failures."""
+    def check_devices(self, system, streaming: bool) -> None:
+        """Before anything is written: a stage on a CUDA device needs a cluster with GPUs."""
+
+    def close(self) -> None:
+        """Ends the actors this backend started."""
+
+    def outcomes(self, system, batches: list[list], allow_pipes: bool, output_dir, streaming=None):
+        """The runner's outcomes of ``batches``, a list per batch (any order); a batch lost too often comes
+        back as failures."""
+        return contextlib.closing(self._outcomes(system.config, batches, allow_pipes, output_dir))
+
+    def _outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
         from voxanon.pipeline.runner import Outcome, _parallel_batches
 
         self.connect()
@@ -196,9 +207,9 @@ class RayBackend:
         make = functools.partial(_system_worker, config, allow_pipes)
         for batch, results, error in self.map_batches(make, batches, str(output_dir)):
             if error is None:
-                yield from results
+                yield results
             else:
-                yield from (Outcome(job.utt, failed_stage="worker", error=error) for job in batch)
+                yield [Outcome(job.utt, failed_stage="worker", error=error) for job in batch]
 
     def map_batches(self, make: Callable[[], Callable[[list], list]], batches: list[list],
                     shared_path: str | None = None) -> Iterator[tuple[list, list | None, str | None]]:

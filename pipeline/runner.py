@@ -12,17 +12,25 @@ Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.
 - ``<name>/<utt>.xvector``: per-utterance vectors a stage chose to keep (B1's pseudo
   speakers), raw little-endian float32 as SSL-SAS reads them.
 - ``failures.tsv``: ``utt  stage  error`` for every utterance that failed; the rest of
-  the set is still processed and the exit code says that something failed.
-- ``run.json``: configuration, package versions, timing and counts.
+  the set is still processed and the exit code says that something failed. A fault of the whole run
+  (its models do not load, its device is missing or out of memory: :class:`RunFault`) is not an
+  utterance's: the run stops at once with that one message (exit code 2), and ``run.json`` says so.
+- ``run.json``: configuration, package versions, the backend and executor, timing and counts.
 - ``.lock``: held while a run writes the set (:mod:`voxanon.data_prep.run_lock`); a second
   run into the same set fails at once, naming the first one's PID and host.
 
 Every path built from an utterance id goes through :func:`voxanon.data_prep.paths.contained_path`,
 so no id can make a run write outside its output folder.
+
+Executors: a system whose stages all run on the CPU goes through a pool of worker processes forked from
+this one once it has loaded the models (or this process alone, for one worker), each running whole
+batches (:func:`process_jobs`); a system with a stage on another device goes through the streaming
+executor (:mod:`voxanon.pipeline.streaming`: CPU stages in a pool, the models in one device process).
+Both call the same per-utterance functions (:func:`load_batch`, :func:`run_stages`, :func:`write_batch`),
+as the Ray backend does.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import io
@@ -35,11 +43,12 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 import soundfile
@@ -52,8 +61,12 @@ from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
-from voxanon.pipeline.stages import Utterance
+from voxanon.pipeline.neural_stages import check_device_available
+from voxanon.pipeline.stages import RunFault, Stage, Utterance, is_run_fault, one_line
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
+
+if TYPE_CHECKING:
+    from voxanon.pipeline.streaming import StreamingOptions
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +83,8 @@ class Job:
     gender: str | None
     source: str
     out_path: str
+    seconds: float | None = None   # its length as the set's metadata or the file's header says; None: unknown
+    companion: bool = False        # finished already: computed with its batch, neither written nor reported
 
 
 @dataclass
@@ -115,12 +130,22 @@ def _sha256_or_none(path: Path) -> str | None:
 
 @dataclass
 class Prepared:
-    """A job's utterance as loaded and taken through its system's first ``stages_done`` stages elsewhere
-    (by the head start: :class:`_HeadStart`), with what loading it reported."""
+    """A job's utterance as loaded and taken through its system's first ``stages_done`` stages, with what
+    loading it reported."""
     utterance: Utterance
     stages_done: int
     input_seconds: float
     notes: list[str]
+
+
+@dataclass
+class Batch:
+    """Jobs on their way through a system: the utterances still going (``ready``, in job order) and every
+    job's outcome so far. The unit that the runner's per-utterance functions (:func:`load_batch`,
+    :func:`run_stages`, :func:`write_batch`) pass on, whichever process or machine runs each of them."""
+    jobs: list[Job]
+    ready: list[Prepared]
+    outcomes: dict[str, Outcome]
 
 
 def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
@@ -130,39 +155,60 @@ def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
                     audio.notes())
 
 
-def process_jobs(system: System, jobs: list[Job], allow_pipes: bool,
-                 prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
-    """Load, transform and write one batch; every failure is caught and attributed to a stage. An utterance
-    in ``prepared`` starts where its preparation stopped."""
-    outcomes = {job.utt: Outcome(job.utt) for job in jobs}
-    ready: list[Prepared] = []
+def load_batch(system: System, jobs: list[Job], allow_pipes: bool,
+               prepared: dict[str, Prepared] | None = None) -> Batch:
+    """``jobs`` loaded (a load failure is the job's outcome); a job in ``prepared`` starts from there."""
+    batch = Batch(list(jobs), [], {job.utt: Outcome(job.utt) for job in jobs})
     for job in jobs:
         try:
-            ready.append(prepared[job.utt] if prepared and job.utt in prepared else _load(system, job, allow_pipes))
+            item = prepared[job.utt] if prepared and job.utt in prepared else _load(system, job, allow_pipes)
         except AudioError as error:
-            outcomes[job.utt].failed_stage, outcomes[job.utt].error = "load", error.reason
+            batch.outcomes[job.utt].failed_stage, batch.outcomes[job.utt].error = "load", error.reason
             continue
-        outcomes[job.utt].input_seconds = ready[-1].input_seconds
-        outcomes[job.utt].notes = ready[-1].notes
-    utterances = [item.utterance for item in ready]
-    stages_done = {item.utterance.utt_id: item.stages_done for item in ready}
-    for index, stage in enumerate(system.stages):
-        batch = [utt for utt in utterances if stages_done[utt.utt_id] <= index]
+        batch.ready.append(item)
+        batch.outcomes[job.utt].input_seconds = item.input_seconds
+        batch.outcomes[job.utt].notes = item.notes
+    return batch
+
+
+def run_stages(system: System, batch: Batch, start: int = 0, stop: int | None = None) -> Batch:
+    """The system's stages ``start`` to ``stop`` on the batch's utterances (each from where it stands). A stage
+    that fails on the batch is rerun one utterance at a time, so that the failure is the utterance's at fault
+    (and the rest go on); a fault of the run's device or models (:func:`is_run_fault`) stops it instead."""
+    stop = len(system.stages) if stop is None else stop
+    for index in range(start, stop):
+        stage = system.stages[index]
+        items = [item for item in batch.ready if item.stages_done <= index]
         try:
-            stage.process_batch(batch)
-        except Exception:
-            # Isolate the utterance at fault: rerun the batch's members one at a time.
-            for utt in batch:
+            stage.process_batch([item.utterance for item in items])
+        except Exception as error:
+            if is_run_fault(error):
+                raise RunFault(f"system {system.name!r}, stage {stage.name!r}: {one_line(error)}") from None
+            for item in items:
                 try:
-                    stage.process_batch([utt])
+                    stage.process_batch([item.utterance])
                 except Exception as error:
-                    outcomes[utt.utt_id].failed_stage = stage.name
-                    outcomes[utt.utt_id].error = f"{type(error).__name__}: {error}"
-            utterances = [utt for utt in utterances if outcomes[utt.utt_id].error is None]
-    by_id = {job.utt: job for job in jobs}
-    for utt in utterances:
-        outcome = outcomes[utt.utt_id]
-        out_path = Path(by_id[utt.utt_id].out_path)
+                    if is_run_fault(error):
+                        raise RunFault(f"system {system.name!r}, stage {stage.name!r}: {one_line(error)}") from None
+                    outcome = batch.outcomes[item.utterance.utt_id]
+                    outcome.failed_stage, outcome.error = stage.name, f"{type(error).__name__}: {error}"
+            batch.ready = [item for item in batch.ready if batch.outcomes[item.utterance.utt_id].error is None]
+        for item in items:
+            item.stages_done = max(item.stages_done, index + 1)
+    return batch
+
+
+def write_batch(system: System, batch: Batch) -> list[Outcome]:
+    """Writes the batch's finished utterances (each WAV atomically, its vectors first) and returns the outcome
+    of every job but its companions (:attr:`Job.companion`: in the batch only so that the others are computed
+    exactly as in the batch they were planned in)."""
+    by_id = {job.utt: job for job in batch.jobs}
+    for item in batch.ready:
+        utt = item.utterance
+        job, outcome = by_id[utt.utt_id], batch.outcomes[utt.utt_id]
+        if job.companion:
+            continue
+        out_path = Path(job.out_path)
         try:
             # Vectors first: a WAV whose journal line landed implies its vectors did too.
             for name, vector in utt.vectors.items():
@@ -177,7 +223,28 @@ def process_jobs(system: System, jobs: list[Job], allow_pipes: bool,
         outcome.sha256 = hashlib.sha256(data).hexdigest()
         outcome.n_samples = len(utt.audio)
         outcome.record = utt.record
-    return [outcomes[job.utt] for job in jobs]
+    return [batch.outcomes[job.utt] for job in batch.jobs if not job.companion]
+
+
+def process_jobs(system: System, jobs: list[Job], allow_pipes: bool,
+                 prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
+    """Load, transform and write one batch; every failure of an utterance is caught and attributed to a stage.
+    An utterance in ``prepared`` starts where its preparation stopped."""
+    return write_batch(system, run_stages(system, load_batch(system, jobs, allow_pipes, prepared)))
+
+
+def load_stage_models(system: System, stages: Iterable[Stage], device_models: bool) -> None:
+    """Each of ``stages``' models loaded in this process (and checked: the model set's checksums, its shapes,
+    the device), before the process takes any work; with ``device_models``, also those that run on a device
+    other than the CPU. A failure is the run's (:class:`RunFault`), in one line naming the stage."""
+    for stage in stages:
+        try:
+            stage.load_models()
+            if device_models:
+                stage.load_device_models()
+        except Exception as error:
+            raise RunFault(f"system {system.name!r}, stage {stage.name!r}: cannot load its models: "
+                           f"{one_line(error)}") from None
 
 
 _worker_state: dict = {}
@@ -206,31 +273,35 @@ def _reuse_freed_memory(single_threaded: bool = False) -> None:
         libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
 
 
-def _init_worker(config: dict, allow_pipes: bool, head_start_jobs: list[Job] | None = None) -> "_HeadStart | None":
-    """Set up a process that runs batches (a spawned pool worker, a Ray actor, or the parent of forked
-    workers): its system, with every stage's models loaded now rather than on its first batch.
+def _init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] | None = None,
+                 device_models: bool = True) -> "_HeadStart | None":
+    """Set up a process that runs batches (this one, a spawned pool worker, a Ray actor, or the parent of
+    forked workers): ``system`` with every stage's models loaded and checked now, before any work
+    (:func:`load_stage_models`; ``device_models`` false in the parent of forked workers: a CUDA context does
+    not survive a fork, so each worker loads those itself).
 
     Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
     system that opens with model-free stages and then loads models, it starts a :class:`_HeadStart`
     on them once the model-free stages are loaded, and returns it."""
     _reuse_freed_memory()
-    system = build_system(config)
     model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
-    for stage in system.stages[:model_free]:
-        stage.load_models()
+    load_stage_models(system, system.stages[:model_free], device_models)
     head_start = (_HeadStart(system, model_free, head_start_jobs, allow_pipes)
                   if head_start_jobs and 0 < model_free < len(system.stages) else None)
-    for stage in system.stages[model_free:]:
-        stage.load_models()
-    _worker_state["system"] = system
-    _worker_state["allow_pipes"] = allow_pipes
+    try:
+        load_stage_models(system, system.stages[model_free:], device_models)
+    except BaseException:
+        if head_start:
+            head_start.close()
+        raise
+    _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
     return head_start
 
 
 def _die_with_parent() -> None:
-    """Ask the kernel to kill this forked process when its parent dies (``PR_SET_PDEATHSIG``): it holds
-    copies of the parent's files, the output lock's among them, and must not keep them (or the models'
-    memory) after a killed run."""
+    """Ask the kernel to kill this process when its parent dies (``PR_SET_PDEATHSIG``): a forked one holds
+    copies of the parent's files, the output lock's among them, and must not keep them (nor the models'
+    memory, nor a device) after a killed run."""
     import ctypes
     import signal
 
@@ -300,17 +371,60 @@ def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool,
         results.put(prepared)
 
 
-def _init_forked_worker() -> None:
-    """A forked worker: one torch thread (the pool gives the parallelism), and gone with its parent."""
+def _init_forked_worker(device_models: bool) -> None:
+    """A forked worker: one torch thread (the pool gives the parallelism), gone with its parent, and, with
+    ``device_models``, the device models its parent could not load for it (a fault is kept, and raised by
+    the worker's first batch: an initializer's exception would only break the pool, without its message)."""
     _die_with_parent()
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     _reuse_freed_memory(single_threaded=True)
+    if device_models:
+        system = _worker_state["system"]
+        try:
+            load_stage_models(system, [stage for stage in system.stages if stage.device != "cpu"], True)
+        except RunFault as fault:
+            _worker_state["fault"] = fault
+
+
+def _init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None = None) -> None:
+    """A spawned worker (or device process): the environment its libraries read once, set before they load
+    (torch reads the thread variables at import and THP_MEM_ALLOC_ENABLE at its first large allocation, so
+    they are set here, in the new process, never in the parent), then :func:`load_worker`."""
+    # One thread per worker process: the pool gives the parallelism. Huge pages for torch's large CPU
+    # buffers, which spawned workers map afresh for each block above 32 MB (2-8 % faster neural chains,
+    # measured).
+    os.environ.update({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")})
+    load_worker(config, allow_pipes, stages)
+
+
+def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None = None) -> None:
+    """This process as a worker of a run (a spawned pool worker, the device process, a Ray actor): the system,
+    with the models of its ``stages`` (a range; all by default) loaded and checked; a fault is kept, and
+    raised by its first batch. The run's driver has already warned of random weights."""
+    from voxanon.models.registry import quiet_random_warnings
+
+    quiet_random_warnings()
+    _reuse_freed_memory()
+    system = build_system(config)
+    start, stop = stages or (0, len(system.stages))
+    _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
+    try:
+        load_stage_models(system, system.stages[start:stop], True)
+    except RunFault as fault:
+        _worker_state["fault"] = fault
+
+
+def _worker_system() -> System:
+    """This worker's system; its model fault, if loading failed, raised for the batch to report."""
+    if _worker_state.get("fault") is not None:
+        raise _worker_state["fault"]
+    return _worker_state["system"]
 
 
 def _worker_process(jobs: list[Job], prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
-    return process_jobs(_worker_state["system"], jobs, _worker_state["allow_pipes"], prepared)
+    return process_jobs(_worker_system(), jobs, _worker_state["allow_pipes"], prepared)
 
 
 def batch_invariant(config: dict) -> bool:
@@ -332,83 +446,124 @@ def _parallel_batches(batches: list[list[Job]], workers: int, config: dict) -> l
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
-def _run_parallel(config: dict, batches: list[list[Job]], workers: int,
-                  allow_pipes: bool) -> Iterator[Outcome]:
+def fork_safe() -> bool:
+    """Whether this process may fork workers: on Linux, with no other thread running (a forked child
+    inherits every lock as it was at the fork, held or not)."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+def kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Ends ``pool`` now: its queued batches are dropped and its processes killed rather than waited for
+    (their batches' outcomes are no longer wanted; what they wrote is redone, bit-identically, on resume)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join()
+
+
+class _PoolRun:
+    """Outcomes, batch by batch, of batches run by a process pool; :meth:`close` (or leaving the ``with``)
+    ends the pool whatever the iteration's state, also when the run stops before reading any outcome.
+
+    The first batches are submitted now, which starts the pool's processes; each batch goes with what
+    ``head_start`` has prepared of it by then."""
+
+    def __init__(self, pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int,
+                 head_start: _HeadStart | None = None):
+        self._pool, self._head_start, self._queue = pool, head_start, iter(batches)
+        try:
+            self._pending = {self._submit(batch) for _, batch in zip(range(workers * 3), self._queue)}
+        except BaseException:
+            self.close()
+            raise
+        if head_start:
+            head_start.stop()
+
+    def _submit(self, batch: list[Job]):
+        prepared = self._head_start.take(batch) if self._head_start else None
+        return self._pool.submit(_worker_process, batch, prepared)
+
+    def __iter__(self) -> Iterator[list[Outcome]]:
+        while self._pending:
+            done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool as error:
+                    raise RunFault(f"a worker process died ({one_line(error)}): killed for memory, or by a "
+                                   "signal; rerun to resume") from None
+                batch = next(self._queue, None)
+                if batch is not None:
+                    self._pending.add(self._submit(batch))
+                yield outcomes
+
+    def close(self) -> None:
+        kill_pool(self._pool)
+        if self._head_start:
+            self._head_start.close()
+
+    def __enter__(self) -> "_PoolRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _run_parallel(system: System, batches: list[list[Job]], workers: int, allow_pipes: bool) -> _PoolRun:
     """Outcomes of ``batches`` from a pool of ``workers`` processes, one torch thread each.
 
     On Linux the models are loaded once, here, and the workers are forked from this process:
     they share the loaded weights (copy-on-write) and start at once, where spawned workers each
     imported torch and loaded every model again (about 12 s of both cores for the neural chain).
     The pool starts now, before the caller's progress bar starts a thread. Elsewhere, or when this
-    process already runs other threads (a forked child inherits their locks as they were, held or not),
-    workers are spawned and each loads the system itself.
+    process already runs other threads, workers are spawned and each loads the system itself.
     """
-    batches = _parallel_batches(batches, workers, config)
-    if sys.platform == "linux" and threading.active_count() == 1:
+    batches = _parallel_batches(batches, workers, system.config)
+    device_models = any(stage.device != "cpu" for stage in system.stages)
+    if fork_safe():
         # Not THP_MEM_ALLOC_ENABLE here: forked workers keep every block on their heap
         # (_reuse_freed_memory), so huge pages only slow the first touch of each block; measured on the
         # neural chain, each worker's first two utterances took 0.3-0.4 s longer in HuBERT, and the set
         # 0.8 s longer, with them.
-        head_start = _init_worker(config, allow_pipes, [job for batch in batches for job in batch])
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_init_forked_worker)
-        return _pool_outcomes(pool, batches, workers, head_start)
-    # One thread per worker process (torch reads OMP_NUM_THREADS at import); THP_MEM_ALLOC_ENABLE puts
-    # torch's large CPU buffers on huge pages, which spawned workers map afresh for each block above 32 MB
-    # (2-8 % faster neural chains, measured). The workers start with the first batches, submitted before
-    # this returns.
-    with _environment({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")}):
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                   initargs=(config, allow_pipes))
-        return _pool_outcomes(pool, batches, workers)
+        head_start = _init_worker(system, allow_pipes, [job for batch in batches for job in batch],
+                                  device_models=False)
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_init_forked_worker,
+                                   initargs=(device_models,))
+        return _PoolRun(pool, batches, workers, head_start)
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_spawned_worker,
+                               initargs=(system.config, allow_pipes))
+    return _PoolRun(pool, batches, workers)
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in ``os.environ`` for the block (for what is imported or started in it), then as before."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+class _InProcess:
+    """Batches run one after the other in this process, its models loaded (and checked) first."""
+
+    def __init__(self, system: System, batches: list[list[Job]], allow_pipes: bool):
+        _init_worker(system, allow_pipes)
+        self._batches, self._allow_pipes, self._system = batches, allow_pipes, system
+
+    def __iter__(self) -> Iterator[list[Outcome]]:
+        for batch in self._batches:
+            yield process_jobs(self._system, batch, self._allow_pipes)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_InProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def _pool_outcomes(pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int,
-                   head_start: _HeadStart | None = None) -> Iterator[Outcome]:
-    """Submits the first batches now (which starts the pool's processes) and yields outcomes as they come;
-    each batch goes with what ``head_start`` has prepared of it by then."""
-    queue = iter(batches)
-
-    def submit(batch: list[Job]):
-        return pool.submit(_worker_process, batch, head_start.take(batch) if head_start else None)
-
-    pending = {submit(batch) for _, batch in zip(range(workers * 3), queue)}
-    if head_start:
-        head_start.stop()
-
-    def outcomes() -> Iterator[Outcome]:
-        nonlocal pending
-        try:
-            with pool:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        yield from future.result()
-                        batch = next(queue, None)
-                        if batch is not None:
-                            pending.add(submit(batch))
-        finally:
-            if head_start:
-                head_start.close()
-    return outcomes()
+EXECUTORS = ("auto", "pool", "streaming")
 
 
 class LocalBackend:
-    """Batches in this process (one worker) or in a pool of ``workers`` local processes."""
+    """Batches in this process (one worker) or in a pool of ``workers`` local processes; device runs in the
+    streaming executor (:mod:`voxanon.pipeline.streaming`)."""
 
     name = "local"
 
@@ -418,13 +573,24 @@ class LocalBackend:
     def describe(self) -> dict:
         return {"name": self.name, "workers": self.workers, "cpus": os.cpu_count()}
 
-    def outcomes(self, config: dict, batches: list[list[Job]], allow_pipes: bool, output_dir: Path
-                 ) -> Iterator[Outcome]:
+    def check_devices(self, system: System, streaming: bool) -> None:
+        """Before anything is written: every device the system's stages name is here. (The streaming
+        executor's device process checks its own, first thing, while this process starts the CPU pool.)"""
+        if not streaming:
+            for device in sorted({stage.device for stage in system.stages}):
+                check_device_available(device)
+
+    def outcomes(self, system: System, batches: list[list[Job]], allow_pipes: bool, output_dir: Path,
+                 streaming: "StreamingOptions | None" = None):
+        """The outcomes of ``batches``, a list per finished batch, from an object to close (or leave with
+        ``with``) once read, or when the run stops early."""
+        if streaming is not None:
+            from voxanon.pipeline.streaming import LocalLanes, StreamingRun
+
+            return StreamingRun(LocalLanes(system, allow_pipes, self.workers), batches, streaming)
         if self.workers > 1 and len(batches) > 1:
-            return _run_parallel(config, batches, self.workers, allow_pipes)
-        _reuse_freed_memory()
-        system = build_system(config)
-        return (o for batch in batches for o in process_jobs(system, batch, allow_pipes))
+            return _run_parallel(system, batches, self.workers, allow_pipes)
+        return _InProcess(system, batches, allow_pipes)
 
 
 def read_run_identity(out_dir: Path) -> dict | None:
@@ -471,23 +637,27 @@ def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
     atomic_write_text(path, "".join(lines))
 
 
-def _longest_first(jobs: list[Job], data: DataDir) -> list[Job]:
+def _longest_first(jobs: list[Job]) -> list[Job]:
     """``jobs`` longest first (ties in set order), so that parallel workers finish together: in set order a
     long utterance met last runs alone while the other workers idle (20 utterances of 6-10 s on 2 workers:
-    4.5 s of one idle core in a 50 s run). Lengths from ``utt2dur`` when it covers every job, else the
-    files' sizes; a pipe's length is unknown and goes last. The output never depends on the order."""
-    if all(job.utt in data.utt2dur for job in jobs):
-        length = {job.utt: data.utt2dur[job.utt] for job in jobs}
-    else:
-        length = {job.utt: 0 if data.is_pipe(job.utt) else _size_or_zero(job.source) for job in jobs}
-    return sorted(jobs, key=lambda job: -length[job.utt])
+    4.5 s of one idle core in a 50 s run). A job of unknown length (a pipe) goes last. The output never
+    depends on the order."""
+    return sorted(jobs, key=lambda job: -(job.seconds or 0.0))
 
 
-def _size_or_zero(path: str) -> int:
+def _durations(data: DataDir, utterances: list[str]) -> dict[str, float | None]:
+    """Each utterance's length in seconds: from ``utt2dur`` when it covers them all, else from each file's
+    header (None for a pipe, 0 for a file that cannot be read: its job reports why)."""
+    if all(utt in data.utt2dur for utt in utterances):
+        return {utt: float(data.utt2dur[utt]) for utt in utterances}
+    return {utt: None if data.is_pipe(utt) else _header_seconds(data.audio_path(utt)) for utt in utterances}
+
+
+def _header_seconds(path) -> float:
     try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0  # reported as a load failure when the job runs
+        return float(soundfile.info(str(path)).duration)
+    except (OSError, RuntimeError, soundfile.LibsndfileError):
+        return 0.0
 
 
 def prepare_set(system: System, data: DataDir, work_dir: Path, progress: bool = True) -> dict:
@@ -500,51 +670,102 @@ def prepare_set(system: System, data: DataDir, work_dir: Path, progress: bool = 
     return config
 
 
+def choose_executor(system: System, executor: str = "auto") -> str:
+    """``streaming`` or ``pool`` for ``executor`` (``auto``: streaming when a stage runs on a device other
+    than the CPU, which is where it pays; the forked pool is the fastest on CPUs alone)."""
+    if executor not in EXECUTORS:
+        raise VoxanonError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "auto":
+        return "streaming" if any(stage.device != "cpu" for stage in system.stages) else "pool"
+    return executor
+
+
+def run_hash(config: dict, executor: str) -> str:
+    """The journal's configuration hash: the system's, and, where batching changes the output (a stage on
+    another device than the CPU: :func:`batch_invariant`), how the executor batches (the streaming
+    executor's ``batch_seconds``; the pool's ``batch_size`` is in the configuration already)."""
+    if batch_invariant(config):
+        return config_hash(config)
+    from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS
+
+    batching = {"kind": executor}
+    if executor == "streaming":
+        batching["batch_seconds"] = float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS))
+    return config_hash({**config, "executor": batching})
+
+
+def warn_random_model_sets(system: System) -> None:
+    """The random-weights warning for each model set the system uses, once for the run: its workers,
+    which load the sets again, stay quiet (:func:`voxanon.models.registry.quiet_random_warnings`)."""
+    from voxanon.models.registry import warn_if_random
+
+    for need in system.needs:
+        kind, _, name = need.partition(":")
+        if kind == "checkpoint":
+            warn_if_random(name)
+
+
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
-                  allow_pipes: bool = False, progress: bool = True, backend=None) -> SetResult:
+                  allow_pipes: bool = False, progress: bool = True, backend=None, executor: str = "auto",
+                  queue_seconds: float | None = None) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
     :class:`voxanon.pipeline.ray_backend.RayBackend` for a cluster); whichever it is, this
     process alone writes the journal, ``failures.tsv``, ``run.json`` and the metadata.
+    ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
+    caps the audio the streaming executor holds (:class:`voxanon.pipeline.streaming.StreamingOptions`).
     """
     backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
     check_needs(system)
+    streaming = choose_executor(system, executor) == "streaming"
     problems = [p for p in data.validate(check_files=False, need_gender=system.needs_gender)]
     if problems:
         raise DataDirError(str(data.path or data.name), problems)
     backend_info = backend.describe()    # joins a cluster before anything is written
+    backend.check_devices(system, streaming)
+    warn_random_model_sets(system)
     out_dir = Path(out_dir)
     with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
-        return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress)
+        return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress,
+                                 streaming, queue_seconds)
 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
-                      allow_pipes: bool, progress: bool) -> SetResult:
+                      allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None) -> SetResult:
+    from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
+
     config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)
     wav_dir = out_dir / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)
-    current_hash = config_hash(config)
+    executor = "streaming" if streaming else "pool"
+    current_hash = run_hash(config, executor)
     journal_path = out_dir / JOURNAL
     if not resume and journal_path.exists():
         journal_path.unlink()
     journal = read_journal(journal_path, current_hash)
     finished = {utt: entry for utt, entry in journal.items()
                 if utt in data.wav and _sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
-    jobs = [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
-                data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)),
-                str(contained_path(wav_dir, f"{utt}.wav")))
-            for utt in data.utterances if utt not in finished]
-    if backend_info["workers"] > 1:
-        jobs = _longest_first(jobs, data)
-    batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
     started = time.time()
+    options = None
+    if streaming:
+        options = StreamingOptions(float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS)), queue_seconds, started)
+        plan = plan_batches(_jobs(data, data.utterances, wav_dir), options.batch_seconds)
+        batches = batches_to_run(plan, set(finished), with_companions=not batch_invariant(config))
+        jobs = [job for batch in batches for job in batch if not job.companion]
+    else:
+        todo = [utt for utt in data.utterances if utt not in finished]
+        jobs = _jobs(data, todo, wav_dir, lengths=backend_info["workers"] > 1)
+        if backend_info["workers"] > 1:
+            jobs = _longest_first(jobs)
+        batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
     manifest = {
         "system": system.name, "config": config, "config_hash": current_hash,
         "data": str(data.path.resolve()) if data.path else data.name, "out": str(out_dir.resolve()),
-        "workers": backend_info["workers"], "backend": backend_info, "versions": package_versions(),
+        "workers": backend_info["workers"], "backend": backend_info, "executor": {"kind": executor},
+        "versions": package_versions(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
     }
     atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
@@ -553,34 +774,17 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
 
     failures: list[Outcome] = []
     audio_seconds = 0.0
-    outcomes = backend.outcomes(config, batches, allow_pipes, wav_dir)
-    reported: set[str] = set()
-    bar = tqdm(total=len(data.wav), initial=len(finished), unit="utt", desc=f"{system.name} {data.name}",
-               disable=not progress, dynamic_ncols=True)
-    with open(journal_path, "a", encoding="utf-8") as journal_file:
-        for outcome in outcomes:
-            # A batch a lost worker had partly done may come back twice: the first report counts.
-            if outcome.utt in reported:
-                continue
-            reported.add(outcome.utt)
-            if outcome.error is not None:
-                failures.append(outcome)
-                bar.write(f"FAILED {outcome.utt} [{outcome.failed_stage}]: {outcome.error}")
-            else:
-                for note in outcome.notes:
-                    log.info("%s: %s", outcome.utt, note)
-                entry = {"utt": outcome.utt, "sha256": outcome.sha256, "samples": outcome.n_samples,
-                         "config": current_hash, "record": outcome.record}
-                journal_file.write(json.dumps(entry) + "\n")
-                journal_file.flush()
-                os.fsync(journal_file.fileno())
-                finished[outcome.utt] = entry
-                audio_seconds += outcome.input_seconds
-            bar.update(1)
-            elapsed = time.time() - started
-            if elapsed > 0:
-                bar.set_postfix_str(f"{audio_seconds / elapsed:.1f} s audio/s", refresh=False)
-    bar.close()
+    try:
+        # The backend starts its processes before the progress bar starts a thread.
+        with backend.outcomes(system, batches, allow_pipes, wav_dir, options) as outcomes:
+            audio_seconds = _journal_outcomes(outcomes, jobs, backend, journal_path, current_hash, finished,
+                                              failures, data, system, progress, started)
+            if hasattr(outcomes, "stats"):
+                manifest["executor"] = outcomes.stats()
+    except RunFault as fault:
+        manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "failed", "error": str(fault)})
+        atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        raise
 
     wall = time.time() - started
     _write_failures(out_dir / FAILURES, failures)
@@ -597,3 +801,51 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return SetResult(data.name, out_dir, len(data.wav), len(jobs) - len(failures), len(data.wav) - len(jobs),
                      failures, wall, audio_seconds)
+
+
+def _jobs(data: DataDir, utterances: list[str], wav_dir: Path, lengths: bool = True) -> list[Job]:
+    seconds = _durations(data, utterances) if lengths else {}
+    return [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
+                data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)),
+                str(contained_path(wav_dir, f"{utt}.wav")), seconds.get(utt))
+            for utt in utterances]
+
+
+def _journal_outcomes(outcomes: Iterable[list[Outcome]], jobs: list[Job], backend, journal_path: Path,
+                      current_hash: str, finished: dict, failures: list[Outcome], data: DataDir, system: System,
+                      progress: bool, started: float) -> float:
+    """Journals each batch of outcomes as it comes (one fsync per batch), collects the failures, shows
+    progress; returns the audio seconds processed. A backend must report each job once: an outcome of an
+    utterance it was not given, or given back already, or a job left without one is a bug, not a result."""
+    expected = {job.utt for job in jobs}
+    audio_seconds = 0.0
+    bar = tqdm(total=len(data.wav), initial=len(finished), unit="utt", desc=f"{system.name} {data.name}",
+               disable=not progress, dynamic_ncols=True)
+    with bar, open(journal_path, "a", encoding="utf-8") as journal_file:
+        for batch in outcomes:
+            for outcome in batch:
+                if outcome.utt not in expected:
+                    raise RuntimeError(f"backend {backend.name!r} returned an outcome for {outcome.utt!r}, which "
+                                       "it was not given or has returned before")
+                expected.discard(outcome.utt)
+                if outcome.error is not None:
+                    failures.append(outcome)
+                    bar.write(f"FAILED {outcome.utt} [{outcome.failed_stage}]: {outcome.error}")
+                else:
+                    for note in outcome.notes:
+                        log.info("%s: %s", outcome.utt, note)
+                    entry = {"utt": outcome.utt, "sha256": outcome.sha256, "samples": outcome.n_samples,
+                             "config": current_hash, "record": outcome.record}
+                    journal_file.write(json.dumps(entry) + "\n")
+                    finished[outcome.utt] = entry
+                    audio_seconds += outcome.input_seconds
+            journal_file.flush()
+            os.fsync(journal_file.fileno())
+            bar.update(len(batch))
+            elapsed = time.time() - started
+            if elapsed > 0:
+                bar.set_postfix_str(f"{audio_seconds / elapsed:.1f} s audio/s", refresh=False)
+    if expected:
+        raise RuntimeError(f"backend {backend.name!r} returned no outcome for {len(expected)} utterance(s), e.g. "
+                           f"{sorted(expected)[:3]}")
+    return audio_seconds

@@ -62,7 +62,8 @@ STAGES = StageRegistry({
     "f0_neutral": "voxanon.pipeline.protection_stages:F0NeutralStage",
     "tdpsola": "voxanon.pipeline.protection_stages:TdPsolaStage",
 })
-RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "needs", "stages", "stochastic"}
+RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
+            "stochastic"}
 
 
 def _recipe_dir(kind: str = "systems"):

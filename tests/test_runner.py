@@ -173,18 +173,19 @@ def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
         soundfile.write(tmp_path / f"{utt}.wav", np.zeros(int(seconds * 1000)), 1000)
     data = DataDir(name="set", wav={u: str(tmp_path / f"{u}.wav") for u in lengths} | {"p": "sox x.wav -t wav - |"},
                    utt2spk={u: "s" for u in [*lengths, "p"]})
-    jobs = [runner.Job(u, "s", None, data.wav[u], str(tmp_path / "out" / f"{u}.wav")) for u in ["p", *lengths]]
-    # From the files' sizes (a pipe's length is unknown: last), ties in set order; then from utt2dur.
-    assert [job.utt for job in runner._longest_first(jobs, data)] == ["b", "d", "c", "a", "p"]
+    # From the files' headers (a pipe's length is unknown: last), ties in set order; then from utt2dur.
+    assert [job.utt for job in runner._longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
+        "b", "d", "c", "a", "p"]
     data.utt2dur = {"a": 7.0, "b": 1.0, "c": 3.0, "d": 2.0, "p": 4.0}
-    assert [job.utt for job in runner._longest_first(jobs, data)] == ["a", "p", "c", "d", "b"]
+    assert [job.utt for job in runner._longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
+        "a", "p", "c", "d", "b"]
 
     seen = []
     real_outcomes = runner.LocalBackend.outcomes
 
-    def record(self, config, batches, allow_pipes, output_dir):
+    def record(self, system, batches, *args):
         seen.append([job.utt for batch in batches for job in batch])
-        return real_outcomes(self, config, batches, allow_pipes, output_dir)
+        return real_outcomes(self, system, batches, *args)
 
     monkeypatch.setattr(runner.LocalBackend, "outcomes", record)
     rng = np.random.default_rng(0)

@@ -49,6 +49,12 @@ def add_parser(subparsers) -> None:
                              "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
                              "similar length run as padded batches of up to the batch size (--batch-size); "
                              "outputs differ from CPU ones by float rounding")
+    parser.add_argument("--executor", choices=("auto", "pool", "streaming"), default="auto",
+                        help="how the work is spread: streaming runs the CPU stages (loading, F0) in a pool of "
+                             "processes and the model stages in one device process per GPU, in device batches of "
+                             "up to batch_seconds (--set batch_seconds=S, default 200) of padded audio; pool runs "
+                             "whole batches in each worker. auto (default): streaming when a stage runs on a "
+                             "device other than the CPU, else pool")
     parser.add_argument("--seed", type=int, help="run seed (default: the recipe's); per-utterance seeds derive from it")
     parser.add_argument("--no-resume", dest="resume", action="store_false",
                         help="redo every utterance instead of skipping verified finished ones")
@@ -72,16 +78,20 @@ def run(args: argparse.Namespace) -> int:
         config = load_system_config(args.system, chosen + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     any_failed = False
-    for data_path in args.data:
-        data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
-                           speaker_regex=args.speaker_regex)
-        out_root = args.out if args.out is not None else data_path.resolve().parent
-        result = anonymise_set(data, config, out_root / f"{data.name}{suffix}",
-                               workers=args.workers or os.cpu_count() or 1,
-                               resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
-                               backend=backend)
-        status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
-        print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} resumed), "
-              f"{status} -> {result.out_dir}", file=sys.stderr)
-        any_failed |= not result.ok
+    try:
+        for data_path in args.data:
+            data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
+                               speaker_regex=args.speaker_regex)
+            out_root = args.out if args.out is not None else data_path.resolve().parent
+            result = anonymise_set(data, config, out_root / f"{data.name}{suffix}",
+                                   workers=args.workers or os.cpu_count() or 1,
+                                   resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
+                                   backend=backend, executor=args.executor)
+            status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
+            print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} "
+                  f"resumed), {status} -> {result.out_dir}", file=sys.stderr)
+            any_failed |= not result.ok
+    finally:
+        if backend is not None:
+            backend.close()   # its Ray actors served every set of the command
     return 1 if any_failed else 0
