@@ -1,20 +1,26 @@
 """``--backend ray``: the runner's batches (and evaluation's feature batches) on a Ray cluster.
 
-Design (see also the README's "Scaling out"): a pool of Ray *actors*, each building the
-system once (the runner's own ``_init_worker``) and then calling the runner's
-``process_jobs`` on one batch per task, so an utterance goes through exactly the code the
-local backend runs and its bytes are the same. The driver (this process) keeps the only
-journal, ``failures.tsv``, ``run.json`` and Kaldi metadata; workers write only their
-utterances' WAVs and vectors, atomically, into the output folder, which must therefore be
-on storage every node sees (NFS, Lustre, or a local disk for a one-machine cluster).
+Design (see also the README's "Scaling out"): pools of Ray *actors*, one pool per resource shape (CPUs
+and GPUs per actor), kept for the backend's life, so for the whole command: ``evaluate`` and
+``benchmark`` call :meth:`RayBackend.map_batches` once per set and side, and the same actors serve each
+call. An actor builds each *work function* it is given once (``make()``: the runner's system with its
+models loaded, an embedder) and keeps the last few, by the digest of ``make``; a call with a work
+function the actors already hold reloads nothing. Under the pool executor an actor calls the runner's
+``process_jobs`` on one batch per task; under the streaming executor (:mod:`voxanon.pipeline.streaming`)
+CPU actors load, prepare (F0) and write, and one device actor per GPU runs the model stages; both call
+the runner's per-utterance functions, so an utterance goes through exactly the code the local backend
+runs and its bytes are the same. The driver (this process) keeps the only journal, ``failures.tsv``,
+``run.json`` and Kaldi metadata; workers write only their utterances' WAVs and vectors, atomically,
+into the output folder, which must therefore be on storage every node sees (NFS, Lustre, or a local disk
+for a one-machine cluster).
 
 Fault tolerance is the driver's: actors restart in place after their process or node dies
 (``max_restarts=-1``, placed wherever the cluster has room) and a task lost with its actor
 is not retried by Ray (``max_task_retries=0``) but handed back to the queue, so it goes to
 the next free actor at once instead of waiting for the dead one's restart. A batch lost
 ``ATTEMPTS`` times is split into single utterances; an utterance lost ``ATTEMPTS`` times is
-a failure (stage ``worker``), never a stopped job. The runner drops any outcome of an
-utterance it has already journaled, so nothing is written twice.
+a failure (stage ``worker``), never a stopped job. A work function that cannot be built (models
+that do not load, a missing device) is the run's fault: one message, no retry.
 
 ``ray`` is imported only here, inside the functions that run a job.
 """
@@ -23,15 +29,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import socket
 import time
-from collections import deque
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.stages import RunFault, one_line
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +47,9 @@ BACKENDS = ("local", "ray")
 # The driver's settings a worker must share: where models live, offline hubs.
 SHARED_ENVIRONMENT = ("VOXANON_HOME", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")
 ATTEMPTS = 3
-IN_FLIGHT = 2          # batches queued on one actor at a time
+IN_FLIGHT = 2          # tasks queued on one actor at a time
 CONNECT_TIMEOUT_S = 10.0
+WORKS_KEPT = 4         # work functions an actor keeps built
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) -> None:
@@ -101,42 +110,228 @@ def _check_reachable(address: str) -> None:
 
 
 class _Worker:
-    """One Ray actor: builds its work function once (``make()``), then runs it on one batch per task."""
+    """One Ray actor: builds each work function it is sent once (``make()``, kept by key, the last
+    ``WORKS_KEPT``) and runs it on one task's arguments."""
 
-    def __init__(self, make: Callable[[], Callable[[list], list]]):
-        self._work = make()
+    def __init__(self):
+        self._works: OrderedDict[str, Callable] = OrderedDict()
+        self._paths_seen: set[str] = set()
 
-    def ready(self, shared_path: str | None) -> dict:
+    def ready(self) -> dict:
         import ray
 
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "sees_shared_path": shared_path is None or os.path.isdir(shared_path)}
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
-    def work(self, batch: list) -> list:
-        return self._work(batch)
+    def work(self, key: str, make_holder: list, shared_path: str | None, *args):
+        """``make()(*args)``, ``make`` coming as the only item of ``make_holder`` (an object reference, fetched
+        only when this actor has not built the work function yet)."""
+        if shared_path is not None and shared_path not in self._paths_seen:
+            if not os.path.isdir(shared_path):
+                import ray
+
+                raise RunFault(f"Ray node {ray.get_runtime_context().get_node_id()} does not see {shared_path}: "
+                               "inputs and outputs must be on storage every node mounts at the same path")
+            self._paths_seen.add(shared_path)
+        if key not in self._works:
+            import ray
+
+            make = ray.get(make_holder[0])
+            try:
+                self._works[key] = make()
+            except RunFault:
+                raise
+            except Exception as error:
+                raise RunFault(f"a Ray worker could not set up its work: {one_line(error)}") from None
+            while len(self._works) > WORKS_KEPT:
+                self._works.popitem(last=False)
+        self._works.move_to_end(key)
+        return self._works[key](*args)
 
 
 def _system_worker(config: dict, allow_pipes: bool) -> Callable[[list], list]:
+    """The pool executor's work function: the runner's ``process_jobs`` on this actor's system."""
     from voxanon.pipeline import runner
 
     runner.load_worker(config, allow_pipes)
-    return runner._worker_process
+    return functools.partial(runner.process_jobs, runner._worker_system(), allow_pipes=allow_pipes)
+
+
+def _lane_worker(config: dict, allow_pipes: bool, start: int, stop: int) -> Callable:
+    """A streaming lane's work function: the system with the models of its stages ``start`` to ``stop``
+    loaded; then, per task, ``prepare`` (load and the CPU stages), ``device`` (the device stages on one
+    planned batch) or ``write``."""
+    from voxanon.pipeline import runner, streaming
+
+    runner.load_worker(config, allow_pipes, (start, stop))
+    system = runner._worker_system()
+
+    def work(step: str, *args):
+        if step == "prepare":
+            return streaming.prepare(system, args[0], allow_pipes, stop)
+        if step == "device":
+            return streaming.run_device(system, args[0], start, list(args[1:]))
+        return streaming.write(system, args[0])
+    return work
 
 
 @dataclass
-class _Task:
-    batch: list
+class _Call:
+    """A task for a pool: which work function, its arguments, and what the caller tags it with."""
+    work: tuple[str, list]          # (key, make holder)
+    args: tuple
+    tag: Any
+    shared_path: str | None = None
+    num_returns: int = 1
     attempts: int = 0
 
 
+@dataclass
+class _Done:
+    call: _Call
+    value: Any = None               # the result (the timing, for two returns: then ``payload`` is a reference)
+    payload: Any = None
+    error: str | None = None        # lost with its actor, or failed in it: the call may be tried again
+
+
+@dataclass
+class _ActorPool:
+    """Actors of one resource shape, started as needed (up to the cluster's room) and kept until closed."""
+    cpus: float
+    gpus: float
+    env_vars: dict
+    actors: list = field(default_factory=list)
+    ready: dict = field(default_factory=dict)          # id -> actor, up
+    probes: dict = field(default_factory=dict)         # probe reference -> actor
+    probe_failures: dict = field(default_factory=dict)
+    in_flight: dict = field(default_factory=dict)
+    queue: deque = field(default_factory=deque)
+    running: dict = field(default_factory=dict)        # reference waited on -> (actor, call, payload reference)
+    start_error: str = ""
+    created: float = 0.0
+
+    def grow(self, count: int) -> None:
+        import ray
+
+        actor_class = ray.remote(_Worker).options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=-1,
+                                                  max_task_retries=0, runtime_env={"env_vars": self.env_vars})
+        self.created = self.created or time.time()
+        while len(self.actors) < count:
+            actor = actor_class.remote()
+            self.actors.append(actor)
+            self.in_flight[id(actor)] = self.probe_failures[id(actor)] = 0
+            self._probe(actor)
+
+    def _probe(self, actor) -> None:
+        self.ready.pop(id(actor), None)
+        if actor not in self.probes.values():
+            self.probes[actor.ready.remote()] = actor
+
+    def submit(self, call: _Call) -> None:
+        self.queue.append(call)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        # A second task queued on a busy actor hides the driver's round trip; near the end of the queue
+        # only idle actors get work, so no task waits behind another while an actor idles.
+        while self.queue:
+            free = [actor for key, actor in self.ready.items() if self.in_flight[key] < IN_FLIGHT]
+            if not free:
+                return
+            actor = min(free, key=lambda candidate: self.in_flight[id(candidate)])
+            if self.in_flight[id(actor)] and len(self.queue) <= len(self.ready):
+                return
+            call = self.queue.popleft()
+            refs = actor.work.options(num_returns=call.num_returns).remote(*call.work, call.shared_path, *call.args)
+            if call.num_returns == 1:
+                self.running[refs] = (actor, call, None)
+            else:
+                self.running[refs[1]] = (actor, call, refs[0])
+            self.in_flight[id(actor)] += 1
+
+    def cancel(self, tags: set) -> None:
+        """Drops the queued calls of ``tags`` (those running finish; their results are not waited for)."""
+        self.queue = deque(call for call in self.queue if call.tag not in tags)
+        for ref, (_, call, _) in list(self.running.items()):
+            if call.tag in tags:
+                self.running[ref] = (self.running[ref][0], None, None)
+
+    def refs(self) -> list:
+        if self.queue and not self.running and not self.probes and not self.ready:
+            raise VoxanonError(f"every Ray worker failed to start ({len(self.queue)} task(s) left): "
+                               f"{self.start_error}")
+        return [*self.running, *self.probes]
+
+    def handle(self, ref) -> _Done | None:
+        """What became of ``ref``: a finished or lost call, or None (an actor's start, or a call no one waits
+        for any longer). A :class:`RunFault` in the actor is raised here."""
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        if ref in self.probes:
+            actor = self.probes.pop(ref)
+            try:
+                ray.get(ref)
+            except RayError as error:
+                self.probe_failures[id(actor)] += 1
+                if self.probe_failures[id(actor)] < ATTEMPTS:
+                    self._probe(actor)
+                else:
+                    self.start_error = _first_line(error)
+                    log.warning("a Ray worker could not start: %s", self.start_error)
+                return None
+            self.probe_failures[id(actor)] = 0
+            self.ready[id(actor)] = actor
+            if len(self.ready) == len(self.actors):
+                log.info("%d Ray worker(s) up after %.1f s", len(self.actors), time.time() - self.created)
+            self.dispatch()
+            return None
+        actor, call, payload = self.running.pop(ref)
+        self.in_flight[id(actor)] = max(0, self.in_flight[id(actor)] - 1)
+        try:
+            value = ray.get(ref)
+        except RayError as error:
+            cause = getattr(error, "cause", None)
+            if isinstance(error, RayTaskError) and isinstance(cause, RunFault):
+                raise RunFault(str(cause)) from None
+            if not isinstance(error, RayTaskError):   # else the actor lives; the call itself failed
+                self._probe(actor)                     # back once restarted
+            self.dispatch()
+            return None if call is None else _Done(call, error=_first_line(error))
+        self.dispatch()
+        return None if call is None else _Done(call, value, payload)
+
+    def kill(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors.clear()
+        self.ready.clear()
+        self.probes.clear()
+        self.running.clear()
+        self.queue.clear()
+
+
+def _wait(pools: list[_ActorPool]) -> tuple[_ActorPool, Any]:
+    """The pool and reference of the next thing to finish among ``pools``' tasks and actor starts."""
+    import ray
+
+    owners = {ref: pool for pool in pools for ref in pool.refs()}
+    (ref,), _ = ray.wait(list(owners), num_returns=1)
+    return owners[ref], ref
+
+
 class RayBackend:
-    """Batches on Ray actors (see the module doc). Connects on first use; the connection is kept."""
+    """Batches on Ray actors (see the module doc). Connects on first use; the connection, and the actors,
+    are kept until :meth:`close` (or the end of a ``with`` block, or of the process)."""
 
     name = "ray"
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
         self.connect_seconds = None   # how long joining (or starting, when local) the cluster took
+        self._pools: dict[tuple[float, float], _ActorPool] = {}
+        self._works: dict[str, list] = {}
 
     def connect(self) -> None:
         import ray
@@ -188,20 +383,69 @@ class RayBackend:
         return max(1, min(min(fits) if fits else 1, batches))
 
     def check_devices(self, system, streaming: bool) -> None:
-        """Before anything is written: a stage on a CUDA device needs a cluster with GPUs."""
+        """Before anything is written: a stage on a CUDA device needs a cluster with a GPU (each actor that
+        runs it checks its own before taking work)."""
+        import ray
+
+        if any(stage.device.startswith("cuda") for stage in system.stages):
+            self.connect()
+            if ray.cluster_resources().get("GPU", 0) <= 0:
+                raise VoxanonError(f"--device {next(s.device for s in system.stages if s.device.startswith('cuda'))}"
+                                   f": the Ray cluster at {ray.get_runtime_context().gcs_address} has no GPU")
+
+    def _pool(self, cpus: float, gpus: float, count: int) -> _ActorPool:
+        """The pool of actors of this shape, grown to ``count`` actors."""
+        key = (float(cpus), float(gpus))
+        if key not in self._pools:
+            # As the local pool's processes: parallelism from workers, BLAS threads only as many as reserved
+            # CPUs, torch's big buffers on huge pages.
+            threads = str(max(1, int(cpus)))
+            env_vars = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                        "THP_MEM_ALLOC_ENABLE": "1",
+                        **{name: os.environ[name] for name in SHARED_ENVIRONMENT if name in os.environ}}
+            self._pools[key] = _ActorPool(cpus, gpus, env_vars)
+        self._pools[key].grow(count)
+        return self._pools[key]
+
+    def _work(self, make: Callable) -> tuple[str, list]:
+        """``make``'s key (the digest of its pickle: equal work functions share one) and its holder (a list
+        around its object reference, which Ray passes to the actor unresolved)."""
+        import ray
+        from ray import cloudpickle
+
+        key = hashlib.sha256(cloudpickle.dumps(make)).hexdigest()
+        if key not in self._works:
+            self._works[key] = [ray.put(make)]
+        return key, self._works[key]
 
     def close(self) -> None:
-        """Ends the actors this backend started."""
+        """Ends the actors this backend started (they also end with this process)."""
+        for pool in self._pools.values():
+            pool.kill()
+        self._pools.clear()
+        self._works.clear()
+
+    def __enter__(self) -> "RayBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def outcomes(self, system, batches: list[list], allow_pipes: bool, output_dir, streaming=None):
-        """The runner's outcomes of ``batches``, a list per batch (any order); a batch lost too often comes
-        back as failures."""
+        """The runner's outcomes of ``batches``, a list per batch (any order), from an object to close once
+        read; a batch lost too often comes back as failures. With ``streaming``
+        (:class:`~voxanon.pipeline.streaming.StreamingOptions`), the streaming executor on CPU and device
+        actors (:class:`RayLanes`)."""
+        self.connect()
+        if streaming is not None:
+            from voxanon.pipeline.streaming import StreamingRun
+
+            return StreamingRun(RayLanes(self, system, allow_pipes, str(output_dir)), batches, streaming)
         return contextlib.closing(self._outcomes(system.config, batches, allow_pipes, output_dir))
 
     def _outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
         from voxanon.pipeline.runner import Outcome, _parallel_batches
 
-        self.connect()
         # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
         batches = _parallel_batches(batches, self._worker_count(len(batches)), config)
         make = functools.partial(_system_worker, config, allow_pipes)
@@ -213,105 +457,105 @@ class RayBackend:
 
     def map_batches(self, make: Callable[[], Callable[[list], list]], batches: list[list],
                     shared_path: str | None = None) -> Iterator[tuple[list, list | None, str | None]]:
-        """``(batch, make()(batch), None)`` for each batch, run on actors that each call ``make`` once;
-        ``(batch, None, message)`` for a batch whose workers died ``ATTEMPTS`` times. Completion order."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
-
+        """``(batch, make()(batch), None)`` for each batch, run on this backend's actors, each of which builds
+        ``make()`` once for the command; ``(batch, None, message)`` for a batch whose workers died
+        ``ATTEMPTS`` times. Completion order. A :class:`RunFault` (``make()`` failed) is raised."""
         if not batches:
             return
         self.connect()
-        # As the local pool's processes: parallelism from workers, BLAS threads only as many as reserved
-        # CPUs, torch's big buffers on huge pages.
-        threads = str(max(1, int(self.options.cpus_per_worker)))
-        env_vars = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                    "THP_MEM_ALLOC_ENABLE": "1",
-                    **{name: os.environ[name] for name in SHARED_ENVIRONMENT if name in os.environ}}
-        actor_class = ray.remote(_Worker).options(
-            num_cpus=self.options.cpus_per_worker, num_gpus=self.options.gpus_per_worker,
-            max_restarts=-1, max_task_retries=0, runtime_env={"env_vars": env_vars})
-        # ``make`` goes by value (small: a configuration), so a restarted actor never misses it.
-        created = time.time()
-        actors = [actor_class.remote(make) for _ in range(self._worker_count(len(batches)))]
-        started_once: set[int] = set()
-        probes = {actor.ready.remote(shared_path): actor for actor in actors}
-        probe_failures = {id(actor): 0 for actor in actors}
-        start_error = ""
-        ready: dict[int, object] = {}                    # actors up, by id
-        in_flight = {id(actor): 0 for actor in actors}
-        running: dict = {}
-        queue = deque(_Task(batch) for batch in batches)
-
-        def dispatch() -> None:
-            # A second batch queued on a busy actor hides the driver's round trip; near the end of the
-            # queue only idle actors get work, so no batch waits behind another while an actor idles.
-            while queue:
-                free = [actor for key, actor in ready.items() if in_flight[key] < IN_FLIGHT]
-                if not free:
-                    return
-                actor = min(free, key=lambda candidate: in_flight[id(candidate)])
-                if in_flight[id(actor)] and len(queue) <= len(ready):
-                    return
-                task = queue.popleft()
-                running[actor.work.remote(task.batch)] = (actor, task)
-                in_flight[id(actor)] += 1
-
-        def probe(actor) -> None:
-            ready.pop(id(actor), None)
-            if actor not in probes.values():
-                probes[actor.ready.remote(shared_path)] = actor
-
+        pool = self._pool(self.options.cpus_per_worker, self.options.gpus_per_worker,
+                          self._worker_count(len(batches)))
+        work = self._work(make)
+        tags = set(range(len(batches)))
+        for index, batch in enumerate(batches):
+            pool.submit(_Call(work, (batch,), index, shared_path))
+        left = len(batches)
         try:
-            while queue or running:
-                dispatch()
-                if not running and not probes:
-                    raise VoxanonError(f"every Ray worker failed to start ({len(queue)} batch(es) left): "
-                                       f"{start_error}")
-                (ref,), _ = ray.wait(list(running) + list(probes), num_returns=1)
-                if ref in probes:
-                    actor = probes.pop(ref)
-                    try:
-                        info = ray.get(ref)
-                    except (RayActorError, RayTaskError) as error:
-                        probe_failures[id(actor)] += 1
-                        if probe_failures[id(actor)] < ATTEMPTS:
-                            probe(actor)
-                        else:
-                            start_error = _first_line(error)
-                            log.warning("a Ray worker could not start: %s", start_error)
-                        continue
-                    if not info["sees_shared_path"]:
-                        raise VoxanonError(f"Ray node {info['node']} does not see {shared_path}: inputs and outputs "
-                                           "must be on storage every node mounts at the same path")
-                    probe_failures[id(actor)] = 0
-                    ready[id(actor)] = actor
-                    if id(actor) not in started_once:
-                        started_once.add(id(actor))
-                        if len(started_once) == len(actors):
-                            log.info("%d Ray worker(s) up after %.1f s", len(actors), time.time() - created)
+            while left:
+                done = pool.handle(_wait([pool])[1])
+                if done is None:
                     continue
-                actor, task = running.pop(ref)
-                in_flight[id(actor)] = max(0, in_flight[id(actor)] - 1)
-                try:
-                    results = ray.get(ref)
-                except (RayActorError, WorkerCrashedError, RayTaskError) as error:
-                    task.attempts += 1
-                    message = _first_line(error)
-                    log.warning("Ray worker lost a batch of %d (attempt %d): %s", len(task.batch), task.attempts,
-                                message)
-                    if not isinstance(error, RayTaskError):   # else the actor lives; the batch itself failed
-                        probe(actor)                          # back once restarted
-                    if task.attempts < ATTEMPTS:
-                        queue.appendleft(task)
-                    elif len(task.batch) > 1:
-                        queue.extendleft(_Task([item]) for item in reversed(task.batch))
-                    else:
-                        yield task.batch, None, f"worker lost it {task.attempts} times: {message}"
+                batch = done.call.args[0]
+                if done.error is None:
+                    left -= 1
+                    yield batch, done.value, None
                     continue
-                yield task.batch, results, None
+                done.call.attempts += 1
+                log.warning("Ray worker lost a batch of %d (attempt %d): %s", len(batch), done.call.attempts,
+                            done.error)
+                if done.call.attempts < ATTEMPTS:
+                    pool.queue.appendleft(done.call)
+                elif len(batch) > 1:
+                    left += len(batch) - 1
+                    pool.queue.extendleft(_Call(work, ([item],), done.call.tag, shared_path)
+                                          for item in reversed(batch))
+                else:
+                    left -= 1
+                    yield batch, None, f"worker lost it {done.call.attempts} times: {done.error}"
+                pool.dispatch()
         finally:
-            for actor in actors:
-                ray.kill(actor, no_restart=True)
+            pool.cancel(tags)
+
+
+class RayLanes:
+    """The streaming executor's lanes on Ray: CPU actors (the backend's pool of ``--cpus-per-worker``
+    actors) load, prepare and write; device actors, one per GPU of the cluster (one on the CPU for a
+    ``cpu:N`` device), run the model stages. Payloads go from actor to actor through Ray's object store;
+    this process handles their references and the outcomes only."""
+
+    def __init__(self, backend: RayBackend, system, allow_pipes: bool, shared_path: str):
+        import ray
+
+        from voxanon.pipeline.streaming import cpu_stage_count
+
+        config, stages = system.config, len(system.stages)
+        self.start, self.shared_path = cpu_stage_count(system), shared_path
+        self.max_seconds = system.max_seconds or 120.0
+        on_gpu = any(stage.device.startswith("cuda") for stage in system.stages) or (
+            any(stage.device == "auto" for stage in system.stages) and ray.cluster_resources().get("GPU", 0) > 0)
+        self.device_workers = max(1, int(ray.cluster_resources().get("GPU", 0))) if on_gpu else 1
+        self.cpu_workers = backend._worker_count(1 << 30)
+        self._cpu = backend._pool(backend.options.cpus_per_worker, 0.0, self.cpu_workers)
+        # A device actor takes a whole GPU and no CPU reservation: the CPU actors have the cores.
+        self._device = backend._pool(0.0, 1.0 if on_gpu else 0.0, self.device_workers)
+        self._cpu_work = backend._work(functools.partial(_lane_worker, config, allow_pipes, 0, self.start))
+        self._device_work = backend._work(functools.partial(_lane_worker, config, allow_pipes, self.start, stages))
+        self._tags: set = set()
+
+    def _submit(self, pool: _ActorPool, work, tag, *args) -> None:
+        self._tags.add(tag)
+        pool.submit(_Call(work, args, tag, self.shared_path, num_returns=2))
+
+    def prepare(self, tag, jobs: list) -> None:
+        self._submit(self._cpu, self._cpu_work, tag, "prepare", jobs)
+
+    def device(self, tag, jobs: list, parts: list) -> None:
+        self._submit(self._device, self._device_work, tag, "device", jobs, *parts)
+
+    def write(self, tag, batch) -> None:
+        self._submit(self._cpu, self._cpu_work, tag, "write", batch)
+
+    def completed(self) -> list:
+        """The next finished task: ``(tag, payload reference (the outcomes, for a write), timing, None)``, or
+        ``(tag, None, None, Lost)`` for a task lost with its worker; a :class:`RunFault` is raised."""
+        import ray
+
+        from voxanon.pipeline.streaming import Lost
+
+        pool, ref = _wait([self._cpu, self._device])
+        done = pool.handle(ref)
+        if done is None:
+            return []
+        self._tags.discard(done.call.tag)
+        if done.error is not None:
+            return [(done.call.tag, None, None, Lost(done.error))]
+        payload = ray.get(done.payload) if done.call.tag.step == "write" else done.payload
+        return [(done.call.tag, payload, done.value, None)]
+
+    def close(self) -> None:
+        """Stops waiting for this run's tasks; the actors stay for the command's next run."""
+        for pool in (self._cpu, self._device):
+            pool.cancel(self._tags)
 
 
 def _first_line(error: BaseException) -> str:
