@@ -44,6 +44,17 @@ INSTALL_COMMANDS = {
 }
 
 
+def _sa_toolkit_install_commands() -> dict[str, str]:
+    from voxanon.models.sa_toolkit import RELEASE_URL, TAGS
+
+    return {tag: f"voxanon models import sa-toolkit DIR, DIR holding {RELEASE_URL.format(tag=tag)} (torch.hub keeps "
+                 f"it in ~/.cache/torch/hub/checkpoints/{tag}/), or voxanon models import sa-toolkit --random-init "
+                 f"--tag {tag} for plumbing tests" for tag in TAGS}
+
+
+INSTALL_COMMANDS.update(_sa_toolkit_install_commands())
+
+
 class ModelNotInstalledError(VoxanonError):
     """A model set, or one of its files, is not in the models directory."""
 

@@ -7,14 +7,18 @@ from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.fetch import CATALOGUE
+from voxanon.models.sa_toolkit import TAGS as SA_TOOLKIT_TAGS
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
 
-IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft")
+IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft", "sa-toolkit")
 SOURCES = {"ssl-sas": "the unpacked SSL-SAS release (pretrained_models_anon_xv)",
            "zllr-vc": "the unpacked ICASSP 2023 zLLR-VC release (its pretrained_models_anon_xv folder)",
-           "hubert-soft": "hubert-soft-35d9f29f.pt"}
+           "hubert-soft": "hubert-soft-35d9f29f.pt",
+           "sa-toolkit": "an SA-toolkit release's final.pt, or the folder holding it (B5: tag "
+                         "hifigan_bn_tdnnf_wav2vec2_vq_48_v1, B6: hifigan_bn_tdnnf_600h_vq_48_v1; the bn_tdnnf_* "
+                         "extractors too), read as data"}
 
 
 def add_parser(subparsers) -> None:
@@ -31,7 +35,8 @@ def add_parser(subparsers) -> None:
                                                  "(voxanon zllr import). --random-init writes random weights "
                                                  "instead (for tests and speed measurements only).")
     importing.add_argument("name", choices=IMPORTABLE, help="model set to import")
-    importing.add_argument("source", nargs="?", help="the unpacked release folder (hubert-soft: the .pt file)")
+    importing.add_argument("source", nargs="?", help="the unpacked release folder (hubert-soft: the .pt file; "
+                                                     "sa-toolkit: final.pt or its folder)")
     importing.add_argument("--hubert", help="ssl-sas, zllr-vc: hubert_base_ls960.pt, checked against the "
                                             "release's content model")
     importing.add_argument("--vocoder-dir", metavar="SUBDIR",
@@ -39,6 +44,12 @@ def add_parser(subparsers) -> None:
                                 "ssl-sas HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze; zllr-vc the only one)")
     importing.add_argument("--random-init", action="store_true",
                            help="random weights with the published shapes; marked random in the manifest")
+    importing.add_argument("--name", dest="set_name", metavar="NAME",
+                           help="sa-toolkit: the model set's name (default: the tag the file's folder is named after; "
+                                "with --random-init, the tag)")
+    importing.add_argument("--tag", choices=SA_TOOLKIT_TAGS, metavar="TAG",
+                           help="sa-toolkit with --random-init: the tag whose shapes to use (one of "
+                                f"{', '.join(SA_TOOLKIT_TAGS)})")
     importing.add_argument("--size", choices=("full", "tiny"), default="full",
                            help="with --random-init: 'tiny' writes small models for plumbing tests")
     importing.add_argument("--seed", type=int, default=0, help="with --random-init: the torch seed")
@@ -90,6 +101,19 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_sa_toolkit(source: str | Path, set_name: str | None = None) -> tuple[str, Path]:
+    """Import one SA-toolkit ``final.pt`` (or the folder holding it) as a model set; (its name, its folder)."""
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.registry import write_model_set
+    from voxanon.models.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
+
+    path = find_final_pt(source)
+    name = set_name or default_name(path)
+    components, config = import_sa_toolkit(path)
+    origin = f"SA-toolkit {config['kind']} {path} (sha256 {sha256_file(path)})"
+    return name, write_model_set(name, components, config, source=origin, random=False)
+
+
 def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
             vocoder_dir: str | None = None) -> Path:
     """Convert a release into the model set ``name`` and write it; returns the set's folder."""
@@ -117,8 +141,12 @@ def run_import(args: argparse.Namespace) -> int:
 
     if args.random_init == bool(args.source):
         raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
-    if args.name == "hubert-soft" and (args.hubert or args.vocoder_dir):
-        raise VoxanonError("--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not hubert-soft")
+    if args.name in ("hubert-soft", "sa-toolkit") and (args.hubert or args.vocoder_dir):
+        raise VoxanonError(f"--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not {args.name}")
+    if args.name != "sa-toolkit" and (args.set_name or args.tag):
+        raise VoxanonError("--name and --tag apply to sa-toolkit only")
+    if args.name == "sa-toolkit":
+        return _import_sa_toolkit(args)
     if not args.random_init:
         path = install(args.name, args.source, hubert=args.hubert, vocoder_dir=args.vocoder_dir)
         print(f"installed {args.name} in {path}")
@@ -131,6 +159,27 @@ def run_import(args: argparse.Namespace) -> int:
     path = write_model_set(args.name, components, config, source=f"random-init size={args.size} seed={args.seed}",
                            random=True)
     print(f"installed {args.name} in {path}")
+    return 0
+
+
+def _import_sa_toolkit(args: argparse.Namespace) -> int:
+    from voxanon.models.registry import write_model_set
+    from voxanon.models.sa_toolkit import random_sa_toolkit
+
+    if not args.random_init:
+        if args.tag:
+            raise VoxanonError("--tag goes with --random-init; an imported final.pt is named by --name or its folder")
+        name, path = install_sa_toolkit(args.source, args.set_name)
+        print(f"installed {name} in {path}")
+        return 0
+    if not args.tag:
+        raise VoxanonError("sa-toolkit --random-init needs --tag TAG (the layout to give random weights)")
+    name = args.set_name or args.tag
+    components, config = random_sa_toolkit(args.tag, args.size, args.seed)
+    log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", name)
+    path = write_model_set(name, components, config, source=f"random-init {args.tag} size={args.size} "
+                           f"seed={args.seed}", random=True)
+    print(f"installed {name} in {path}")
     return 0
 
 
