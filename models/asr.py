@@ -239,8 +239,8 @@ class SpeechBrainASR:
             raise ASRError(f"{self.model_dir}: cannot load the SpeechBrain EncoderASR "
                            f"({type(error).__name__}: {error})") from None
 
-    def _transcribe_batch(self, wavs, lengths) -> list[str]:
-        words, _ = self._model.transcribe_batch(wavs, lengths)
+    def _transcribe_batch(self, wavs, samples) -> list[str]:
+        words, _ = self._model.transcribe_batch(wavs, samples / wavs.shape[1])
         return [str(text) for text in words]
 
     def transcribe(self, audio: np.ndarray) -> str:
@@ -261,8 +261,8 @@ class SpeechBrainASR:
                 wavs = torch.zeros(len(block), longest)
                 for row, i in enumerate(block):
                     wavs[row, :len(checked[i])] = torch.from_numpy(checked[i])
-                lengths = torch.tensor([len(checked[i]) / longest for i in block])
-                for i, text in zip(block, self._transcribe_batch(wavs, lengths)):
+                samples = torch.tensor([len(checked[i]) for i in block])
+                for i, text in zip(block, self._transcribe_batch(wavs, samples)):
                     transcripts[i] = text.strip()
                 bar.update(len(block))
         return transcripts
@@ -295,8 +295,11 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
     Weights: ``wav2vec2.ckpt`` (the wrapper's ``model.*`` keys), ``asr.ckpt`` (the
     ``ModuleList [enc, ctc_lin]``: ``0.<layer>.w.*`` linear, ``0.<layer>.norm.*`` batch norm,
     ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece, or a CTCTextEncoder's label file).
-    Decoding is speechbrain's greedy CTC: argmax over the frames within each utterance's
-    relative length, repeats merged, blanks dropped, tokens turned into text by the tokenizer.
+    Decoding is speechbrain's greedy CTC: argmax over each utterance's frames, repeats merged,
+    blanks dropped, tokens turned into text by the tokenizer. Utterances run in zero-padded batches
+    sorted by length, each item masked to its own samples and frames, so a transcript is the one
+    speechbrain gives the utterance alone, whatever batch it lands in (speechbrain's own padded
+    batches normalise over the padding too).
     """
 
     def _load(self):
@@ -311,12 +314,12 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
         except ModelDirError as error:
             raise ASRError(str(error)) from None
 
-    def _transcribe_batch(self, wavs, lengths) -> list[str]:
+    def _transcribe_batch(self, wavs, samples) -> list[str]:
         import torch
 
         with torch.inference_mode():
-            log_probs = self._model(wavs.to(self.device), lengths.to(self.device))
-        return self._model.greedy_decode(log_probs, lengths)
+            log_probs = self._model(wavs.to(self.device), samples)
+            return self._model.greedy_decode(log_probs, samples)
 
 
 def _enc_children(hparams: dict, enc, where: Path) -> list[tuple[str, str, dict]]:
@@ -433,7 +436,8 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     decode_tokens = _token_decoder(directory / "tokenizer.ckpt", entry(hparams, "tokenizer", where))
 
     class Wav2Vec2CTCModel(torch.nn.Module):
-        """wav2vec2 -> enc DNN -> ctc_lin -> log-softmax; (B, samples), relative lengths -> (B, T, V)."""
+        """wav2vec2 -> enc DNN -> ctc_lin -> log-softmax: (B, samples) and each item's sample count (None: all
+        full) -> (B, frames, V), each item as it is alone (see the wav2vec2 wrapper)."""
 
         def __init__(self):
             super().__init__()
@@ -443,21 +447,23 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
             self.ctc_lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="1.w.bias" in state)
             self.blank = blank
 
-        def forward(self, wavs, lengths):
-            return torch.log_softmax(self.ctc_lin(self.enc(self.wav2vec2(wavs, lengths))), dim=-1)
+        def forward(self, wavs, samples=None):
+            return torch.log_softmax(self.ctc_lin(self.enc(self.wav2vec2(wavs, samples))), dim=-1)
 
-        def greedy_decode(self, log_probs, lengths) -> list[str]:
+        def greedy_decode(self, log_probs, samples) -> list[str]:
+            """speechbrain's greedy CTC over each item's own frames."""
             texts = []
-            for frames, length in zip(log_probs, lengths):
-                tokens = frames[:int(torch.round(length * log_probs.shape[1]))].argmax(dim=-1).tolist()
+            for frames, count in zip(log_probs, self.wav2vec2.frame_counts(samples).tolist()):
+                tokens = frames[:count].argmax(dim=-1).tolist()
                 merged = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
                 texts.append(decode_tokens([t for t in merged if t != self.blank]))
             return texts
 
     model = Wav2Vec2CTCModel()
     try:
-        model.load_state_dict({**{f"wav2vec2.{k}": v for k, v in wav2vec2.state_dict().items()},
-                               **{renamed[k]: v for k, v in state.items()}})
+        # The DNN and output layer only: the wav2vec2 module already holds its checkpoint's tensors.
+        torch.nn.ModuleDict({"enc": model.enc, "ctc_lin": model.ctc_lin}).load_state_dict(
+            {renamed[k]: v for k, v in state.items()})
     except RuntimeError as error:
         raise CheckpointError(f"{asr_path}: shapes do not fit: {str(error).splitlines()[0]}") from None
     return model.eval()

@@ -11,10 +11,11 @@ keys), ``model.ckpt`` (``ModuleList [output_mlp]``: ``0.w.weight``, ``0.w.bias``
 layer has one) and ``label_encoder.txt``. The YAML is read as data only
 (:mod:`voxanon.models.speechbrain_dirs`); the weights load key for key into our modules.
 
-Two deliberate differences from speechbrain, both below the checkpoint's precision:
-speechbrain's ``StatisticsPooling`` adds random noise of 1e-5 to 9e-5 to every pooled mean
-(not done here: scores are reproducible), and utterances are classified one at a time as
-the challenge does (padding would change the wrapper's whole-signal normalisations).
+Utterances run in zero-padded batches of similar length, each item masked to its own samples and
+frames (the wrapper's normalisations, the base models' group-norm feature extractor, the attention and
+the pooled mean), so each score is the one the utterance gets alone, as the challenge classifies them.
+One deliberate difference from speechbrain, below the checkpoint's precision: its ``StatisticsPooling``
+adds random noise of 1e-5 to 9e-5 to every pooled mean (not done here: scores are reproducible).
 """
 from __future__ import annotations
 
@@ -45,11 +46,13 @@ def _checked_audio(audio: np.ndarray, index: int) -> np.ndarray:
     return np.ascontiguousarray(samples, dtype=np.float32)
 
 
-def model_identity(model_dir: str | Path) -> str:
-    """sha256 over a model directory's files: a cache key that changes with any weight or label."""
-    from voxanon.data_prep.digest import sha256_file
+def model_identity(model_dir: str | Path, digest=None) -> str:
+    """sha256 over a model directory's files: a cache key that changes with any weight or label.
+    ``digest`` (path -> sha256 hex) may serve the files' digests from a cache; default: hash them."""
+    if digest is None:
+        from voxanon.data_prep.digest import sha256_file as digest
 
-    return hashlib.sha256("".join(sha256_file(Path(model_dir) / name) for name in SER_FILES).encode()).hexdigest()
+    return hashlib.sha256("".join(digest(Path(model_dir) / name) for name in SER_FILES).encode()).hexdigest()
 
 
 class EmotionClassifier:
@@ -65,20 +68,25 @@ class EmotionClassifier:
         self._model = _classifier_module(self.model_dir, read_hparams(self.model_dir / HPARAMS_FILE),
                                          len(self.labels)).to(device)
 
-    @property
-    def identity(self) -> str:
-        return model_identity(self.model_dir)
-
-    def log_probabilities(self, audios: Sequence[np.ndarray], progress: bool = False) -> np.ndarray:
-        """(n, n_labels) log-probabilities, each utterance classified on its own."""
+    def log_probabilities(self, audios: Sequence[np.ndarray], progress: bool = False,
+                          max_batch: int = 16) -> np.ndarray:
+        """(n, n_labels) log-probabilities, each as the utterance gets alone: padded batches of up to
+        ``max_batch`` utterances of similar length (:func:`voxanon.models.precision.length_groups`)."""
         import torch
 
+        from voxanon.models.precision import length_groups
+
         checked = [_checked_audio(audio, i) for i, audio in enumerate(audios)]
-        rows = []
-        with torch.inference_mode():
-            for samples in tqdm(checked, desc="SER", unit="utt", disable=not progress):
-                rows.append(self._model(torch.from_numpy(samples)[None].to(self.device))[0].cpu().numpy())
-        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, len(self.labels)), np.float32)
+        rows = np.zeros((len(checked), len(self.labels)), np.float32)
+        with torch.inference_mode(), tqdm(total=len(checked), desc="SER", unit="utt", disable=not progress) as bar:
+            for group in length_groups([len(samples) for samples in checked], max_batch):
+                samples = torch.tensor([len(checked[i]) for i in group])
+                wavs = torch.zeros(len(group), int(samples.max()))
+                for row, i in enumerate(group):
+                    wavs[row, :len(checked[i])] = torch.from_numpy(checked[i])
+                rows[group] = self._model(wavs.to(self.device), samples).float().cpu().numpy()
+                bar.update(len(group))
+        return rows
 
     def classify(self, audios: Sequence[np.ndarray]) -> list[str]:
         return [self.labels[i] for i in self.log_probabilities(audios).argmax(axis=1)]
@@ -112,15 +120,22 @@ def _classifier_module(directory: Path, hparams: dict, n_labels: int):
         raise ModelDirError(f"{mlp_path}: {weight.shape[0]} outputs but label_encoder.txt has {n_labels} labels")
 
     class Wav2Vec2EmotionClassifier(torch.nn.Module):
-        """(1, samples) -> (1, n_labels) log-probabilities."""
+        """Waves -> log-probabilities over the labels."""
 
         def __init__(self):
             super().__init__()
             self.wav2vec2 = wav2vec2
             self.output_mlp = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="0.w.bias" in state)
 
-        def forward(self, wav: torch.Tensor) -> torch.Tensor:
-            pooled = self.wav2vec2(wav).mean(dim=1)
+        def forward(self, wav: torch.Tensor, samples: torch.Tensor | None = None) -> torch.Tensor:
+            """(B, samples) zero-padded, each item's sample count (None: all full) -> (B, n_labels)."""
+            hidden = self.wav2vec2(wav, samples)
+            if samples is None:
+                pooled = hidden.mean(dim=1)
+            else:
+                frames = self.wav2vec2.frame_counts(samples).to(hidden.device)
+                valid = torch.arange(hidden.shape[1], device=hidden.device)[None] < frames[:, None]
+                pooled = hidden.masked_fill(~valid[..., None], 0.0).sum(dim=1) / frames[:, None].to(hidden.dtype)
             return torch.log_softmax(self.output_mlp(pooled), dim=-1)
 
     model = Wav2Vec2EmotionClassifier()

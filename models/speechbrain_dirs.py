@@ -390,13 +390,16 @@ def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str 
     preprocessor = _hf_cached(source, "preprocessor_config.json", directory, save_path) if source else None
     normalize_wav = bool(json.loads(preprocessor.read_text(encoding="utf-8")).get("do_normalize", True)) \
         if preprocessor is not None else True
-    module = _wav2vec2_module(config, bool(options.get("output_norm", False)), normalize_wav)
+    from voxanon.models.precision import built_with_weights
+
     try:
-        module.load_state_dict(state)
+        # Built without random initialisation, holding the checkpoint's tensors themselves: loaded once.
+        module = built_with_weights(lambda: _wav2vec2_module(config, bool(options.get("output_norm", False)),
+                                                             normalize_wav), state)
     except RuntimeError as error:
         raise CheckpointError(f"{path}: does not fit the wav2vec2 configuration of {source or 'its shapes'}: "
                               f"{str(error).splitlines()[0]} ...") from None
-    return module.eval()
+    return module
 
 
 def _wav2vec2_module(config, output_norm: bool, normalize_wav: bool):
@@ -405,10 +408,15 @@ def _wav2vec2_module(config, output_norm: bool, normalize_wav: bool):
     from transformers import Wav2Vec2Model
 
     class Wav2Vec2Encoder(torch.nn.Module):
-        """(B, samples) -> (B, frames, hidden) as speechbrain's wrapper computes it in eval mode:
-        the whole padded batch layer-normed when the feature extractor normalises, a padding mask
-        from relative lengths, and the last hidden state layer-normed (no affine parameters) over
-        frames and channels when ``output_norm``."""
+        """(B, samples) -> (B, frames, hidden) as speechbrain's wrapper computes it in eval mode on each
+        utterance: the wave layer-normed when the feature extractor normalises, and the last hidden state
+        layer-normed (no affine parameters) over frames and channels when ``output_norm``.
+
+        A zero-padded batch (``samples``: each item's sample count) gives each item what it gives alone, to
+        float rounding: the wave's and the output's normalisations, a group-norm feature extractor's
+        per-channel statistics and the attention see each item's own samples and frames only
+        (:meth:`frame_counts` of them are valid). speechbrain's wrapper instead normalises over the padded
+        batch, so its vectors depend on the batch an utterance lands in."""
 
         def __init__(self):
             super().__init__()
@@ -416,15 +424,58 @@ def _wav2vec2_module(config, output_norm: bool, normalize_wav: bool):
             self.output_norm = output_norm
             self.normalize_wav = normalize_wav
 
-        def forward(self, wav: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-            mask = None
-            if lengths is not None:
-                samples = torch.round(lengths * wav.shape[1])
-                mask = torch.arange(wav.shape[1], device=wav.device)[None] < samples[:, None]
+        def frame_counts(self, samples: torch.Tensor) -> torch.Tensor:
+            """The number of output frames of utterances of ``samples`` samples."""
+            return self.model._get_feat_extract_output_lengths(samples).long()
+
+        def forward(self, wav: torch.Tensor, samples: torch.Tensor | None = None) -> torch.Tensor:
+            if samples is None or bool((samples == wav.shape[1]).all()):
+                if self.normalize_wav:
+                    wav = F.layer_norm(wav, wav.shape[1:])
+                out = self.model(wav).last_hidden_state
+                return F.layer_norm(out, out.shape[1:]) if self.output_norm else out
+            samples = samples.to(wav.device)
             if self.normalize_wav:
-                wav = F.layer_norm(wav, wav.shape[1:])
-            out = self.model(wav, attention_mask=mask).last_hidden_state
-            # Over frames and channels together, padding included, as speechbrain does.
-            return F.layer_norm(out, out.shape[1:]) if self.output_norm else out
+                wav = _masked_layer_norm(wav[..., None], samples)[..., 0]
+            frames = self.frame_counts(samples)
+            features = self._features(wav, samples).transpose(1, 2)
+            valid = torch.arange(features.shape[1], device=wav.device)[None] < frames[:, None]
+            hidden, _ = self.model.feature_projection(features)
+            out = self.model.encoder(hidden, attention_mask=valid).last_hidden_state
+            if self.model.adapter is not None:
+                raise ValueError("a wav2vec2 with an adapter cannot run padded batches")
+            return _masked_layer_norm(out, frames) if self.output_norm else out
+
+        def _features(self, wav: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+            """The feature extractor's (B, channels, frames); a group-norm first layer normalises each item over
+            its own frames (the others norm each frame on its own, and no convolution pads)."""
+            hidden = wav[:, None]
+            for index, layer in enumerate(self.model.feature_extractor.conv_layers):
+                norm = getattr(layer, "layer_norm", None)
+                if index > 0 or not isinstance(norm, torch.nn.GroupNorm):
+                    hidden = layer(hidden)
+                    continue
+                hidden = layer.conv(hidden)
+                kernel, stride = layer.conv.kernel_size[0], layer.conv.stride[0]
+                counts = torch.div(samples - kernel, stride, rounding_mode="floor") + 1
+                normalised = _masked_layer_norm(hidden.transpose(1, 2), counts, over_channels=False, eps=norm.eps)
+                hidden = layer.activation(torch.addcmul(norm.bias[:, None], normalised.transpose(1, 2),
+                                                        norm.weight[:, None]))
+            return hidden
 
     return Wav2Vec2Encoder()
+
+
+def _masked_layer_norm(x, counts, over_channels: bool = True, eps: float = 1e-5):
+    """(B, T, C) normalised to zero mean and unit variance over each item's first ``counts`` frames (and, with
+    ``over_channels``, all channels together; else per channel); frames past an item's count become 0."""
+    import torch
+
+    valid = (torch.arange(x.shape[1], device=x.device)[None] < counts[:, None])[..., None]
+    size = counts.to(x.dtype)[:, None, None] * (x.shape[2] if over_channels else 1)
+    dims = (1, 2) if over_channels else (1,)
+    x = x.masked_fill(~valid, 0.0)
+    mean = x.sum(dim=dims, keepdim=True) / size
+    centred = (x - mean).masked_fill_(~valid, 0.0)
+    variance = centred.square().sum(dim=dims, keepdim=True) / size
+    return centred * torch.rsqrt(variance + eps)

@@ -2,11 +2,15 @@
 
 The cache key is sha256 of the audio file's bytes plus a model tag, so a rerun, or a
 second evaluation that shares files, computes only what is new; a changed file is
-recomputed, never served stale.
+recomputed, never served stale. Model files, which name the tags, are hashed once and their
+digests remembered by path, size and modification time (:class:`FileDigests`).
 """
 from __future__ import annotations
 
 import functools
+import json
+import os
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -48,6 +52,42 @@ class ContentCache:
             atomic_write_text(path, value)
 
 
+class FileDigests:
+    """sha256 of files, remembered by (path, size, modification time): a model file is hashed once, not on every
+    run. Kept in ``<root>/file-digests.json`` beside the content cache (no root: for this process only); a file
+    whose size or time changed is hashed again."""
+
+    FILE = "file-digests.json"
+
+    def __init__(self, root: Path | None):
+        self.path = None if root is None else Path(root) / self.FILE
+        self._known: dict[str, list] | None = None
+
+    def _entries(self) -> dict[str, list]:
+        if self._known is None:
+            self._known = {}
+            if self.path is not None and self.path.is_file():
+                try:
+                    loaded = json.loads(self.path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    loaded = {}  # a damaged cache file is rebuilt, never trusted
+                self._known = loaded if isinstance(loaded, dict) else {}
+        return self._known
+
+    def __call__(self, path: str | os.PathLike) -> str:
+        resolved = str(Path(path).resolve())
+        stat = os.stat(resolved)
+        entries = self._entries()
+        known = entries.get(resolved)
+        if isinstance(known, list) and known[:2] == [stat.st_size, stat.st_mtime_ns]:
+            return str(known[2])
+        digest = sha256_file(resolved)
+        entries[resolved] = [stat.st_size, stat.st_mtime_ns, digest]
+        if self.path is not None:
+            atomic_write_text(self.path, json.dumps(entries, indent=1, sort_keys=True) + "\n")
+        return digest
+
+
 @dataclass
 class CachedComputation:
     """``compute`` (a list of 16 kHz waves -> one output per wave) run in batches over files, cached.
@@ -56,8 +96,8 @@ class CachedComputation:
     cannot be used are collected in ``failures`` (key -> message), never dropped silently.
     With a ``backend`` (:class:`voxanon.pipeline.ray_backend.RayBackend`) the batches run on its
     workers, each holding its own copy of the computation (so a model loads once per worker);
-    this process alone reads and writes the cache. The progress bar shows on a terminal unless
-    ``progress`` is false.
+    this process alone reads and writes the cache. Unless ``progress`` is false, a progress bar on stderr
+    counts utterances and audio seconds per second (terminal or not, as the anonymisation's bar does).
     """
 
     tag: str
@@ -81,21 +121,23 @@ class CachedComputation:
     def cache_tag(self) -> str:
         return self.tag if self.loudness_lufs is None else f"{self.tag}-lufs{self.loudness_lufs:g}"
 
-    def compute_batch(self, items: list[tuple[str, Path]]) -> list[tuple[str, object, str | None]]:
-        """``(key, output, None)`` for each usable file of ``items``, ``(key, None, message)`` for the others."""
+    def compute_batch(self, items: list[tuple[str, Path]]) -> list[tuple[str, object, str | None, float]]:
+        """``(key, output, None, audio seconds)`` for each usable file of ``items``, ``(key, None, message, 0)``
+        for the others."""
         waves, loaded, done = [], [], []
         for key, path in items:
             try:
                 samples = load_audio(path, self.sample_rate).samples
             except AudioError as error:
-                done.append((key, None, str(error)))
+                done.append((key, None, str(error), 0.0))
                 continue
             if self.loudness_lufs is not None:
                 samples = normalise_loudness(samples, self.sample_rate, self.loudness_lufs)
             waves.append(samples)
             loaded.append(key)
         outputs = self.compute(waves) if waves else []
-        return done + [(key, value, None) for key, value in zip(loaded, outputs)]
+        return done + [(key, value, None, len(wave) / self.sample_rate)
+                       for key, value, wave in zip(loaded, outputs, waves)]
 
     def _computed_batches(self, batches: list[list[tuple[str, Path]]]):
         if self.backend is None:
@@ -104,7 +146,7 @@ class CachedComputation:
         worker_copy = replace(self, backend=None, failures={}, computed=0)
         make = functools.partial(_computation_worker, worker_copy)
         for batch, done, error in self.backend.map_batches(make, batches):
-            yield batch, done if error is None else [(key, None, error) for key, _ in batch]
+            yield batch, done if error is None else [(key, None, error, 0.0) for key, _ in batch]
 
     def run(self, files: dict[str, Path], cache: ContentCache, desc: str) -> dict[str, object]:
         results: dict[str, object] = {}
@@ -124,16 +166,20 @@ class CachedComputation:
         batches = [[(key, files[key]) for key, _ in todo[start:start + self.batch_size]]
                    for start in range(0, len(todo), self.batch_size)]
         failed: dict[str, str] = {}
-        with tqdm(total=len(todo), desc=desc, unit="utt", disable=None if todo and self.progress else True,
-                  leave=False) as bar:
+        audio_seconds, started = 0.0, time.monotonic()
+        with tqdm(total=len(todo), desc=desc, unit="utt", disable=not (todo and self.progress), leave=False,
+                  dynamic_ncols=True) as bar:
             for batch, done in self._computed_batches(batches):
-                for key, value, error in done:
+                for key, value, error, seconds in done:
                     if error is not None:
                         failed[key] = error
                         continue
                     cache.put(self.cache_tag, digests[key], self.kind, value)
                     results[key] = value
                     self.computed += 1
+                    audio_seconds += seconds
+                bar.set_postfix_str(f"{audio_seconds / max(time.monotonic() - started, 1e-9):.1f} s audio/s",
+                                    refresh=False)
                 bar.update(len(batch))
         # In the files' order, whatever order the batches finished in.
         self.failures.update({key: failed[key] for key in files if key in failed})

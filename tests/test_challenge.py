@@ -85,7 +85,7 @@ def test_challenge_runs_every_stage_and_labels_attackers_and_models(challenge):
     assert set(lazy) == set(semi) and lazy["min_cllr"] != semi["min_cllr"]
     assert {r.model for r in results if r.attacker == "semi-informed"} == {eers[("a-a", "semi-informed")].model}
     header = next(csv.reader((out / "results.csv").open()))
-    assert header[-2:] == ["attacker", "model"]
+    assert header[-3:] == ["attacker", "model", "note"]
     markdown = (out / "results.md").read_text()
     assert "EER speechbrain lazy-informed (%)" in markdown and "EER speechbrain semi-informed (%)" in markdown
     assert "a-a: anonymised enrolment, anonymised trials (lazy-informed and semi-informed attackers)" in markdown

@@ -1,6 +1,8 @@
 """SER: the speechbrain wav2vec2 IEMOCAP layout in our modules (parity), fold directories, errors."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -206,3 +208,35 @@ def test_ser_results_clear_errors(tmp_path, fold_models):
     shutil.rmtree(broken / "fold_2")
     with pytest.raises(VoxanonError, match="no SER model for fold\\(s\\) 2 \\(have 1\\)"):
         ser_results(original, None, broken, system="x")
+
+
+def test_each_fold_model_is_hashed_once_across_runs(tmp_path, fold_models, monkeypatch):
+    import os
+
+    import voxanon.data_prep.digest
+    import voxanon.pipeline.feature_cache
+    from voxanon.pipeline.evaluation.ser import FoldClassifiers, ser_results
+    from voxanon.pipeline.feature_cache import ContentCache, FileDigests
+
+    hashed = []
+    for module in (voxanon.data_prep.digest, voxanon.pipeline.feature_cache):
+        original = module.sha256_file
+        monkeypatch.setattr(module, "sha256_file", lambda path, original=original: hashed.append(
+            Path(path).resolve()) or original(path))
+
+    def model_files_hashed() -> list[Path]:
+        return [p for p in hashed if p.is_relative_to(fold_models.resolve())]
+
+    original_set = write_set(tmp_path / "IEMOCAP_dev", UTTERANCES, 1.0)
+    cache = ContentCache(tmp_path / "cache")
+    for run in range(2):
+        classifiers = FoldClassifiers(fold_models, digests=FileDigests(cache.root))
+        rows = ser_results(original_set, None, fold_models, system="b1", cache=cache, classifiers=classifiers)
+        assert rows
+        # The first run hashes each fold's four files; the next run (a new process would be the same) none.
+        assert len(model_files_hashed()) == 8, model_files_hashed()
+    changed = fold_models / "fold_2" / "label_encoder.txt"
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    ser_results(original_set, None, fold_models, system="b1", cache=cache,
+                classifiers=FoldClassifiers(fold_models, digests=FileDigests(cache.root)))
+    assert model_files_hashed()[8:] == [changed.resolve()]

@@ -21,7 +21,6 @@ training speakers or speakers without an utterance of one chunk, IEMOCAP sets wi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -39,18 +38,6 @@ DEFAULT_PROTOCOL = "vpc2024"
 STAGES_FILE = "challenge.json"
 ANON_DIR = "anon"
 ATTACKER_DIR = "attacker"
-
-
-class CountingCache(ContentCache):
-    """The content cache, counting what this run computed (every computed output is put once, cache or not)."""
-
-    def __init__(self, root: Path | None):
-        super().__init__(root)
-        self.computed = 0
-
-    def put(self, tag: str, digest: str, kind: str, value) -> None:
-        self.computed += 1
-        super().put(tag, digest, kind, value)
 
 
 @dataclass
@@ -110,46 +97,6 @@ def _system_config(inputs: ChallengeInputs) -> dict:
     return config
 
 
-def attacker_identity(hparams: dict, train_sets: list[dict]) -> str:
-    """The attacker folder's name part: a hash of the settings that shape the weights and of the training data
-    (the number of epochs is left out, so raising it trains the same model further)."""
-    from voxanon.pipeline.training.asv import FREE_SETTINGS
-
-    shaping = {k: v for k, v in hparams.items() if k not in FREE_SETTINGS}
-    data = [_comparable(entry) for entry in train_sets]
-    return hashlib.sha256(json.dumps([shaping, data], sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _anonymisation_key(entry: dict) -> dict | None:
-    anonymisation = entry.get("anonymisation")
-    return None if not anonymisation else {"system": anonymisation["system"],
-                                           "config_hash": anonymisation["config_hash"]}
-
-
-def finished_attacker(model_dir: Path, hparams: dict, train_sets: list[dict]) -> bool:
-    """Whether ``model_dir`` holds a complete model trained with these settings on these data."""
-    from voxanon.pipeline.training.asv import TRAINING_FILE
-    from voxanon.pipeline.evaluation.attackers import ATTACKER_MODEL_FILES
-
-    path = model_dir / TRAINING_FILE
-    if not path.is_file() or not all((model_dir / name).is_file() for name in ATTACKER_MODEL_FILES):
-        return False
-    try:
-        training = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    if training.get("status") != "complete" or training.get("hparams") != hparams:
-        return False
-    recorded = training.get("data") or []
-    return ([_comparable(e) for e in recorded] == [_comparable(e) for e in train_sets])
-
-
-def _comparable(entry: dict) -> dict:
-    """A training set's identity without its place (a moved output folder keeps its model) or run status."""
-    return ({k: v for k, v in entry.items() if k not in ("anonymisation", "path")}
-            | {"anonymisation": _anonymisation_key(entry)})
-
-
 class _Anonymiser:
     """Anonymises sets into ``<out>/anon/<set>_<system>`` once each, counting what the runner did."""
 
@@ -194,8 +141,8 @@ class _Anonymiser:
 
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
-    from voxanon.pipeline.training.asv import (data_identity, prepare_training_data, read_training_sets,
-                                               resolve_hparams, train_asv)
+    from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
+                                               read_training_sets, resolve_hparams, train_asv)
     from voxanon.pipeline.commands.evaluate import (attacker_notes, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
@@ -230,13 +177,9 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     stage_start = time.monotonic()
     identities = [data_identity(d) for d in anonymised_train]
     model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
-    if finished_attacker(model_dir, hparams, identities):
-        log.info("attacker: %s is complete for these settings and data; not retrained", model_dir)
-        stages["train attacker"] = {"model": str(model_dir), "trained": False}
-    else:
-        train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
-                  progress=inputs.progress, allow_pipes=inputs.allow_pipes)
-        stages["train attacker"] = {"model": str(model_dir), "trained": True}
+    attacker = train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
+                         progress=inputs.progress, allow_pipes=inputs.allow_pipes)
+    stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained}
     stages["train attacker"]["seconds"] = _since(stage_start)
 
     # 3. Anonymise the evaluation sets (and IEMOCAP).
@@ -248,7 +191,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
 
     # 4. Evaluate.
     stage_start = time.monotonic()
-    cache = CountingCache(inputs.cache.root if inputs.cache is not None else None)
+    cache = inputs.cache if inputs.cache is not None else ContentCache(None)
     asv = protocol.get("asv", {})
     embedder = make_embedder(asv)
     transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code)
@@ -261,8 +204,8 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     if iemocap_sets:
         evaluation.results += _ser_rows(iemocap_sets, anonymised_iemocap, classifiers, inputs, system, cache,
                                         protocol, evaluation.results)
-    evaluation.computed = cache.computed
-    stages["evaluate"] = {"computed": cache.computed, "seconds": _since(stage_start)}
+    evaluation.computed += classifiers.computed if classifiers is not None else 0
+    stages["evaluate"] = {"computed": evaluation.computed, "seconds": _since(stage_start)}
 
     hashes = sorted({i["anonymisation"]["config_hash"] for i in identities if i.get("anonymisation")})
     notes = {"protocol": protocol["name"], "system": f"{system} (config hash {', '.join(hashes)})",
@@ -284,7 +227,7 @@ def _since(start: float) -> float:
 def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
     """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
     settings (then their data passed train_asv's checks when it was trained)."""
-    from voxanon.pipeline.training.asv import data_identity
+    from voxanon.pipeline.training.asv import attacker_identity, data_identity, finished_attacker
 
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False
@@ -298,6 +241,7 @@ def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: l
 
 def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
     from voxanon.pipeline.evaluation.ser import FoldClassifiers, ser_labels
+    from voxanon.pipeline.feature_cache import FileDigests
 
     if not iemocap_sets:
         if inputs.ser_models is not None:
@@ -306,7 +250,8 @@ def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
     folds = {str(data.path): set(ser_labels(data)[1].values()) for data in iemocap_sets}
     if inputs.ser_models is None:
         raise VoxanonError("--iemocap needs --ser-models DIR (a folder of fold_<k> emotion model directories)")
-    classifiers = FoldClassifiers(inputs.ser_models, device=inputs.device)
+    classifiers = FoldClassifiers(inputs.ser_models, device=inputs.device, progress=inputs.progress,
+                                  digests=FileDigests(inputs.cache.root if inputs.cache is not None else None))
     for where, needed in folds.items():
         classifiers.check_folds(needed, where)
     return classifiers

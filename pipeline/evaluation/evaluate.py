@@ -82,7 +82,7 @@ class Evaluation:
     results: list[Result]
     scores: list[SetScores]
     similarity: dict[str, object]     # set name -> SimilarityMatrices
-    computed: int                     # embeddings and transcripts computed (not served from cache)
+    computed: int                     # embeddings, transcripts and pitch tracks computed (not served from cache)
 
 
 
@@ -108,6 +108,7 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
     kept: list[SetScores] = []
     matrices: dict[str, object] = {}
     failures: dict[str, str] = {}
+    pitch_tracker = _pitch_tracker(embedder.progress) if protocol.get("pitch_correlation") else None
     for evaluation in sets:
         missing = set(check_anonymised(evaluation, allow_missing)) if evaluation.anon_trials is not None else set()
         sides = {"o": (evaluation.enroll, evaluation.trials)}
@@ -165,8 +166,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             results += _inversion_results(evaluation, system, vectors, utt2spk, protocol["inversion_attack"])
         if protocol.get("sex_attack"):
             results += _sex_results(evaluation, system, vectors, utt2spk, protocol["sex_attack"])
-        if protocol.get("pitch_correlation") and evaluation.anon_trials is not None:
-            results += _pitch_results(evaluation, missing, cache, system, failures)
+        if pitch_tracker is not None and evaluation.anon_trials is not None:
+            results += _pitch_results(evaluation, missing, pitch_tracker, cache, system, failures)
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
     if failures and not allow_missing:
@@ -185,8 +186,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
     if protocol.get("name") == "vpc2024":
         from voxanon.eval.published import load_published, published_beside
         results += published_beside(results, load_published("vpc2024"))
-    return Evaluation(results, kept, matrices, embedder.computed + (asr.computed if asr else 0)
-                      + (semi_informed.embedder.computed if semi_informed else 0))
+    computations = [embedder, asr, semi_informed.embedder if semi_informed else None, pitch_tracker]
+    return Evaluation(results, kept, matrices, sum(c.computed for c in computations if c is not None))
 
 
 # Records derived from speaker embeddings but attacked by no one in particular (voice similarity).
@@ -329,14 +330,19 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
     return rows
 
 
-def _pitch_results(evaluation: EvaluationSet, missing: set[str], cache, system: str,
-                   failures: dict[str, str]) -> list[Result]:
-    """rho_F0 (Praat pitch, VoicePrivacy settings) between original and anonymised trial utterances."""
-    from voxanon.eval.pitch import pitch_correlation_summary
+def _pitch_tracker(progress: bool):
+    """Praat pitch tracks (VoicePrivacy settings), cached."""
     from voxanon.models.praat_pitch import praat_f0
     from voxanon.pipeline.feature_cache import CachedComputation
 
-    tracker = CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves])
+    return CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves], progress=progress)
+
+
+def _pitch_results(evaluation: EvaluationSet, missing: set[str], tracker, cache, system: str,
+                   failures: dict[str, str]) -> list[Result]:
+    """rho_F0 between original and anonymised trial utterances."""
+    from voxanon.eval.pitch import pitch_correlation_summary
+
     utts = [u for u in evaluation.test_utts if u not in missing]
     original = tracker.run(audio_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
     anonymised = tracker.run(audio_files(evaluation.anon_trials, utts), cache, f"{evaluation.name} a F0")

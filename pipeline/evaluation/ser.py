@@ -25,7 +25,7 @@ import numpy as np
 from voxanon.data_prep.corpus import DataDir, read_data_dir, read_mapping
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result
-from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
+from voxanon.pipeline.feature_cache import CachedComputation, ContentCache, FileDigests
 
 SER_SET_FILES = ("utt2emo", "spk2fold")
 
@@ -54,9 +54,13 @@ def ser_labels(data: DataDir) -> tuple[dict[str, str], dict[str, str]]:
 
 
 class FoldClassifiers:
-    """One :class:`~voxanon.models.ser.EmotionClassifier` per fold, checked at once, loaded when first needed."""
+    """One :class:`~voxanon.models.ser.EmotionClassifier` per fold, checked at once, loaded on ``device`` when
+    first needed, and the cached computation of its scores (``batch_size`` utterances per call, a progress bar
+    unless ``progress`` is false). ``digests`` (path -> sha256, e.g. a
+    :class:`~voxanon.pipeline.feature_cache.FileDigests`) names each model in the cache; default: hash its files."""
 
-    def __init__(self, model_dirs: str | os.PathLike | Mapping[str, str | os.PathLike], device: str = "cpu"):
+    def __init__(self, model_dirs: str | os.PathLike | Mapping[str, str | os.PathLike], device: str = "cpu", *,
+                 digests=None, batch_size: int = 16, progress: bool = True):
         from voxanon.models.ser import SER_FILES, fold_model_dirs
         from voxanon.models.speechbrain_dirs import require_files
 
@@ -65,8 +69,11 @@ class FoldClassifiers:
         for fold, directory in self.dirs.items():
             require_files(directory, SER_FILES, f"SER model (fold {fold})")
         self.device = device
+        self.digests = digests if digests is not None else FileDigests(None)
+        self.batch_size = batch_size
+        self.progress = progress
         self._loaded: dict = {}
-        self._identities: dict[str, str] = {}
+        self._computations: dict[str, CachedComputation] = {}
 
     def check_folds(self, folds: set[str], where: str) -> None:
         missing = sorted(folds - set(self.dirs))
@@ -87,22 +94,29 @@ class FoldClassifiers:
 
         return read_label_encoder(self.dirs[fold] / "label_encoder.txt")
 
-    def cache_tag(self, fold: str) -> str:
-        if fold not in self._identities:
+    def computation(self, fold: str) -> CachedComputation:
+        """The fold model's log-probabilities of waves, cached under the model's identity."""
+        if fold not in self._computations:
             from voxanon.models.ser import model_identity
 
-            self._identities[fold] = model_identity(self.dirs[fold])
-        return f"ser-{self._identities[fold][:20]}"
+            self._computations[fold] = CachedComputation(
+                tag=f"ser-{model_identity(self.dirs[fold], self.digests)[:20]}", batch_size=self.batch_size,
+                progress=self.progress,
+                compute=lambda waves: list(self.classifier(fold).log_probabilities(waves, max_batch=len(waves))))
+        return self._computations[fold]
+
+    @property
+    def computed(self) -> int:
+        """Scores computed so far (not served from the cache), every fold."""
+        return sum(computation.computed for computation in self._computations.values())
 
 
 def _predictions(data: DataDir, folds: dict[str, str], classifiers: FoldClassifiers, cache: ContentCache,
-                 failures: dict[str, str], prefix: str, batch_size: int) -> dict[str, str]:
+                 failures: dict[str, str], prefix: str) -> dict[str, str]:
     predicted: dict[str, str] = {}
     for fold in sorted(set(folds.values())):
         utts = [u for u in sorted(data.wav) if folds[u] == fold]
-        computation = CachedComputation(
-            tag=classifiers.cache_tag(fold), batch_size=batch_size,
-            compute=lambda waves, fold=fold: list(classifiers.classifier(fold).log_probabilities(waves)))
+        computation = classifiers.computation(fold)
         scores = computation.run({u: data.audio_path(u) for u in utts}, cache, f"{prefix} SER fold {fold}")
         failures.update(computation.take_failures(f"{prefix}:"))
         labels = classifiers.labels(fold)
@@ -135,14 +149,13 @@ def _side_results(set_name: str, label: str, emotions: dict[str, str], folds: di
 def ser_results(original_set: DataDir | str | os.PathLike, anonymised_set: DataDir | str | os.PathLike | None,
                 model_dirs: str | os.PathLike | Mapping[str, str | os.PathLike], *, system: str,
                 cache: ContentCache | None = None, device: str = "cpu", allow_pipes: bool = False,
-                failures: dict[str, str] | None = None, batch_size: int = 16,
-                classifiers: FoldClassifiers | None = None) -> list[Result]:
+                failures: dict[str, str] | None = None, classifiers: FoldClassifiers | None = None) -> list[Result]:
     """UAR rows for one IEMOCAP set, original and (when given) anonymised, every utterance by its fold's model.
 
     ``model_dirs``: a folder of ``fold_<k>`` model directories, or fold -> directory.
     Utterances whose audio cannot be read go to ``failures`` (``<set>:<side>:<utt>`` -> message)
     and out of the scores; nothing else is left out. ``classifiers`` lets several sets share
-    loaded models.
+    loaded models (default: this folder's, on ``device``).
     """
     original = _set(original_set, allow_pipes)
     emotions, folds = ser_labels(original)
@@ -170,7 +183,7 @@ def ser_results(original_set: DataDir | str | os.PathLike, anonymised_set: DataD
     rows: list[Result] = []
     uars: dict[str, float] = {}
     for side, data in sides.items():
-        predicted = _predictions(data, folds, classifiers, cache, failures, f"{original.name}:{side}", batch_size)
+        predicted = _predictions(data, folds, classifiers, cache, failures, f"{original.name}:{side}")
         side_rows, uar = _side_results(original.name, "original" if side == "o" else system, emotions, folds,
                                        predicted)
         rows += side_rows
