@@ -68,9 +68,9 @@ def b2_demo(tmp_path_factory):
 def trained(b2_demo):
     root, sets = b2_demo
     model = train_asv([root / "train_b2"], root / "model", {**TINY, "number_of_epochs": EPOCHS}, device="cpu",
-                      progress=False)
+                      progress=False).model_dir
     untrained = train_asv([root / "train_b2"], root / "untrained", {**TINY, "number_of_epochs": 0}, device="cpu",
-                          progress=False)
+                          progress=False).model_dir
     return root, sets, model, untrained
 
 
@@ -96,7 +96,9 @@ def test_trained_attacker_beats_random_init_on_held_out_anonymised_trials(traine
     assert losses[-1] < 0.7 * losses[0], losses
     assert summary["epochs"][-1]["valid_accuracy"] > summary["epochs"][0]["valid_accuracy"]
     assert summary["selection"] == {"speakers": 13, "train_utterances": 13 * 7, "valid_utterances": 13,
-                                    "skipped_short_utterances": 0}
+                                    "skipped_short_utterances": 0, "skipped_unreadable_utterances": 0,
+                                    "dropped_speakers": 0}
+    assert summary["validation"] == {"valid_ratio": 0.125, "asked": 13, "held_out": 13, "speakers": 13, "status": "on"}
     trained_eer, random_eer = _held_out_eer(model, sets["held_out"]), _held_out_eer(untrained, sets["held_out"])
     # Seed 1986: 4.6 % against 9.7 % (a random ECAPA already separates 13 voices fairly well).
     assert trained_eer < random_eer, (trained_eer, random_eer)

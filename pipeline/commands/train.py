@@ -107,7 +107,11 @@ def add_asv_parser(actions) -> None:
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
                         help="auto: bf16 autocast on a GPU that has it, else fp16 with gradient scaling; fp32 on CPU")
     parser.add_argument("--workers", type=int, metavar="N",
-                        help="data-loading processes (default: 0 on the CPU, 8 on a GPU)")
+                        help="data-loading processes (default: 0 on the CPU; on a GPU, up to 8, one core left to "
+                             "the training process)")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="train without the utterances whose audio is missing or unreadable (listed in "
+                             "skipped.txt and training.json) instead of failing")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     add_corpus_arguments(parser)
     parser.set_defaults(run=run_asv)
@@ -171,15 +175,20 @@ def run_asv(args: argparse.Namespace) -> int:
             for path in args.data]
     if args.workers is not None and args.workers < 0:
         raise VoxanonError(f"--workers must be at least 0, got {args.workers}")
-    model_dir = train_asv(sets, args.out, device=args.device, progress=not args.quiet, set_options=args.overrides,
-                          precision=args.precision, workers=args.workers, allow_pipes=args.allow_pipes)
+    run = train_asv(sets, args.out, device=args.device, progress=not args.quiet, set_options=args.overrides,
+                    precision=args.precision, workers=args.workers, allow_pipes=args.allow_pipes,
+                    allow_missing=args.allow_missing)
+    model_dir = run.model_dir
     summary = json.loads((model_dir / TRAINING_FILE).read_text(encoding="utf-8"))
     last = summary["epochs"][-1] if summary["epochs"] else None
     metrics = "" if last is None or last["valid_accuracy"] is None else \
         f"; last epoch valid loss {last['valid_loss']:.3f}, accuracy {last['valid_accuracy']:.3f}"
     selection = summary["selection"]
-    print(f"asv: {summary['epochs_done']} epochs ({summary['steps']} steps) on {selection['speakers']} speakers, "
-          f"{selection['train_utterances']} training / {selection['valid_utterances']} validation utterances, "
-          f"{selection['skipped_short_utterances']} too short{metrics}; model in {model_dir} "
-          f"(--set asv.encoder=ecapa:{model_dir})")
+    unreadable = selection["skipped_unreadable_utterances"]
+    dropped = selection["dropped_speakers"]
+    print(f"asv: {summary['epochs_done']} epochs ({summary['steps']} steps) on {selection['speakers']} speakers"
+          f"{f' ({dropped} dropped)' if dropped else ''}, {selection['train_utterances']} training / "
+          f"{selection['valid_utterances']} validation utterances, {selection['skipped_short_utterances']} too short"
+          f"{f', {unreadable} unreadable' if unreadable else ''}{metrics}; model in {model_dir}"
+          f"{'' if run.trained else ' (complete already: not retrained)'} (--set asv.encoder=ecapa:{model_dir})")
     return 0

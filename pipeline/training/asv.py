@@ -46,8 +46,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +68,20 @@ TRAINING_FILE = "training.json"
 TRAIN_LOG = "train_log.txt"
 SKIPPED_FILE = "skipped.txt"
 CHECKPOINT_DIR = "checkpoints"
+POSTFIX_SECONDS = 2.0   # how often the progress bar's loss and accuracy are read from the device
 HYPERPARAMS_FILE = "hyperparams.yaml"
 CLASSIFIER_FILE = "classifier.ckpt"
 LABEL_ENCODER_FILE = "label_encoder.txt"
 PRETRAINER_LABEL_ENCODER_FILE = "label_encoder.ckpt"
+# Every file export_model writes ("embedding_model.ckpt" is models.speaker.EMBEDDING_FILE, which imports torch).
+MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt", CLASSIFIER_FILE, LABEL_ENCODER_FILE,
+               PRETRAINER_LABEL_ENCODER_FILE)
 UTT_SELECTIONS = ("spk-diverse-sess", "spk-random", "spk-sess")
-# Settings that do not change the trained weights: a resumed run may differ in them.
-FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval_minutes")
+# Settings that do not change the trained weights: a resumed run may differ in them. drop_short_speakers is
+# one: a speaker it drops has no usable utterance, so the model either trains on the same data or not at all.
+FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval_minutes", "drop_short_speakers")
+# The largest exact float32 scale of 16-bit PCM (libsndfile's): int16 / 32768 is every float32 read of such a file.
+PCM16_SCALE = 1.0 / 32768
 
 
 # Settings ------------------------------------------------------------------------------------------
@@ -134,6 +143,8 @@ def check_hparams(h: dict) -> None:
             problems.append(f"{key} must be a number >= 0, got {h[key]!r}")
     if not isinstance(h["seed"], int):
         problems.append(f"seed must be an integer, got {h['seed']!r}")
+    if not isinstance(h["drop_short_speakers"], bool):
+        problems.append(f"drop_short_speakers must be true or false, got {h['drop_short_speakers']!r}")
     if problems:
         raise VoxanonError("train asv: " + "; ".join(problems))
 
@@ -163,15 +174,27 @@ class TrainingUtterance:
     source: str        # a file path or a ``command |`` entry
     is_pipe: bool
     samples: int       # length at 16 kHz
+    # What the chunk reader needs from the header, read once at the scan: the file's rate and channels (0 for a
+    # ``command |`` entry, decoded whole), and whether it is 16-bit PCM (read as int16, exactly).
+    file_rate: int = 0
+    channels: int = 0
+    pcm16: bool = False
+
+    @property
+    def seekable(self) -> bool:
+        """A file at the training rate: a chunk is read from its header's offset, nothing else decoded."""
+        return not self.is_pipe and self.file_rate > 0
 
 
-def read_training_sets(data_dirs: list[Path | DataDir], allow_pipes: bool = False) -> list[DataDir]:
-    """Kaldi data directories (a path, or a set already read), checked: files present, ids unique across sets."""
+def read_training_sets(data_dirs: list[Path | DataDir], allow_pipes: bool = False,
+                       allow_missing: bool = False) -> list[DataDir]:
+    """Kaldi data directories (a path, or a set already read), checked: files present (unless ``allow_missing``,
+    where :func:`scan_utterances` lists the missing ones), ids unique across sets."""
     sets, seen = [], {}
     for entry in data_dirs:
         data = entry if isinstance(entry, DataDir) else read_data_dir(Path(entry), allow_pipes=allow_pipes)
         where = str(data.path or data.name)
-        problems = data.validate(check_files=True)
+        problems = data.validate(check_files=not allow_missing)
         if problems:
             raise DataDirError(where, problems)
         repeated = sorted(set(data.wav) & set(seen))
@@ -185,44 +208,53 @@ def read_training_sets(data_dirs: list[Path | DataDir], allow_pipes: bool = Fals
     return sets
 
 
-def _audio_samples(data: DataDir, utt: str, sample_rate: int, allow_pipes: bool) -> int:
+def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: bool) -> TrainingUtterance:
+    """The utterance with its length at ``sample_rate`` and its header's facts; an AudioError when unreadable."""
     import soundfile
 
     from voxanon.data_prep.audio import AudioError, load_audio
 
+    speaker = data.utt2spk[utt]
     if data.is_pipe(utt):
-        return len(load_audio(data.wav[utt], sample_rate, allow_pipe=allow_pipes).samples)
+        samples = len(load_audio(data.wav[utt], sample_rate, allow_pipe=allow_pipes).samples)
+        return TrainingUtterance(utt, speaker, data.name, data.wav[utt], True, samples)
+    missing = data.missing_file(utt)
+    if missing is not None:
+        raise AudioError(data.wav[utt], missing)
     path = data.audio_path(utt)
     try:
         info = soundfile.info(str(path))
     except Exception as error:  # soundfile raises several types for corrupt input
         raise AudioError(str(path), f"unreadable audio ({type(error).__name__}: {error})") from None
-    return info.frames if info.samplerate == sample_rate else int(info.frames * sample_rate / info.samplerate)
+    if info.samplerate != sample_rate:  # decoded whole and resampled at each chunk
+        return TrainingUtterance(utt, speaker, data.name, str(path), False,
+                                 int(info.frames * sample_rate / info.samplerate))
+    return TrainingUtterance(utt, speaker, data.name, str(path), False, info.frames, info.samplerate, info.channels,
+                             info.subtype == "PCM_16")
 
 
-def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, progress: bool) -> list[TrainingUtterance]:
-    """Every utterance with its length (read from the audio headers, not ``utt2dur``); unreadable audio is an error."""
+def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, progress: bool,
+                    allow_missing: bool = False) -> tuple[list[TrainingUtterance], dict[str, str]]:
+    """Every readable utterance with its length (read from the audio headers, not ``utt2dur``), and the missing or
+    unreadable ones ("set/utt" -> why): an error listing them unless ``allow_missing``."""
     from tqdm import tqdm
 
     from voxanon.data_prep.audio import AudioError
 
-    items, problems = [], []
+    items, unreadable = [], {}
     total = sum(len(d.wav) for d in sets)
     with tqdm(total=total, desc="reading audio headers", unit="utt", disable=not progress, dynamic_ncols=True) as bar:
         for data in sets:
             for utt in data.utterances:
                 try:
-                    samples = _audio_samples(data, utt, sample_rate, allow_pipes)
+                    items.append(_training_utterance(data, utt, sample_rate, allow_pipes))
                 except AudioError as error:
-                    problems.append(f"{data.name}: {utt}: {error}")
-                else:
-                    source = data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt))
-                    items.append(TrainingUtterance(utt, data.utt2spk[utt], data.name, source, data.is_pipe(utt),
-                                                   samples))
+                    unreadable[f"{data.name}/{utt}"] = str(error)
                 bar.update(1)
-    if problems:
-        raise DataDirError("train asv: audio", problems)
-    return items
+    if unreadable and not allow_missing:
+        raise DataDirError("train asv: audio", [f"{key}: {why}" for key, why in sorted(unreadable.items())]
+                           + ["fix or remove them, or pass --allow-missing to train without them"])
+    return items, unreadable
 
 
 def session_of(utt: str) -> str:
@@ -271,9 +303,12 @@ class TrainingData:
     speakers: list[str]
     train: list[TrainingUtterance]
     valid: list[TrainingUtterance]
-    skipped: dict[str, str]           # "set/utt" -> reason
+    skipped: dict[str, str]           # "set/utt" -> reason: shorter than a chunk
     sets: list[dict]                  # identity of each data set
     digest: str
+    unreadable: dict[str, str] = field(default_factory=dict)  # "set/utt" -> reason: skipped under --allow-missing
+    dropped: dict[str, str] = field(default_factory=dict)     # speaker -> why it is not trained on
+    validation: dict = field(default_factory=dict)            # what the split held out (see validation_counts)
 
     def label(self, item: TrainingUtterance) -> int:
         return self._index[item.speaker]
@@ -293,9 +328,12 @@ def data_identity(data: DataDir) -> dict:
             "utterances": len(data.wav), "speakers": len(data.speakers), "anonymisation": anonymisation}
 
 
-def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False,
-                          progress: bool = True) -> TrainingData:
-    """Select, measure and split the utterances; every check on the data happens here, before anything is written."""
+def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False, progress: bool = True, *,
+                          allow_missing: bool = False, identities: list[dict] | None = None) -> TrainingData:
+    """Select, measure and split the utterances; every check on the data happens here, before anything is written.
+
+    ``identities`` are the sets' :func:`data_identity` where the caller has them already.
+    """
     utt2spk = {utt: spk for data in sets for utt, spk in data.utt2spk.items()}
     all_speakers = sorted(set(utt2spk.values()))
     if len(all_speakers) < 2:
@@ -304,59 +342,132 @@ def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = Fals
                            "a speaker classifier needs at least 2")
     chosen = set(select_utterances(utt2spk, h))
     subsets = [data.subset([u for u in data.wav if u in chosen]) for data in sets]
-    items = scan_utterances([d for d in subsets if d.wav], h["sample_rate"], allow_pipes, progress)
+    items, unreadable = scan_utterances([d for d in subsets if d.wav], h["sample_rate"], allow_pipes, progress,
+                                        allow_missing)
     chunk = chunk_samples(h)
     usable = [item for item in items if item.samples >= chunk]
     skipped = {f"{i.set_name}/{i.utt}": f"{i.samples / h['sample_rate']:.2f} s, shorter than one "
                f"{h['sentence_len']:g} s chunk" for i in items if i.samples < chunk}
-    speakers = sorted({i.speaker for i in items})
-    left = {i.speaker for i in usable}
-    short_speakers = [s for s in speakers if s not in left]
-    if short_speakers:
-        where = {s: sorted({i.set_name for i in items if i.speaker == s}) for s in short_speakers}
-        raise VoxanonError(
-            f"train asv: {len(short_speakers)} speaker(s) have no utterance of at least one {h['sentence_len']:g} s "
-            f"chunk: " + ", ".join(f"{s} (in {', '.join(where[s])})" for s in short_speakers[:20])
-            + "; remove them, or lower sentence_len (--set sentence_len=...)")
+    dropped = _speakers_without_usable_utterances(sorted({utt2spk[u] for u in chosen}), items, usable, sets, h)
+    speakers = sorted({i.speaker for i in usable})
     if len(speakers) < 2:
         raise VoxanonError(f"train asv: the selection keeps {len(speakers)} speaker(s); at least 2 are needed")
     if skipped:
         log.warning("%d utterance(s) shorter than one %g s chunk are not used (listed in %s)", len(skipped),
                     h["sentence_len"], SKIPPED_FILE)
-    train, valid = [], []
+    if unreadable:
+        log.warning("--allow-missing: %d utterance(s) with missing or unreadable audio are not used (listed in %s): "
+                    "%s", len(unreadable), SKIPPED_FILE, ", ".join(sorted(unreadable)[:10])
+                    + (", ..." if len(unreadable) > 10 else ""))
     by_speaker: dict[str, list[TrainingUtterance]] = {}
     for item in usable:
         by_speaker.setdefault(item.speaker, []).append(item)
+    counts = validation_counts({s: len(m) for s, m in by_speaker.items()}, h["valid_ratio"], h["seed"])
+    train, valid = [], []
     for speaker, members in sorted(by_speaker.items()):
-        n_valid = min(len(members) - 1, int(round(h["valid_ratio"] * len(members))))
-        held = set(_seeded_rng(h["seed"], "valid", speaker).permutation(len(members))[:n_valid].tolist())
+        held = set(_seeded_rng(h["seed"], "valid", speaker).permutation(len(members))[:counts[speaker]].tolist())
         for index, item in enumerate(members):
             (valid if index in held else train).append(item)
     digest = hashlib.sha256(json.dumps([[i.set_name, i.utt, i.speaker, i.samples] for i in usable])
                             .encode()).hexdigest()[:16]
     return TrainingData(speakers=speakers, train=train, valid=valid, skipped=skipped,
-                        sets=[data_identity(d) for d in sets], digest=digest)
+                        sets=identities if identities is not None else [data_identity(d) for d in sets],
+                        digest=digest, unreadable=unreadable, dropped=dropped,
+                        validation=_validation_record(counts, {s: len(m) for s, m in by_speaker.items()}, h))
+
+
+def _speakers_without_usable_utterances(selected: list[str], items: list[TrainingUtterance],
+                                        usable: list[TrainingUtterance], sets: list[DataDir], h: dict) -> dict[str, str]:
+    """The selected speakers left with no usable utterance (speaker -> why), with a warning line listing them;
+    an error for those with a readable but short one unless ``drop_short_speakers``. A speaker whose every
+    utterance was skipped under --allow-missing is dropped: the user chose to train without those files."""
+    left = {i.speaker for i in usable}
+    readable = {i.speaker for i in items}
+    short = [s for s in selected if s not in left and s in readable]
+    if short and not h["drop_short_speakers"]:
+        where = {s: sorted({i.set_name for i in items if i.speaker == s}) for s in short}
+        raise VoxanonError(
+            f"train asv: {len(short)} speaker(s) have no utterance of at least one {h['sentence_len']:g} s "
+            f"chunk: " + ", ".join(f"{s} (in {', '.join(where[s])})" for s in short[:20])
+            + (", ..." if len(short) > 20 else "")
+            + "; remove them, lower sentence_len (--set sentence_len=...), or train without them "
+              "(--set drop_short_speakers=true)")
+    dropped = {s: f"no utterance of at least one {h['sentence_len']:g} s chunk" for s in short}
+    dropped |= {s: "no readable utterance (--allow-missing)" for s in selected if s not in readable}
+    if dropped:
+        log.warning("%d speaker(s) are not trained on (recorded in %s): %s", len(dropped), TRAINING_FILE,
+                    ", ".join(f"{s} ({why})" for s, why in sorted(dropped.items())))
+    return dict(sorted(dropped.items()))
+
+
+def validation_counts(sizes: dict[str, int], ratio: float, seed: int) -> dict[str, int]:
+    """How many of each speaker's usable utterances (``sizes``) are held out for validation.
+
+    ``round(ratio * total)`` whole utterances in all, as the challenge's overall 90/10 split, shared out over the
+    speakers in proportion to their sizes (largest remainders, ties in an order seeded by ``seed``), and never a
+    speaker's last one: a held-out utterance must be of a trained speaker. With fewer than ``1 / ratio``
+    utterances per speaker this still holds out one utterance of some speakers, where rounding each speaker's
+    share would hold out none; speakers of one utterance cannot give any.
+    """
+    target = int(round(ratio * sum(sizes.values())))
+    quotas = {s: ratio * n for s, n in sizes.items()}
+    counts = {s: min(n - 1, math.floor(quotas[s])) for s, n in sizes.items()}
+    rank = {s: k for k, s in enumerate(_seeded_rng(seed, "valid-order").permutation(sorted(sizes)).tolist())}
+    left = target - sum(counts.values())
+    for speaker in sorted(sizes, key=lambda s: (math.floor(quotas[s]) - quotas[s], rank[s])):
+        if left <= 0:
+            break
+        if counts[speaker] < sizes[speaker] - 1:
+            counts[speaker] += 1
+            left -= 1
+    return counts
+
+
+def _validation_record(counts: dict[str, int], sizes: dict[str, int], h: dict) -> dict:
+    """What the split held out, for training.json, with a warning where it is less than valid_ratio asks for."""
+    asked, held = int(round(h["valid_ratio"] * sum(sizes.values()))), sum(counts.values())
+    record = {"valid_ratio": h["valid_ratio"], "asked": asked, "held_out": held,
+              "speakers": sum(1 for n in counts.values() if n), "status": "on"}
+    if h["valid_ratio"] == 0:
+        return record | {"status": "off", "reason": "valid_ratio is 0"}
+    if held == asked:
+        return record
+    if asked == 0:
+        reason = (f"valid_ratio={h['valid_ratio']:g} of {sum(sizes.values())} usable utterance(s) rounds to none")
+    else:
+        singles = sum(1 for n in sizes.values() if n == 1)
+        reason = (f"{held} of the {asked} utterance(s) valid_ratio={h['valid_ratio']:g} asks for could be held out: "
+                  f"{singles} of the {len(sizes)} speakers have a single usable utterance, which must train")
+    record |= {"status": "off" if held == 0 else "partial", "reason": reason}
+    log.warning("validation is %s: %s; %s records it", "off" if held == 0 else "partial", reason, TRAINING_FILE)
+    return record
 
 
 def chunk_samples(h: dict) -> int:
     return int(round(h["sentence_len"] * h["sample_rate"]))
 
 
-def read_chunk(item: TrainingUtterance, start: int, length: int, sample_rate: int, allow_pipes: bool) -> np.ndarray:
-    """``length`` samples of the utterance from ``start`` (16 kHz mono float32); only that span is decoded
-    when the file is already at the rate."""
+def read_chunk_into(row: np.ndarray, item: TrainingUtterance, start: int, sample_rate: int,
+                    allow_pipes: bool) -> None:
+    """``len(row)`` samples of the utterance from ``start`` into ``row`` (16 kHz mono; int16 for a
+    :attr:`TrainingUtterance.pcm16` item into an int16 row, float32 otherwise); only that span is decoded when
+    the file is at the rate. Samples past the end (a resampled length can fall a sample short of the header's
+    estimate) are zero."""
     import soundfile
 
     from voxanon.data_prep.audio import load_audio
 
-    if not item.is_pipe and soundfile.info(item.source).samplerate == sample_rate:
-        data, _ = soundfile.read(item.source, start=start, frames=length, dtype="float32", always_2d=True)
-        wave = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if item.seekable:
+        with soundfile.SoundFile(item.source) as audio:
+            audio.seek(start)
+            if item.channels == 1:
+                audio.read(len(row), dtype=row.dtype.name, fill_value=0, out=row)
+                return
+            wave = audio.read(len(row), dtype="float32", always_2d=True).mean(axis=1)
     else:
-        wave = load_audio(item.source, sample_rate, allow_pipe=allow_pipes).samples[start:start + length]
-    if len(wave) < length:  # a resampled length can fall a sample short of the header's estimate
-        wave = np.pad(wave, (0, length - len(wave)))
-    return np.ascontiguousarray(wave, dtype=np.float32)
+        wave = load_audio(item.source, sample_rate, allow_pipe=allow_pipes).samples[start:start + len(row)]
+    row[:len(wave)] = wave
+    row[len(wave):] = 0
 
 
 def epoch_batches(n_items: int, choices: np.ndarray, batch_size: int, seed: int, epoch: int
@@ -375,23 +486,66 @@ def epoch_batches(n_items: int, choices: np.ndarray, batch_size: int, seed: int,
 
 
 class ChunkBatches:
-    """A map-style dataset whose items are whole batches: ``(waves (B, chunk), labels (B,))``."""
+    """The training loader's map-style dataset. A key is ``(kind, picks)``: ``"train"`` or ``"valid"`` and one
+    batch's (item, chunk start) pairs; its value is ``(waves (B, chunk), labels (B,))``.
 
-    def __init__(self, items: list[TrainingUtterance], labels: list[int], batches: list[list[tuple[int, int]]],
-                 chunk: int, sample_rate: int, allow_pipes: bool):
-        self.items, self.labels, self.batches = items, labels, batches
+    ``waves`` is int16 when every item of the batch is 16-bit PCM at the rate (the samples as stored:
+    :func:`float_waves` turns them into exactly the float32 values libsndfile reads, on the device, at half the
+    bytes through the loader), float32 otherwise. In a loader process the batch is assembled in shared memory,
+    so that handing it to the training process copies nothing.
+    """
+
+    def __init__(self, items: dict[str, list[TrainingUtterance]], labels: dict[str, np.ndarray], chunk: int,
+                 sample_rate: int, allow_pipes: bool):
+        self.items, self.labels = items, labels
         self.chunk, self.sample_rate, self.allow_pipes = chunk, sample_rate, allow_pipes
+
+    def __getitem__(self, key: tuple[str, list[tuple[int, int]]]):
+        import torch
+
+        kind, picks = key
+        items = self.items[kind]
+        dtype = torch.int16 if all(items[i].pcm16 for i, _ in picks) else torch.float32
+        waves = _batch_tensor((len(picks), self.chunk), dtype)
+        for row, (i, start) in zip(waves.numpy(), picks):
+            read_chunk_into(row, items[i], start, self.sample_rate, self.allow_pipes)
+        return waves, torch.from_numpy(self.labels[kind][[i for i, _ in picks]])
+
+
+def _batch_tensor(shape: tuple[int, int], dtype):
+    """An uninitialised tensor, in shared memory inside a loader process (what torch's default collate does)."""
+    import torch
+
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.UntypedStorage._new_shared(shape[0] * shape[1] * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+class BatchKeys:
+    """The loader's sampler: the keys of the batches the trainer asks for next (set before each pass)."""
+
+    def __init__(self):
+        self.kind, self.batches = "train", []
+
+    def __iter__(self):
+        return ((self.kind, picks) for picks in self.batches)
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, index: int):
-        import torch
 
-        picks = self.batches[index]
-        waves = np.stack([read_chunk(self.items[i], start, self.chunk, self.sample_rate, self.allow_pipes)
-                          for i, start in picks])
-        return torch.from_numpy(waves), torch.tensor([self.labels[i] for i, _ in picks])
+def float_waves(waves):
+    """A loader batch as float32 samples: int16 PCM scaled by 2^-15 (exact), float32 as it is."""
+    return waves if waves.is_floating_point() else waves.float().mul_(PCM16_SCALE)
+
+
+def default_workers(device) -> int:
+    """Loader processes: none on the CPU (they would take cores from the step); on a GPU up to 8, leaving one
+    core to the training process."""
+    if device.type == "cpu":
+        return 0
+    return min(8, max(1, len(os.sched_getaffinity(0)) - 1))
 
 
 # Training ------------------------------------------------------------------------------------------
@@ -410,7 +564,7 @@ class AsvTrainer:
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.autocast_dtype = autocast_dtype(self.precision)
-        self.workers = (0 if self.device.type == "cpu" else 8) if workers is None else workers
+        self.workers = default_workers(self.device) if workers is None else workers
         self.allow_pipes, self.progress = allow_pipes, progress
         self.chunk = chunk_samples(h)
         torch.manual_seed(h["seed"])
@@ -423,14 +577,28 @@ class AsvTrainer:
         self.step, self.epoch, self.position = 0, 0, 0
         self.running = {"loss_sum": 0.0, "correct": 0, "count": 0, "seconds": 0.0}
         self.history: list[dict] = []
-        self.train_labels = [data.label(i) for i in data.train]
         self.choices = np.array([i.samples - self.chunk + 1 for i in data.train], dtype=np.float64)
+        # One loader for the run: its processes persist across epochs and validation passes (starting them
+        # per pass cost more than a short epoch's reading); the sampler says which batches come next.
+        items = {"train": data.train, "valid": data.valid}
+        labels = {kind: np.array([data.label(i) for i in members], dtype=np.int64) for kind, members in items.items()}
+        self.keys = BatchKeys()
+        self.loader = torch.utils.data.DataLoader(
+            ChunkBatches(items, labels, self.chunk, h["sample_rate"], allow_pipes), batch_size=None,
+            sampler=self.keys, num_workers=self.workers, pin_memory=self.device.type == "cuda",
+            persistent_workers=self.workers > 0, generator=torch.Generator().manual_seed(h["seed"]))
+
+    def close(self) -> None:
+        """End the loader's processes (they would otherwise live as long as the trainer)."""
+        self.loader = None
 
     # State -------------------------------------------------------------------------------------
 
     def settings(self) -> dict:
+        valid = sorted(f"{i.set_name}/{i.utt}" for i in self.data.valid)
         return {"hparams": {k: v for k, v in self.h.items() if k not in FREE_SETTINGS},
-                "precision": self.precision, "data_digest": self.data.digest, "speakers": len(self.data.speakers)}
+                "precision": self.precision, "data_digest": self.data.digest, "speakers": len(self.data.speakers),
+                "valid_digest": hashlib.sha256(json.dumps(valid).encode()).hexdigest()[:16]}
 
     def checkpoint_paths(self) -> list[Path]:
         folder = self.out_dir / CHECKPOINT_DIR
@@ -461,10 +629,13 @@ class AsvTrainer:
         if state.get("format") != CHECKPOINT_FORMAT:
             raise VoxanonError(f"{paths[-1]}: not a voxanon train asv checkpoint")
         saved, current = json.loads(state["settings"]), json.loads(json.dumps(self.settings(), sort_keys=True))
+        # A checkpoint from before the validation split was recorded resumes on today's split.
+        saved.setdefault("valid_digest", current["valid_digest"])
         if saved != current:
             differing = sorted({k for k in set(saved["hparams"]) | set(current["hparams"])
                                 if saved["hparams"].get(k) != current["hparams"].get(k)}
-                               | {k for k in ("precision", "data_digest", "speakers") if saved[k] != current[k]})
+                               | {k for k in ("precision", "data_digest", "speakers", "valid_digest")
+                                  if saved[k] != current[k]})
             raise VoxanonError(f"{paths[-1]}: cannot resume, the run's {', '.join(differing)} differ(s) from the "
                                "checkpoint's; use the same settings and data, or a new --out folder")
         self.model.load_state_dict(state["model"])
@@ -485,27 +656,25 @@ class AsvTrainer:
 
         return cyclic_learning_rate(step, self.h["base_lr"], self.h["lr"], self.h["step_size"])
 
-    def _loader(self, dataset):
-        import torch
-
-        return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.workers,
-                                           pin_memory=self.device.type == "cuda",
-                                           persistent_workers=False)
-
     def train_epoch(self) -> None:
+        """The rest of the current epoch. The loss and accuracy sums stay on the device, so that a GPU step never
+        waits for the one before: they are read (a synchronisation) for the progress bar at most every
+        ``POSTFIX_SECONDS``, before a checkpoint and at the end, adding the same numbers in the same order."""
+        import torch
         from tqdm import tqdm
 
         batches = epoch_batches(len(self.data.train), self.choices, self.h["batch_size"], self.h["seed"], self.epoch)
-        dataset = ChunkBatches(self.data.train, self.train_labels, batches[self.position:], self.chunk,
-                               self.h["sample_rate"], self.allow_pipes)
+        self.keys.kind, self.keys.batches = "train", batches[self.position:]
         interval = 60.0 * self.h["checkpoint_interval_minutes"]
-        last_save = time.monotonic()
+        loss_sum = torch.tensor(self.running["loss_sum"], dtype=torch.float64, device=self.device)
+        correct = torch.tensor(self.running["correct"], dtype=torch.int64, device=self.device)
         self.model.train()
         bar = tqdm(total=len(batches), initial=self.position, unit="batch", disable=not self.progress,
                    desc=f"epoch {self.epoch + 1}/{self.h['number_of_epochs']}", dynamic_ncols=True)
-        started = time.monotonic()
-        for waves, labels in self._loader(dataset):
-            waves, labels = waves.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        started = last_save = last_shown = time.monotonic()
+        for waves, labels in self.loader:
+            waves = float_waves(waves.to(self.device, non_blocking=True))
+            labels = labels.to(self.device, non_blocking=True)
             self.step += 1
             for group in self.optimizer.param_groups:
                 group["lr"] = self.learning_rate(self.step)
@@ -517,18 +686,24 @@ class AsvTrainer:
             self.scaler.update()
             self.position += 1
             count = len(labels)
-            self.running["loss_sum"] += float(loss.detach()) * count
-            self.running["correct"] += int((cosines[:, 0].argmax(dim=1) == labels).sum())
+            loss_sum += loss.detach().double() * count
+            correct += (cosines[:, 0].argmax(dim=1) == labels).sum()
             self.running["count"] += count
+            bar.update(1)
             now = time.monotonic()
+            save = self.position < len(batches) and now - last_save >= interval
+            show = self.progress and now - last_shown >= POSTFIX_SECONDS
+            if save or show:
+                self.running["loss_sum"], self.running["correct"] = float(loss_sum), int(correct)
+                now = last_shown = time.monotonic()
+                bar.set_postfix_str(self._postfix(), refresh=False)
             self.running["seconds"] += now - started
             started = now
-            bar.update(1)
-            bar.set_postfix_str(self._postfix(), refresh=False)
-            if self.position < len(batches) and now - last_save >= interval:
+            if save:
                 self.save_checkpoint()
-                last_save = time.monotonic()
-                started = last_save
+                started = last_save = time.monotonic()
+        self.running["loss_sum"], self.running["correct"] = float(loss_sum), int(correct)
+        self.running["seconds"] += time.monotonic() - started
         bar.close()
 
     def _postfix(self) -> str:
@@ -547,19 +722,21 @@ class AsvTrainer:
         if not self.data.valid:
             return {"valid_loss": None, "valid_accuracy": None}
         picks = self.validation_chunks()
-        batches = [picks[k:k + self.h["batch_size"]] for k in range(0, len(picks), self.h["batch_size"])]
-        dataset = ChunkBatches(self.data.valid, [self.data.label(i) for i in self.data.valid], batches, self.chunk,
-                               self.h["sample_rate"], self.allow_pipes)
+        size = self.h["batch_size"]
+        self.keys.kind, self.keys.batches = "valid", [picks[k:k + size] for k in range(0, len(picks), size)]
         self.model.eval()
-        loss_sum, correct = 0.0, 0
         with torch.inference_mode():
-            for waves, labels in self._loader(dataset):
-                waves, labels = waves.to(self.device), labels.to(self.device)
+            loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+            correct = torch.zeros((), dtype=torch.int64, device=self.device)
+            for waves, labels in self.loader:
+                waves = float_waves(waves.to(self.device, non_blocking=True))
+                labels = labels.to(self.device, non_blocking=True)
                 cosines = self.model(waves, self.autocast_dtype)
-                loss_sum += float(self.loss_fn(cosines, labels[:, None])) * len(labels)
-                correct += int((cosines[:, 0].argmax(dim=1) == labels).sum())
+                loss_sum += self.loss_fn(cosines, labels[:, None]).double() * len(labels)
+                correct += (cosines[:, 0].argmax(dim=1) == labels).sum()
+            loss, right = float(loss_sum), int(correct)
         self.model.train()
-        return {"valid_loss": loss_sum / len(picks), "valid_accuracy": correct / len(picks)}
+        return {"valid_loss": loss / len(picks), "valid_accuracy": right / len(picks)}
 
     def finish_epoch(self) -> dict:
         r = self.running
@@ -653,7 +830,11 @@ def _summary(trainer: AsvTrainer, status: str) -> dict:
             "hparams": trainer.h, "precision": trainer.precision, "device": str(trainer.device),
             "data": data.sets, "data_digest": data.digest,
             "selection": {"speakers": len(data.speakers), "train_utterances": len(data.train),
-                          "valid_utterances": len(data.valid), "skipped_short_utterances": len(data.skipped)},
+                          "valid_utterances": len(data.valid), "skipped_short_utterances": len(data.skipped),
+                          "skipped_unreadable_utterances": len(data.unreadable),
+                          "dropped_speakers": len(data.dropped)},
+            "validation": data.validation, "dropped_speakers": data.dropped,
+            "unreadable_utterances": data.unreadable,
             "epochs_done": trainer.epoch, "steps": trainer.step, "epochs": trainer.history}
 
 
@@ -665,30 +846,89 @@ def _train_log(history: list[dict]) -> str:
                    f"{number(e['valid_accuracy'])} - {number(e['utterances_per_s'])} utt/s\n" for e in history)
 
 
+# A finished model ------------------------------------------------------------------------------------
+
+
+def attacker_identity(hparams: dict, train_sets: list[dict]) -> str:
+    """A name part for a model folder: a hash of the settings that shape the weights and of the training data's
+    :func:`data_identity` (the number of epochs is left out, so raising it trains the same model further)."""
+    shaping = {k: v for k, v in hparams.items() if k not in FREE_SETTINGS}
+    data = [_comparable(entry) for entry in train_sets]
+    return hashlib.sha256(json.dumps([shaping, data], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def finished_attacker(model_dir: Path, hparams: dict, train_sets: list[dict], allow_missing: bool = False) -> bool:
+    """Whether ``model_dir`` holds a complete model trained with these settings on these data (each set's
+    :func:`data_identity`, its place aside); one trained without unreadable files counts only under
+    ``allow_missing``."""
+    path = Path(model_dir) / TRAINING_FILE
+    if not path.is_file() or not all((Path(model_dir) / name).is_file() for name in MODEL_FILES):
+        return False
+    try:
+        training = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    if training.get("status") != "complete" or training.get("hparams") != hparams:
+        return False
+    if training.get("unreadable_utterances") and not allow_missing:
+        return False
+    return [_comparable(e) for e in training.get("data") or []] == [_comparable(e) for e in train_sets]
+
+
+def _comparable(entry: dict) -> dict:
+    """A training set's identity without its place (a moved output folder keeps its model) or run status."""
+    anonymisation = entry.get("anonymisation")
+    return ({k: v for k, v in entry.items() if k not in ("anonymisation", "path")}
+            | {"anonymisation": None if not anonymisation else {"system": anonymisation["system"],
+                                                                 "config_hash": anonymisation["config_hash"]}})
+
+
+@dataclass(frozen=True)
+class AsvTrainingRun:
+    model_dir: Path
+    trained: bool      # False: the folder already held the finished model for these settings and data
+
+
 def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | None = None, device: str = "auto",
               progress: bool = True, *, set_options: list[str] = (), precision: str = "auto",
-              workers: int | None = None, allow_pipes: bool = False) -> Path:
-    """Train (or resume, or find finished) the ASV model; returns the model folder ``out_dir``.
+              workers: int | None = None, allow_pipes: bool = False, allow_missing: bool = False) -> AsvTrainingRun:
+    """Train (or resume, or find finished) the ASV model in ``out_dir``.
 
-    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts.
+    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts. A folder that
+    holds the finished model for these settings and data (:func:`finished_attacker`) is left as it is, before
+    any audio is read. ``allow_missing`` trains without listed utterances whose audio is missing or unreadable.
     Every check on the settings and data runs before anything is written.
     """
     out_dir = Path(out_dir)
     h = resolve_hparams(hparams, set_options)
-    sets = read_training_sets(data_dirs, allow_pipes)
-    data = prepare_training_data(sets, h, allow_pipes, progress)
+    sets = read_training_sets(data_dirs, allow_pipes, allow_missing)
+    identities = [data_identity(d) for d in sets]
+    if finished_attacker(out_dir, h, identities, allow_missing):
+        log.info("train asv: %s is complete for these settings and data; not retrained", out_dir)
+        return AsvTrainingRun(out_dir, trained=False)
+    data = prepare_training_data(sets, h, allow_pipes, progress, allow_missing=allow_missing, identities=identities)
     trainer = AsvTrainer(h, data, out_dir, device, precision, workers, allow_pipes, progress)
+    try:
+        _train(trainer, out_dir)
+    finally:
+        trainer.close()
+    return AsvTrainingRun(out_dir, trained=True)
+
+
+def _train(trainer: AsvTrainer, out_dir: Path) -> None:
+    h, data = trainer.h, trainer.data
     resumed = trainer.resume()
     if trainer.epoch > h["number_of_epochs"]:
         raise VoxanonError(f"{out_dir}: the checkpoint has {trainer.epoch} epochs, more than number_of_epochs="
                            f"{h['number_of_epochs']}; raise it or use a new --out folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / SKIPPED_FILE, "".join(f"{k} {v}\n" for k, v in sorted(data.skipped.items())))
+    atomic_write_text(out_dir / SKIPPED_FILE, "".join(f"{k} {v}\n" for k, v in
+                                                      sorted((data.skipped | data.unreadable).items())))
     if not resumed:
         trainer.save_checkpoint()
-    log.info("train asv: %d speakers, %d training and %d validation utterances, %d skipped; %s, %s",
-             len(data.speakers), len(data.train), len(data.valid), len(data.skipped), trainer.device,
-             trainer.precision)
+    log.info("train asv: %d speakers, %d training and %d validation utterances, %d skipped; %s, %s, %d loader "
+             "process(es)", len(data.speakers), len(data.train), len(data.valid),
+             len(data.skipped) + len(data.unreadable), trainer.device, trainer.precision, trainer.workers)
     while trainer.epoch < h["number_of_epochs"]:
         atomic_write_text(out_dir / TRAINING_FILE, json.dumps(_summary(trainer, "training"), indent=2) + "\n")
         trainer.train_epoch()
@@ -701,4 +941,3 @@ def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | No
     export_model(trainer.model, h, data.speakers, out_dir)
     atomic_write_text(out_dir / TRAIN_LOG, _train_log(trainer.history))
     atomic_write_text(out_dir / TRAINING_FILE, json.dumps(_summary(trainer, "complete"), indent=2) + "\n")
-    return out_dir
