@@ -16,8 +16,9 @@ from typing import Iterable, Mapping, Sequence
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.results import Result, to_csv, to_json
-from voxanon.eval.tables import (Table, condition_groups, condition_heading, group_attackers, long_table, markdown,
-                                 markdown_tables_by_condition, table_notes, validate_results, wide_table)
+from voxanon.eval.tables import (Table, condition_groups, condition_heading, condition_tables, group_attackers,
+                                 long_table, markdown_tables_by_condition, markdown_tables_by_family, table_notes,
+                                 validate_results)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # A figure: (caption, path of a PNG file).
@@ -29,6 +30,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans",
 h1 { margin: 0 0 4px 0; font-size: 1.6em; }
 h2 { margin-top: 28px; border-bottom: 1px solid #ccc; padding-bottom: 4px; font-size: 1.25em; }
 h3 { margin: 18px 0 6px 0; font-size: 1.05em; }
+h4 { margin: 10px 0 4px 0; font-size: 0.95em; color: #333; }
 .date { color: #555; margin-bottom: 12px; }
 /* Wide tables scroll inside their own box instead of widening the page past the window. */
 .table-scroll { max-width: 100%; overflow-x: auto; margin-bottom: 8px; }
@@ -43,7 +45,7 @@ table.notes tr:nth-child(n) { background: none; }
 table.notes th { background: none; border: none; padding-right: 16px; vertical-align: top; }
 table.notes td { border: none; white-space: pre-wrap; overflow-wrap: anywhere;
                  font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
-h1, h2, h3, summary { overflow-wrap: anywhere; }
+h1, h2, h3, h4, summary { overflow-wrap: anywhere; }
 .figures { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 figure { margin: 0; max-width: 600px; flex: 1 1 480px; }
 figure img { width: 100%; height: auto; border: 1px solid #ddd; }
@@ -104,7 +106,8 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
     parts += ["</header>", "<h2>Results by condition</h2>"]
     for condition, group in condition_groups(results):
         parts.append(f"<h3>{html.escape(condition_heading(condition, group_attackers(group)))}</h3>")
-        parts.append(_html_table(wide_table(group, show_condition=False)))
+        for title, table in condition_tables(group):
+            parts += ([f"<h4>{html.escape(title)}</h4>"] if title else []) + [_html_table(table)]
     table_explanations = table_notes(results)
     if table_explanations:
         items = "".join(f"<li>{html.escape(note)}</li>" for note in table_explanations)
@@ -129,13 +132,14 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
 
 def render_markdown(results: Sequence[Result], figures: Sequence[FigureFile], title: str, date: str,
                     notes: Mapping[str, object], out_dir: Path) -> str:
-    """``results.md``: header, tables by condition, the wide table, and links to the figure files."""
+    """``results.md``: header, tables by condition, every metric in tables by metric family (none wider than
+    :data:`~voxanon.eval.tables.MAX_COLUMNS` columns; ``results.csv`` has every record), links to the figures."""
     lines = [f"# {title}", "", date, ""]
     lines += [f"- **{key}**: {value}" for key, value in notes.items()]
     if notes:
         lines.append("")
     lines += ["## Results by condition", "", markdown_tables_by_condition(results),
-              "## All metrics", "", markdown(wide_table(results))]
+              "## All metrics", "", markdown_tables_by_family(results)]
     if figures:
         lines += ["## Figures", ""]
         lines += [f"![{caption}]({Path(os.path.relpath(Path(path).resolve(), out_dir.resolve())).as_posix()})"

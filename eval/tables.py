@@ -8,8 +8,13 @@ pipes, so it reads in a terminal and renders as GitHub Markdown. The HTML report
 Columns come in a fixed order: ASV privacy (EER, Cllr, linkability), then ZEBRA,
 voice similarity, utility, then metrics this module does not know (by name). Within
 a metric, variants then conditions follow their catalogue order (``o-o``, ``o-a``,
-``a-a``, ...), then attackers (an a-a column per attacker: lazy-informed, semi-informed).
-Rows keep the order in which sets first appear, with ``original`` first within a set. Missing cells show as ``-``.
+``a-a``, ...), then attackers (an a-a column per attacker: lazy-informed, semi-informed),
+or, with ``attacker_rows``, one row per attacker instead. Rows keep the order in which sets
+first appear, with ``original`` first within a set. Missing cells show as ``-``.
+
+:func:`narrow_tables` deals a wide table's columns into tables of at most :data:`MAX_COLUMNS`
+columns (a metric family, such as ASV or ZEBRA, kept whole where it fits), so that no printed or
+Markdown table runs far past a screen; ``results.csv`` holds every record in one table.
 """
 from __future__ import annotations
 
@@ -24,6 +29,10 @@ from voxanon.eval.zebra import format_zebra_value
 
 MISSING = "-"
 GROUPS = ("asv", "zebra", "similarity", "utility", "other")
+GROUP_TITLES = {"asv": "ASV", "zebra": "ZEBRA", "similarity": "voice similarity", "utility": "utility",
+                "other": "counts and other metrics"}
+# The widest table :func:`narrow_tables` makes, its row-label columns (set, system, attacker) included.
+MAX_COLUMNS = 12
 
 
 @dataclass(frozen=True)
@@ -155,45 +164,108 @@ def condition_rank(condition: str) -> tuple[int, str]:
     return len(known) + (condition == ""), condition
 
 
-def _column_key(result: Result) -> tuple:
+def _column_key(result: Result, attacker_rows: bool = False) -> tuple:
     style = metric_style(result.metric)
     metric_rank = list(METRICS).index(result.metric) if result.metric in METRICS else len(METRICS)
     variant_rank = ((VARIANT_ORDER.index(result.variant), "") if result.variant in VARIANT_ORDER
                     else (len(VARIANT_ORDER), result.variant))
     return (GROUPS.index(style.group), metric_rank, result.metric, variant_rank, condition_rank(result.condition),
-            attacker_rank(result.attacker), result.unit)
+            attacker_rank("" if attacker_rows else result.attacker), result.unit)
 
 
-def _row_keys(results: Sequence[Result]) -> list[tuple[str, str]]:
+def _row_key(result: Result, attacker_rows: bool) -> tuple[str, ...]:
+    return (result.set, result.system, result.attacker) if attacker_rows else (result.set, result.system)
+
+
+def _row_keys(results: Sequence[Result], attacker_rows: bool) -> list[tuple[str, ...]]:
     set_order: dict[str, int] = {}
     system_order: dict[str, int] = {}
     for result in results:
         set_order.setdefault(result.set, len(set_order))
         system_order.setdefault(result.system, len(system_order))
-    rows = {(result.set, result.system) for result in results}
-    return sorted(rows, key=lambda row: (set_order[row[0]], row[1] != REFERENCE_SYSTEM, system_order[row[1]]))
+    rows = {_row_key(result, attacker_rows) for result in results}
+    return sorted(rows, key=lambda row: (set_order[row[0]], row[1] != REFERENCE_SYSTEM, system_order[row[1]],
+                                         *(attacker_rank(attacker) for attacker in row[2:])))
 
 
-def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits: int | None = None) -> Table:
-    """Rows (set, system), one column per metric / variant / condition / unit."""
+def _columns(results: Sequence[Result], attacker_rows: bool) -> list[tuple[tuple, Result]]:
+    """(column key, a record of the column) in column order."""
+    return sorted({_column_key(r, attacker_rows): r for r in results}.items())
+
+
+def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits: int | None = None,
+               attacker_rows: bool = False) -> Table:
+    """Rows (set, system), one column per metric / variant / condition / unit (and attacker); with
+    ``attacker_rows``, rows (set, system, attacker) and no column per attacker."""
     results = validate_results(results)
-    columns = sorted({_column_key(r): r for r in results}.items())
+    columns = _columns(results, attacker_rows)
     column_index = {key: j for j, (key, _) in enumerate(columns)}
-    rows = _row_keys(results)
+    rows = _row_keys(results, attacker_rows)
     row_index = {row: i for i, row in enumerate(rows)}
     cells = [[MISSING] * len(columns) for _ in rows]
     numeric = [True] * len(columns)
     for result in results:
-        j = column_index[_column_key(result)]
-        cells[row_index[(result.set, result.system)]][j] = format_value(result, digits)
+        j = column_index[_column_key(result, attacker_rows)]
+        cells[row_index[_row_key(result, attacker_rows)]][j] = format_value(result, digits)
         numeric[j] = numeric[j] and not isinstance(result.value, str)
     # Without conditions (one table per condition) the attacker is named only where the table has several.
-    show_attacker = show_condition or len({r.attacker for r in results}) > 1
-    header = ("set", "system") + tuple(
+    show_attacker = not attacker_rows and (show_condition or len({r.attacker for r in results}) > 1)
+    labels = ("set", "system", "attacker") if attacker_rows else ("set", "system")
+    header = labels + tuple(
         column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition,
                      attacker=r.attacker if show_attacker else "") for _, r in columns)
-    return Table(header=header, rows=tuple((s, system, *row) for (s, system), row in zip(rows, cells)),
-                 numeric=(False, False, *numeric))
+    return Table(header=header, rows=tuple((*row, *cells_of_row) for row, cells_of_row in zip(rows, cells)),
+                 numeric=(False,) * len(labels) + tuple(numeric))
+
+
+def narrow_tables(results: Iterable[Result], *, show_condition: bool = True, digits: int | None = None,
+                  attacker_rows: bool = False, max_columns: int = MAX_COLUMNS) -> list[tuple[str, Table]]:
+    """:func:`wide_table`'s columns dealt into tables of at most ``max_columns`` columns, row labels included, as
+    ``(title, table)``: metric families (:data:`GROUP_TITLES`) whole and packed in order where they fit, a wider
+    family by metric, a metric wider still in pieces. One table (title ``""``) when it fits; each table keeps
+    the rows that have a value in it."""
+    results = validate_results(results)
+    wide = wide_table(results, show_condition=show_condition, digits=digits, attacker_rows=attacker_rows)
+    columns = [record for _, record in _columns(results, attacker_rows)]
+    labels = len(wide.header) - len(columns)
+    budget = max(1, max_columns - labels)
+    if len(columns) <= budget:
+        return [("", wide)]
+    units: list[list[int]] = []
+    for group in GROUPS:
+        family = [j for j, r in enumerate(columns) if metric_style(r.metric).group == group]
+        if len(family) <= budget:
+            units += [family] if family else []
+            continue
+        for metric in dict.fromkeys(columns[j].metric for j in family):
+            chosen = [j for j in family if columns[j].metric == metric]
+            units += [chosen[start:start + budget] for start in range(0, len(chosen), budget)]
+    parts: list[list[int]] = []
+    for unit in units:
+        if parts and len(parts[-1]) + len(unit) <= budget:
+            parts[-1] += unit
+        else:
+            parts.append(list(unit))
+    return [(_part_title([columns[j] for j in part], columns), _table_part(wide, labels, part)) for part in parts]
+
+
+def _part_title(chosen: list[Result], every: list[Result]) -> str:
+    """The metric families a part of a split table holds, with its metrics where it holds part of a family."""
+    titles = []
+    for group in dict.fromkeys(metric_style(r.metric).group for r in chosen):
+        held = [r for r in chosen if metric_style(r.metric).group == group]
+        whole = len(held) == sum(metric_style(r.metric).group == group for r in every)
+        metrics = ", ".join(dict.fromkeys(metric_style(r.metric).title for r in held))
+        titles.append(GROUP_TITLES[group] if whole else f"{GROUP_TITLES[group]} ({metrics})")
+    return "; ".join(titles)
+
+
+def _table_part(table: Table, labels: int, columns: list[int]) -> Table:
+    """The row labels and ``columns`` (indices past the labels) of ``table``, rows with no value in them left out."""
+    keep = list(range(labels)) + [labels + j for j in columns]
+    rows = tuple(tuple(row[k] for k in keep) for row in table.rows
+                 if any(row[labels + j] != MISSING for j in columns))
+    return Table(tuple(table.header[k] for k in keep), rows, tuple(table.numeric[k] for k in keep))
 
 
 def long_table(results: Iterable[Result], *, digits: int | None = None) -> Table:
@@ -305,17 +377,35 @@ def record_notes(results: Iterable[Result]) -> list[str]:
 
 
 def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> str:
-    """The terminal table: rows (set, system), columns such as ``EER kaldi o-a (%)``."""
+    """Every metric in one table: rows (set, system), columns such as ``EER kaldi o-a (%)``."""
     return markdown(wide_table(results, digits=digits))
 
 
+def condition_tables(group: Sequence[Result], *, digits: int | None = None) -> list[tuple[str, Table]]:
+    """The tables of one condition's results: columns titled without the condition, one row per attacker where
+    the condition has several (a-a: lazy- and semi-informed), split where wider than :data:`MAX_COLUMNS`."""
+    return narrow_tables(group, show_condition=False, digits=digits,
+                         attacker_rows=len({r.attacker for r in group}) > 1)
+
+
+def _markdown_parts(parts: list[tuple[str, Table]], heading: str) -> str:
+    return "\n".join((f"{heading} {_escape_markdown(title)}\n\n" if title else "") + markdown(table)
+                     for title, table in parts)
+
+
 def markdown_tables_by_condition(results: Iterable[Result], *, digits: int | None = None) -> str:
-    """One narrower table per condition, its columns titled without the condition."""
+    """One narrower table per condition (or several, each at most :data:`MAX_COLUMNS` wide), then the notes."""
     results = validate_results(results)
     sections = [f"### {_escape_markdown(condition_heading(condition, group_attackers(group)))}\n\n"
-                + markdown(wide_table(group, show_condition=False, digits=digits))
+                + _markdown_parts(condition_tables(group, digits=digits), "####")
                 for condition, group in condition_groups(results)]
     notes = table_notes(results)
     if notes:
         sections.append("".join(f"- {_escape_markdown(note)}\n" for note in notes))
     return "\n".join(sections)
+
+
+def markdown_tables_by_family(results: Iterable[Result], *, digits: int | None = None) -> str:
+    """Every metric, rows (set, system): the wide table dealt into tables of at most :data:`MAX_COLUMNS` columns by
+    metric family, each under a ``###`` heading naming what it holds."""
+    return _markdown_parts(narrow_tables(results, digits=digits), "###")

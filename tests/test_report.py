@@ -17,7 +17,7 @@ from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.plots import save_figure
 from voxanon.eval.report import write_report
 from voxanon.eval.results import COLUMNS, Result, from_json, to_json
-from voxanon.eval.tables import format_value, markdown_table, markdown_tables_by_condition
+from voxanon.eval.tables import MAX_COLUMNS, format_value, markdown_table, markdown_tables_by_condition
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_report.py"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -272,3 +272,64 @@ def test_wide_tables_stay_inside_a_1280_px_window(tmp_path):
     assert found["window-width"] == 1280, found
     assert found["widest-table"] > 1280, found       # the table really is wider than the window ...
     assert found["page-width"] <= 1280, found        # ... yet the page is not: the table scrolls in its box
+
+
+def vpc2024_results():
+    """One vpc2024 evaluation of B2 with a semi-informed attacker on two sets, and WER: before, results.md printed
+    these in a 40-column all-metrics table and a 22-column a-a table."""
+    from dataclasses import replace
+
+    from voxanon.pipeline.evaluation.evaluate import results_from_metrics
+
+    results = []
+    for k, set_name in enumerate(("libri_dev_trials_f", "libri_dev_trials_m")):
+        for system, condition, attacker, model in (("original", "o-o", "", "ge2e"), ("b2", "o-a", "ignorant", "ge2e"),
+                                                   ("b2", "a-a", "lazy-informed", "ge2e"),
+                                                   ("b2", "a-a", "semi-informed", "asv_b2")):
+            metrics = {"eer_speechbrain": 10.0 + k + len(results), "cllr": 0.99, "min_cllr": 0.4, "linkability": 0.3,
+                       "zebra_dece": 0.2, "zebra_worst_case": 1.0, "zebra_tag": "B", "n_target": 10,
+                       "n_nontarget": 90}
+            results += [replace(r, attacker=attacker, model=model) for r in results_from_metrics(
+                set_name, system, condition, metrics, ["speechbrain"], calibrated_cllr=0.5)]
+    results += [Result("libri_dev_asr", system, "asr", "wer", "whisper-tiny.en", wer, "%", model="whisper-tiny.en")
+                for system, wer in (("original", 4.1), ("b2", 9.3))]
+    return results
+
+
+def markdown_tables(text):
+    """Each Markdown table of ``text`` as (header cells, data rows of cells)."""
+    tables, lines = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            lines.append(cells(line))
+        elif lines:
+            tables.append((lines[0], lines[2:]))
+            lines = []
+    return tables
+
+
+def test_no_table_of_results_md_is_wider_than_twelve_columns(tmp_path):
+    results = vpc2024_results()
+    write_report(tmp_path, results, [], "vpc2024 with a semi-informed attacker")
+    text = (tmp_path / "results.md").read_text()
+    tables = markdown_tables(text)
+    assert MAX_COLUMNS == 12 and max(len(header) for header, _ in tables) <= 12, [len(h) for h, _ in tables]
+    # The all-metrics view, split by metric family, still shows every record once.
+    every = markdown_tables(text.split("## All metrics")[1])
+    assert len(every) > 1 and all(header[:2] == ["set", "system"] for header, _ in every)
+    assert sum(cell != "-" for _, rows in every for row in rows for cell in row[2:]) == len(results)
+    assert "### ASV (EER, Cllr min)" in text
+
+
+def test_a_a_table_has_one_row_per_attacker():
+    text = markdown_tables_by_condition(vpc2024_results())
+    section = text.split("### a-a")[1].split("\n### ")[0]
+    tables = markdown_tables(section)
+    for header, rows in tables:
+        assert header[:3] == ["set", "system", "attacker"]
+        assert not any("informed" in title for title in header), header
+        assert [(row[0], row[2]) for row in rows] == [(s, a) for s in ("libri_dev_trials_f", "libri_dev_trials_m")
+                                                      for a in ("lazy-informed", "semi-informed")]
+    assert tables[0][0][3] == "EER speechbrain (%)"
+    # One attacker per condition elsewhere: no attacker column.
+    assert cells(table_lines(text.split("### o-a")[1])[0])[:3] == ["set", "system", "EER speechbrain (%)"]
