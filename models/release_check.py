@@ -2,7 +2,8 @@
 
 Every file is read with :func:`~voxanon.models.checkpoints.safe_load` (tensors and plain
 containers only, nothing executed), and the import is run as ``voxanon models import`` runs it
-(:func:`~voxanon.models.checkpoints.import_ssl_sas_files` and the other importers), writing
+(:func:`~voxanon.models.checkpoints.import_ssl_sas_files`, :func:`~voxanon.models.sa_toolkit.import_sa_toolkit`
+for an SA-toolkit ``final.pt`` or its tag's folder, and the other importers), writing
 nothing. The report lists the components found with their key counts, the keys no component
 holds, the vocoder's ``config.json``, and the import's outcome.
 """
@@ -19,6 +20,7 @@ from voxanon.models.checkpoints import (FAIRSEQ_PRETRAINING_ONLY, SEX_FLOW_PREFI
                                         import_ssl_sas_files, is_fairseq_hubert_key, key_list, read_vocoder_config,
                                         safe_load, soft_content_from_state, speaker_input_size,
                                         unknown_soft_content_keys)
+from voxanon.models.sa_toolkit import import_sa_toolkit
 
 SOFT_MODEL = Path("HuBERT_soft") / "soft_model.pt"
 EMBEDDING_MODEL = Path("ECAPA-TDNN") / "embedding_model.ckpt"
@@ -85,6 +87,8 @@ class CheckReport:
 def check(path: str | Path) -> CheckReport:
     """Inspect an unpacked release folder or one checkpoint file (see the module doc)."""
     path = Path(path)
+    if path.is_dir() and (path / "final.pt").is_file() and not (path / "HiFi-GAN").is_dir():
+        return check_file(path / "final.pt")  # an SA-toolkit tag's folder (torch.hub's checkpoints/<tag>/)
     if path.is_dir():
         return check_release(path)
     if path.is_file():
@@ -338,12 +342,38 @@ def check_file(path: Path) -> CheckReport:
         report.files.append(_inspect_ecapa_state(name, checkpoint))
         _try_import(report, "speechbrain ECAPA_TDNN", lambda: {
             "speaker": ecapa_from_state(checkpoint, name).embedding_model.state_dict()})
+    elif "base_model_state_dict" in entries:
+        report.files.append(inspect_sa_toolkit(name, checkpoint))
+        _try_import(report, f"voxanon models import sa-toolkit {path}", lambda: import_sa_toolkit(path)[0])
     elif {"mpd", "msd"} <= entries:
         report.files.append(FileReport(name, "HiFi-GAN discriminators and optimiser states (do_*)", keyed=False,
                                        notes=["used only to resume training; the import does not read it"]))
     else:
         shown = key_list(map(str, entries)) if entries else type(checkpoint).__name__
         report.problems.append(f"{name}: not a checkpoint voxanon imports (it holds {shown})")
+    return report
+
+
+def inspect_sa_toolkit(name: str, checkpoint: dict) -> FileReport:
+    """An SA-toolkit ``final.pt``: its config, options and keys by family (:func:`~voxanon.models.sa_toolkit.key_families`)."""
+    from voxanon.models.sa_toolkit import key_families
+
+    state = checkpoint["base_model_state_dict"]
+    converter = isinstance(state, dict) and any(str(key).startswith("hifigan.") for key in state)
+    report = FileReport(name, f"SA-toolkit final.pt: {'an anonymisation model' if converter else 'an ASR-BN extractor'}"
+                              f", built by {checkpoint.get('base_model_path')!r}")
+    if not isinstance(state, dict):
+        report.problems.append(f"{name}: base_model_state_dict is a {type(state).__name__}, not a state dict")
+        report.keyed = False
+        return report
+    families = key_families(state)
+    report.unknown = families.pop("unknown", [])
+    report.counts += [_keys(family, len(keys)) for family, keys in families.items()]
+    params = checkpoint.get("base_model_params")
+    speakers = params.get("utt2spk") if isinstance(params, dict) else None
+    if isinstance(speakers, dict):
+        report.notes.append(f"targets: {len(set(speakers.values()))} speakers of {len(speakers)} training utterances")
+    report.notes.append(f"options: {json.dumps(checkpoint.get('base_model_args'), default=str)}")
     return report
 
 

@@ -361,6 +361,29 @@ def import_sa_toolkit(path: str | Path) -> tuple[dict, dict]:
          "generator": generator_settings.to_dict(), "speakers": speakers, "f0": dict(F0_SETTINGS)}
 
 
+KEY_FAMILIES = (("front end (wav2vec2, preprocessor.*)", r"preprocessor\."),
+                ("quantiser training state (EMA statistics), not used", r"tdnnfs\.\d+\.(tdnn\.)?bottleneck_func\.quant\._ema_"),
+                ("TDNN-F layers (tdnn1, tdnnfs.*)", r"(tdnn1|tdnnfs\.\d+)\."),
+                ("ASR head (tdnnfs_after, prefinal_*, outputs), not used", r"(tdnnfs_after\.\d+|prefinal_chain|prefinal_xent|"
+                                                                            r"chain_output|xent_output)\."))
+"""How ``voxanon models check`` groups an ASR state dict's keys (the import checks each key exactly)."""
+
+
+def key_families(state: dict) -> dict[str, list[str]]:
+    """A ``base_model_state_dict``'s keys by family, for a report; ``unknown`` holds the rest."""
+    from voxanon.models.checkpoints import GENERATOR_KEY
+
+    families: dict[str, list[str]] = {}
+    for key in map(str, state):
+        asr = key[len("bn_extractor."):] if key.startswith("bn_extractor.") else key
+        if key.startswith("hifigan."):
+            family = "converter (CoreHifiGan, hifigan.*)" if GENERATOR_KEY.fullmatch(key[len("hifigan."):]) else "unknown"
+        else:
+            family = next((label for label, pattern in KEY_FAMILIES if re.match(pattern, asr)), "unknown")
+        families.setdefault(family, []).append(key)
+    return families
+
+
 def find_final_pt(source: str | Path) -> Path:
     """``source`` itself, or the ``final.pt`` in the folder ``source`` (torch.hub keeps each tag's in
     ``checkpoints/<tag>/final.pt``)."""
