@@ -19,7 +19,11 @@ The network runs time-major, (batch, frames, channels), where every convolution 
 product (kernel-1 convolutions directly, wider ones on frames gathered per tap): about 1.5x
 faster than speechbrain's channel-major convolutions on one thread (SSL-SAS size, 8 s). Each convolution pads by
 reflection as speechbrain's "same" padding does (``d·(k-1)//2`` frames each side; kernel-1
-convolutions need none), so utterances are embedded unpadded, one per batch item of equal length.
+convolutions need none), so on CPU utterances are embedded unpadded, one per batch item of equal length.
+A zero-padded batch of utterances of different lengths (the GPU path) gives each item its own
+frames' computation through :class:`FrameCounts`: reflection at its own last frame, means, the
+filter bank's 80 dB floor and the attention's softmax over its own frames only; each vector equals
+the utterance's one-at-a-time vector to float rounding.
 The global mean and standard deviation that attentive pooling appends to every frame enter
 its first projection once, as a per-utterance bias. Batch norms use their running statistics:
 these modules are for inference; the ASV attacker is trained as speechbrain's own classes
@@ -35,6 +39,45 @@ from torch import nn
 
 SAMPLE_RATE = 16000
 VARIANCE_FLOOR = 1e-12  # speechbrain's AttentiveStatisticsPooling clamps its variances here before the square root
+
+
+class FrameCounts:
+    """Each item's frame count in a zero-padded time-major batch (B, T, C): what ECAPA's per-utterance steps
+    (reflect padding, means over frames, the attention's softmax, the filter bank's floor) see of each item.
+    Counts are given on the CPU (checked there, without waiting for a device) and copied to ``device``."""
+
+    def __init__(self, counts: list[int], total: int, device: torch.device):
+        from voxanon.models.precision import to_device
+
+        self.host = counts
+        self.total = total
+        self.counts = to_device(torch.tensor(counts), torch.device(device))
+        self.valid = (torch.arange(total, device=self.counts.device)[None, :] < self.counts[:, None])[..., None]
+        self._reflections: dict[int, torch.Tensor] = {}
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, 1, C): each item's mean over its own frames."""
+        return (x * self.valid).sum(dim=1, keepdim=True) / self.counts[:, None, None].to(x.dtype)
+
+    def reflected(self, x: torch.Tensor, pad: int) -> torch.Tensor:
+        """(B, T, C) -> (B, T + 2·pad, C), each item reflect-padded by ``pad`` frames at its own ends (frames
+        past an item's right padding repeat its first frame: never read by a valid output)."""
+        index = self._reflections.get(pad)
+        if index is None:
+            if pad >= min(self.host):
+                raise ValueError(f"ECAPA's reflect padding of {pad} frames needs more than {pad} frames, got "
+                                 f"{min(self.host)}")
+            positions = torch.arange(-pad, self.total + pad, device=self.counts.device)[None, :]
+            last = (self.counts - 1)[:, None]
+            index = torch.where(positions < 0, -positions,
+                                torch.where(positions > last, 2 * last - positions, positions)).clamp_(0)
+            self._reflections[pad] = index
+        return x.gather(1, index[..., None].expand(-1, -1, x.shape[2]))
+
+
+def frame_mean(x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
+    """(B, T, C) -> (B, 1, C): the mean over frames (each item's own, given ``frames``)."""
+    return x.sum(dim=1, keepdim=True) / x.shape[1] if frames is None else frames.mean(x)
 
 
 def mel_filters(n_mels: int, n_fft: int = 400, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
@@ -60,17 +103,19 @@ class Fbank(nn.Module):
         self.register_buffer("window", torch.hamming_window(self.win_length), persistent=False)
         self.register_buffer("filters", mel_filters(n_mels, n_fft, sample_rate), persistent=False)
 
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+    def forward(self, wave: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
+        """``frames`` (each item's ``samples // 160 + 1``) for a zero-padded batch: the floor is each item's."""
         spectra = torch.stft(wave.float(), self.n_fft, self.hop_length, self.win_length, self.window, center=True,
                              pad_mode="constant", normalized=False, onesided=True, return_complex=True)
         power = torch.view_as_real(spectra).pow(2).sum(-1).transpose(1, 2)
         decibels = 10 * torch.log10(torch.clamp(torch.matmul(power, self.filters), min=1e-10))
-        return torch.maximum(decibels, decibels.amax(dim=(1, 2), keepdim=True) - self.top_db)
+        loudest = decibels if frames is None else decibels.masked_fill(~frames.valid, -math.inf)
+        return torch.maximum(decibels, loudest.amax(dim=(1, 2), keepdim=True) - self.top_db)
 
 
-def sentence_mean_normalised(feats: torch.Tensor) -> torch.Tensor:
+def sentence_mean_normalised(feats: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
     """(batch, frames, features) less each utterance's mean over its frames."""
-    return feats - feats.sum(dim=1, keepdim=True) / feats.shape[1]
+    return feats - frame_mean(feats, frames)
 
 
 class Conv(nn.Module):
@@ -80,16 +125,19 @@ class Conv(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
         """(batch, frames, in_channels) -> (batch, frames, out_channels)."""
         weight, bias = self.conv.weight, self.conv.bias
         kernel, dilation = self.conv.kernel_size[0], self.conv.dilation[0]
         if kernel == 1:
             return F.linear(x, weight[:, :, 0], bias)
-        pad, frames = dilation * (kernel - 1) // 2, x.shape[1]
-        if pad >= frames:
-            raise ValueError(f"ECAPA's reflect padding of {pad} frames needs more than {pad} frames, got {frames}")
-        padded = torch.cat([x[:, 1:pad + 1].flip(1), x, x[:, frames - pad - 1:frames - 1].flip(1)], dim=1)
+        pad, length = dilation * (kernel - 1) // 2, x.shape[1]
+        if frames is not None:
+            padded = frames.reflected(x, pad)
+        elif pad >= length:
+            raise ValueError(f"ECAPA's reflect padding of {pad} frames needs more than {pad} frames, got {length}")
+        else:
+            padded = torch.cat([x[:, 1:pad + 1].flip(1), x, x[:, length - pad - 1:length - 1].flip(1)], dim=1)
         out_frames = padded.shape[1] - dilation * (kernel - 1)
         taps = torch.cat([padded[:, j * dilation:j * dilation + out_frames] for j in range(kernel)], dim=2)
         return F.linear(taps, weight.permute(0, 2, 1).reshape(weight.shape[0], -1), bias)
@@ -135,8 +183,8 @@ class TdnnBlock(nn.Module):
         """``convolved`` is overwritten: it is a fresh product that autograd does not keep."""
         return self.norm(torch.relu_(convolved))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activated(self.conv(x))
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
+        return self.activated(self.conv(x, frames))
 
 
 class Res2NetBlock(nn.Module):
@@ -148,11 +196,11 @@ class Res2NetBlock(nn.Module):
         self.blocks = nn.ModuleList(TdnnBlock(width, width, kernel_size, dilation) for _ in range(scale - 1))
         self.scale = scale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
         groups = torch.chunk(x, self.scale, dim=2)
         outputs = [groups[0]]
         for i, block in enumerate(self.blocks, start=1):
-            outputs.append(block(groups[i] if i == 1 else groups[i] + outputs[-1]))
+            outputs.append(block(groups[i] if i == 1 else groups[i] + outputs[-1], frames))
         return torch.cat(outputs, dim=2)
 
 
@@ -164,9 +212,9 @@ class SqueezeExcitation(nn.Module):
         self.conv1 = Conv(channels, se_channels)
         self.conv2 = Conv(se_channels, channels)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
         """(batch, frames, channels) -> (batch, 1, channels) gates."""
-        mean = x.sum(dim=1, keepdim=True) / x.shape[1]
+        mean = frame_mean(x, frames)
         return torch.sigmoid(self.conv2(torch.relu(self.conv1(mean))))
 
 
@@ -182,10 +230,10 @@ class SeRes2NetBlock(nn.Module):
         self.se_block = SqueezeExcitation(out_channels, se_channels)
         self.shortcut = Conv(in_channels, out_channels) if in_channels != out_channels else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
         residual = x if self.shortcut is None else self.shortcut(x)
-        x = self.tdnn2(self.res2net_block(self.tdnn1(x)))
-        return torch.addcmul(residual, x, self.se_block(x))
+        x = self.tdnn2(self.res2net_block(self.tdnn1(x), frames))
+        return torch.addcmul(residual, x, self.se_block(x, frames))
 
 
 def weighted_statistics(x: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,17 +252,19 @@ class AttentiveStatisticsPooling(nn.Module):
         self.tdnn = TdnnBlock(channels * 3, attention_channels, 1, 1)
         self.conv = Conv(attention_channels, channels)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
         channels = x.shape[2]
-        mean = x.sum(dim=1) / x.shape[1]
-        variance = (x - mean[:, None]).square_().sum(dim=1) / x.shape[1]
+        mean = frame_mean(x, frames)
+        variance = frame_mean((x - mean).square_(), frames)[:, 0]
+        mean = mean[:, 0]
         projection = self.tdnn.conv.conv
         weight = projection.weight[:, :, 0]
         # The global mean and std are the same at every frame: their share of the projection is one bias per utterance.
         context = torch.addmm(projection.bias, torch.cat([mean, torch.sqrt(variance.clamp(min=VARIANCE_FLOOR))], dim=1),
                               weight[:, channels:].T)
         hidden = self.tdnn.activated(torch.matmul(x, weight[:, :channels].T).add_(context[:, None]))
-        attention = torch.softmax(self.conv(torch.tanh(hidden)), dim=1)
+        scores = self.conv(torch.tanh(hidden))
+        attention = torch.softmax(scores if frames is None else scores.masked_fill(~frames.valid, -math.inf), dim=1)
         return torch.cat(weighted_statistics(x, attention), dim=1)
 
 
@@ -236,10 +286,12 @@ class EcapaTdnn(nn.Module):
         self.asp_bn = BatchNorm(channels[-1] * 2)
         self.fc = Conv(channels[-1] * 2, lin_neurons)
 
-    def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        x = self.blocks[0](feats)
+    def forward(self, feats: torch.Tensor, frames: FrameCounts | None = None) -> torch.Tensor:
+        """``frames``: each item's frame count where ``feats`` is a zero-padded batch of utterances."""
+        x = self.blocks[0](feats, frames)
         aggregated = []
         for block in self.blocks[1:]:
-            x = block(x)
+            x = block(x, frames)
             aggregated.append(x)
-        return self.fc(self.asp_bn(self.asp(self.mfa.activated(self.mfa.conv.of_concatenated(aggregated)))))
+        pooled = self.asp(self.mfa.activated(self.mfa.conv.of_concatenated(aggregated)), frames)
+        return self.fc(self.asp_bn(pooled))

@@ -13,6 +13,12 @@ equals its one-at-a-time output (to float rounding) whatever else is in the batc
 :meth:`Vocoder.synthesise` uses that padded pass on a GPU (:meth:`Vocoder.synthesise_padded`, in groups
 of similar length); on CPU it is slower than running the utterances one after the other.
 
+Forms: on CPU the activations are (B, C, 1, T) channels-last and the wide residual convolutions spectral
+(below); a generator prepared for another device (``cpu_forms`` off:
+:func:`voxanon.models.precision.prepared_for_device`) runs plain ``conv1d``/``conv_transpose1d`` on
+(B, C, T) activations, in the precision its weights were cast to once (cuDNN's own layout and kernels;
+no autocast, no float32 round trips: its length masks are in that precision too).
+
 Windows: an output sample depends on the input frames within
 :func:`receptive_field_frames` of it, so an utterance can be synthesised in overlapping
 windows of a few fixed lengths (:func:`synthesis_windows`), each window's outputs kept
@@ -203,7 +209,10 @@ spectral_convolutions: "weakref.WeakKeyDictionary[nn.Conv1d, SpectralConvolution
 
 def plan_spectral_convolutions(generator: "HifiganGenerator") -> None:
     """Build (or rebuild, where the weights changed) the spectral form of ``generator``'s wide residual
-    convolutions; :func:`_conv` then uses it for single utterances on CPU in float32 without gradients."""
+    convolutions; :func:`_conv` then uses it for single utterances on CPU in float32 without gradients.
+    Nothing for a generator in the direct form (``cpu_forms`` off), which never uses it."""
+    if not generator.cpu_forms:
+        return
     for block in generator.resblocks:
         for conv in block.modules():
             if (isinstance(conv, nn.Conv1d) and conv.kernel_size[0] >= SPECTRAL_MIN_KERNEL
@@ -225,13 +234,18 @@ def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def _conv(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
-    """``conv`` on (B, C, 1, T) channels-last activations, as a 2-D convolution of height 1.
+    """``conv`` on (B, C, 1, T) channels-last activations, as a 2-D convolution of height 1 (or, in the
+    direct form, on (B, C, T) activations as the plain 1-D convolution).
 
     oneDNN runs CPU convolutions on channels-last data: fed the (B, C, T) layout, it converts
     every input and output, which took 40 % of a bfloat16 generator pass and 15 % of a float32
     one. Kept channels-last from end to end, the activations are never converted (the same
     values as with ``Conv1d``, to float rounding).
     """
+    if x.ndim == 3:  # the direct form (module doc): (B, C, T)
+        if isinstance(conv, nn.ConvTranspose1d):
+            return F.conv_transpose1d(x, conv.weight, conv.bias, conv.stride, conv.padding)
+        return F.conv1d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation)
     spectral = _spectral_form(conv, x)
     if spectral is not None:
         return spectral(x)
@@ -273,6 +287,9 @@ class ResBlock2(nn.Module):
 class HifiganGenerator(nn.Module):
     """(B, in_channels, T) frames -> (B, 1, leading_samples + T·hop) waveform in [-1, 1]."""
 
+    cpu_forms: bool = True
+    """Channels-last activations and spectral convolutions (the CPU's); off: the direct form (module doc)."""
+
     leading_samples = 0
     """Output samples before the first frame's ``hop`` (one in SA-toolkit's ``CoreHifiGan``, whose output
     layer reflects one sample in front)."""
@@ -295,7 +312,10 @@ class HifiganGenerator(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``lengths`` (B,) in frames marks each item's valid part of a zero-padded batch."""
-        x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # see _conv
+        if self.cpu_forms:
+            x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # see _conv
+        else:
+            x = x.to(self.conv_pre.weight.dtype).contiguous()
         mask = None if lengths is None else _length_mask(lengths, x.shape[-1], x)
         x = _conv(self.conv_pre, _masked(x, mask))
         for i, up in enumerate(self.ups):
@@ -311,10 +331,11 @@ class HifiganGenerator(nn.Module):
         return self.output_layer(x, mask)
 
     def output_layer(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """The last stage's (B, C, 1, T) channels-last activations -> (B, 1, T) waveform."""
+        """The last stage's activations ((B, C, 1, T) channels-last, or (B, C, T) in the direct form) ->
+        (B, 1, T) waveform."""
         # jik876 uses leaky_relu's default slope (0.01) here, not LRELU_SLOPE.
         x = _conv(self.conv_post, _masked(F.leaky_relu(x, inplace=True), mask))
-        return torch.tanh(x).squeeze(2).contiguous()
+        return torch.tanh(x if x.ndim == 3 else x.squeeze(2)).contiguous()
 
     def apply_weight_norm(self) -> None:
         """The training parametrisation (weight = g · v / ‖v‖) on every convolution."""
@@ -329,8 +350,10 @@ class HifiganGenerator(nn.Module):
 
 
 def _length_mask(lengths: torch.Tensor, total: int, like: torch.Tensor) -> torch.Tensor:
+    """Ones on each item's valid part, shaped and typed to multiply ``like``: built on its device."""
     positions = torch.arange(total, device=like.device)
-    return (positions[None, :] < lengths[:, None]).to(like.dtype)[:, None, None, :]
+    mask = (positions[None, :] < lengths[:, None]).to(like.dtype)
+    return mask[:, None, :] if like.ndim == 3 else mask[:, None, None, :]
 
 
 def receptive_field_frames(config: GeneratorConfig) -> int:
@@ -461,11 +484,15 @@ class ConditioningLayout:
                    "speaker": speaker[:, None].to(content.dtype).expand(-1, n_frames)}
         return torch.cat([streams[name] for name in self.order], dim=0)
 
-    def batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Several utterances -> zero-padded (B, channels, T_max) frames and their lengths (B,)."""
+    def batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], length: int | None = None,
+              rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Several utterances -> zero-padded (B, channels, T) frames and their lengths (B,): T the longest
+        item's frames or ``length``, B the items or ``rows`` (rows past the items: all-zero frames of length T)."""
         frames = [self.frames(*item) for item in items]
-        lengths = torch.tensor([f.shape[1] for f in frames])
-        padded = torch.zeros(len(frames), self.channels, int(lengths.max()), dtype=frames[0].dtype)
+        length = max(f.shape[1] for f in frames) if length is None else length
+        rows = len(frames) if rows is None else rows
+        lengths = torch.tensor([f.shape[1] for f in frames] + [length] * (rows - len(frames)))
+        padded = torch.zeros(rows, self.channels, length, dtype=frames[0].dtype)
         for i, f in enumerate(frames):
             padded[i, :, :f.shape[1]] = f
         return padded, lengths
@@ -504,14 +531,19 @@ class Vocoder:
         padded, length-masked batches (:meth:`synthesise_padded`); each output again equals the
         utterance's one-at-a-time output.
 
-        ``dtype`` other than float32 runs the generator under that autocast (the conditioning
+        ``dtype`` other than float32 runs the generator under that autocast on CPU (the conditioning
         frames, with their layer norms, are still built in float32). On random full-size SSL-SAS
         weights bfloat16 waveforms are about 38 dB SNR from float32's (largest sample error about
-        6e-4, i.e. 20 steps of 16 bits).
+        6e-4, i.e. 20 steps of 16 bits). A generator in the direct form (prepared for a GPU) runs in the
+        precision it was prepared in, which ``dtype`` must name.
         """
         device = next(self.generator.parameters()).device
-        if device.type != "cpu":
-            return self.synthesise_padded(items, dtype)
+        if device.type != "cpu" or not self.generator.cpu_forms:
+            own = self.generator.conv_pre.weight.dtype
+            if dtype != own:
+                raise ValueError(f"this generator runs in {own} (prepared for its device in it: "
+                                 f"voxanon.models.precision.prepared_for_device), not {dtype}")
+            return self.synthesise_padded(items)
         lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
                            else contextlib.nullcontext())
         if dtype == torch.float32:
@@ -521,24 +553,28 @@ class Vocoder:
             return [self._synthesise_in_windows(f) for f in frames]
 
     @torch.inference_mode()
-    def synthesise_padded(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                          dtype: torch.dtype = torch.float32, max_items: int | None = None) -> list[np.ndarray]:
-        """:meth:`synthesise` on whatever device the generator is on, as padded, length-masked batches of
-        utterances of similar length (:func:`~voxanon.models.precision.length_groups`, at most
-        ``max_items`` each): the GPU path. On CPU it computes the same values (how it is tested)."""
-        from voxanon.models.precision import length_groups
+    def synthesise_padded(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *,
+                          max_items: int | None = None) -> list[np.ndarray]:
+        """:meth:`synthesise` on whatever device the generator is on, in the precision of its weights, as
+        padded, length-masked batches of utterances of similar length (:func:`~voxanon.models.precision.device_groups`,
+        at most ``max_items`` each, padded to the grid's lengths and row counts so that shapes repeat): the GPU
+        path. On CPU it computes the same values (how it is tested). The conditioning frames are built on
+        the CPU in float32 and go from pinned memory without waiting; every group is queued before the
+        host waits for the first waveform."""
+        from voxanon.models.precision import device_groups, to_device
 
         device = next(self.generator.parameters()).device
-        lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
-                           else contextlib.nullcontext())
-        hop = self.generator.config.hop_length
+        hop, lead = self.generator.config.hop_length, self.generator.leading_samples
+        queued = []
+        for group in device_groups([int(item[1].shape[0]) for item in items], max_items):
+            frames, lengths = self.layout.batch([items[i] for i in group.indices], group.length, group.rows)
+            audio = self.generator(to_device(frames, device), to_device(lengths, device))[:, 0]
+            queued.append((group.indices, lengths.tolist(), audio))
         waves: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
-        for group in length_groups([int(item[1].shape[0]) for item in items], max_items):
-            frames, lengths = self.layout.batch([items[i] for i in group])
-            with lower_precision:
-                audio = self.generator(frames.to(device), lengths.to(device))[:, 0].float().cpu()
-            for row, (i, n) in enumerate(zip(group, lengths)):
-                waves[i] = audio[row, :int(n) * hop + self.generator.leading_samples].numpy().astype(np.float32)
+        for indices, lengths, audio in queued:
+            audio = audio.float().cpu().numpy()
+            for row, i in enumerate(indices):
+                waves[i] = audio[row, :lengths[row] * hop + lead].copy()
         return waves
 
     def _synthesise_in_windows(self, frames: torch.Tensor, sizes: Sequence[int] = CPU_WINDOW_FRAMES) -> np.ndarray:

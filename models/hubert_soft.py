@@ -11,8 +11,9 @@ masking and is not kept.
 
 ``units()`` as published: the waveform is zero-padded by (400 - 320) / 2 = 40 samples
 each side, so L samples (L a multiple of 320) give exactly L/320 frames, no replication.
-Like HuBERT-base, the first convolution is normalised over the whole utterance, so
-utterances are encoded one at a time.
+Like HuBERT-base, the first convolution is normalised over the whole utterance, so on CPU
+utterances are encoded one at a time; on a GPU as padded batches whose statistics each see only their
+own item (:meth:`HubertSoftEncoder.forward_batch`, through :func:`~voxanon.models.hubert.encode_on_device`).
 
 Not the SSL-SAS content (200 centroids, anchors §0.1): a vocoder for these units takes
 ``ConditioningLayout(content_dim=256)``, i.e. 256 + 1 + 192 = 449 input channels.
@@ -30,7 +31,9 @@ from torch import nn
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import CheckpointError, bshall_hubert_to_hf, safe_load
-from voxanon.models.hubert import HubertBackboneConfig, SoftContentConfig, plain_hubert
+from voxanon.models.hubert import (HubertBackboneConfig, SoftContentConfig, _conv_output_lengths,
+                                   batch_hubert_features, plain_hubert)
+from voxanon.models.precision import to_device
 
 UNITS_PAD_SAMPLES = (400 - 320) // 2
 LOGIT_TEMPERATURE = 0.1
@@ -95,6 +98,16 @@ class HubertSoftEncoder(nn.Module):
         """(1, L) -> (1, L/320, units_dim) for L a multiple of 320."""
         padded = F.pad(wave, (UNITS_PAD_SAMPLES, UNITS_PAD_SAMPLES))
         return self.proj(self.hubert(padded))
+
+    input_padding = UNITS_PAD_SAMPLES
+    """Zeros :func:`~voxanon.models.hubert.encode_on_device` puts before and after each utterance, as ``units()``."""
+
+    def forward_batch(self, waves: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """Zero-padded (B, L_max) waveforms, each already with its :attr:`input_padding` zeros either side,
+        on the model's device, and their padded lengths (B,) on the CPU -> float32 units (B, T, units_dim)
+        and each item's frame count, as :meth:`forward` gives them for the item alone (to float rounding)."""
+        features, _ = batch_hubert_features(self.hubert, waves, to_device(lengths, waves.device))
+        return self.proj(features.to(self.proj.weight.dtype)).float(), _conv_output_lengths(lengths).tolist()
 
     def logits(self, units: torch.Tensor) -> torch.Tensor:
         """(..., units_dim) -> (..., n_labels): cosine with each label embedding / 0.1, as in training."""

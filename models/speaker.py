@@ -16,8 +16,11 @@ front-end reference).
   ``encode_batch`` applies it only with ``normalize=True``; ``embedding_mean_norm``
   makes that choice explicit here.
 
-ECAPA's convolutions pad by reflection, so zero-padded batches would change the
-vectors: utterances are embedded one at a time (ECAPA is cheap next to HuBERT).
+ECAPA's convolutions pad by reflection, so plain zero-padded batches would change the
+vectors: on CPU utterances are embedded one at a time (ECAPA is cheap next to HuBERT). On a GPU,
+where one utterance at a time would be a few hundred small kernels each, :meth:`EcapaEncoder.embed_on_device`
+runs padded batches whose every per-utterance step sees only the item's own frames
+(:class:`~voxanon.models.ecapa.FrameCounts`), in float32: the same vectors to float rounding.
 GE2E (``resemblyzer``, bundled weights) is :class:`voxanon.models.ge2e.GE2EEncoder`.
 """
 from __future__ import annotations
@@ -29,8 +32,8 @@ import numpy as np
 import torch
 
 from voxanon.models.checkpoints import CheckpointError, safe_load
-from voxanon.models.ecapa import EcapaTdnn, Fbank, sentence_mean_normalised
-from voxanon.models.precision import built_with_weights
+from voxanon.models.ecapa import EcapaTdnn, Fbank, FrameCounts, sentence_mean_normalised
+from voxanon.models.precision import built_with_weights, device_groups, to_device
 
 EMBEDDING_FILE = "embedding_model.ckpt"
 EMBEDDING_NORM_FILE = "mean_var_norm_emb.ckpt"
@@ -180,6 +183,34 @@ class EcapaEncoder(torch.nn.Module):
         """(B, samples) of equal length -> (B, lin_neurons)."""
         embedding = self.embedding_model(sentence_mean_normalised(self.fbank(wave)))
         return embedding - self.embedding_mean if self.config.embedding_mean_norm else embedding
+
+    def forward_padded(self, waves: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        """Zero-padded (B, samples) waveforms on the model's device and their lengths -> (B, lin_neurons), each
+        item's vector as :meth:`forward` gives it for the item alone (to float rounding)."""
+        hop = self.fbank.hop_length
+        frames = FrameCounts([n // hop + 1 for n in lengths], waves.shape[1] // hop + 1, waves.device)
+        embedding = self.embedding_model(sentence_mean_normalised(self.fbank(waves, frames), frames), frames)
+        return embedding - self.embedding_mean if self.config.embedding_mean_norm else embedding
+
+    @torch.inference_mode()
+    def embed_on_device(self, waves: list[np.ndarray], *, max_items: int | None = None) -> np.ndarray:
+        """:meth:`embed` on whatever device the encoder is on (the GPU path of the speaker stage; on CPU the same
+        values, which is how it is tested): groups of similar length as padded batches
+        (:func:`~voxanon.models.precision.device_groups`, at most ``max_items`` each), every group queued
+        before the host waits for the first result."""
+        device = self.embedding_mean.device
+        vectors = np.zeros((len(waves), self.config.lin_neurons), dtype=np.float32)
+        queued = []
+        for group in device_groups([len(w) for w in waves], max_items, multiple=self.fbank.hop_length):
+            padded = torch.zeros(group.rows, group.length)
+            lengths = [group.length] * group.rows  # padding rows: silence of the full length
+            for row, i in enumerate(group.indices):
+                padded[row, :len(waves[i])] = torch.from_numpy(np.asarray(waves[i], dtype=np.float32))
+                lengths[row] = len(waves[i])
+            queued.append((group.indices, self.forward_padded(to_device(padded, device), lengths)))
+        for indices, embeddings in queued:
+            vectors[indices] = embeddings[:len(indices)].float().cpu().numpy()
+        return vectors
 
     @torch.inference_mode()
     def embed(self, waves: list[np.ndarray]) -> np.ndarray:

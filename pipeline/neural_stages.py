@@ -17,10 +17,12 @@ do not use these stages never import torch. Model sets come from the models dire
 share the CPU models their parent loaded.
 
 ``device`` on the content, speaker and vocoder stages (``voxanon anonymise --device cpu|cuda|auto``;
-default ``cpu``; ``auto`` is CUDA when the process running the stage sees one): off the CPU, content
-and vocoder run the runner's batch as padded groups of similar length, and ``precision`` may also
-be ``float16``. ``cpu:N`` (for example ``cpu:0``) runs that device code path on the CPU: how the GPU
-path, and the streaming executor that serves it, are tested on machines without a GPU.
+default ``cpu``; ``auto`` is CUDA when the process running the stage sees one): off the CPU, content,
+speaker and vocoder run the runner's batch as padded groups of similar length, on models in their direct
+form (:func:`voxanon.models.precision.prepared_for_device`: plain convolutions, weights cast to
+``precision`` once at load, no autocast), and ``precision`` may also be ``float16``. ``cpu:N`` (for
+example ``cpu:0``) runs that device code path on the CPU: how the GPU path, and the streaming executor
+that serves it, are tested on machines without a GPU.
 
 ``precision: bfloat16`` on the content and vocoder stages (opt-in, ``voxanon anonymise --precision
 bfloat16``; ``float32``, the default, is unchanged) runs their matrix products and convolutions in
@@ -93,45 +95,58 @@ def resolve_device(device: str) -> str:
 
 
 def load_model(name: str, component: str, precision: str = "float32", device: str = "cpu"):
-    """One component of an installed model set, loaded once per process.
+    """One component of an installed model set, loaded once per process, in the form for ``device``.
 
     ``content`` is the set's content encoder (SSL-SAS soft content, or bshall HuBERT-soft units
     for a ``hubert-soft`` set), ``speaker`` its ECAPA :class:`EcapaEncoder`, ``vocoder`` its
     generator with the conditioning layout it was trained on. A set need not have all three
     (``hubert-soft`` holds a content encoder only), so each stage loads just what it uses.
 
-    A ``precision`` other than float32 (content and vocoder) gives a copy whose matrix-product and
-    convolution weights are already in it (:func:`voxanon.models.precision.lower_precision_copy`),
-    and a ``device`` other than ``cpu`` a copy on that device (``auto`` resolved here:
-    :func:`resolve_device`); each is cached beside the float32 CPU model, which stays as it was.
-    The set's checksums are verified once per process, when it is first loaded.
+    On ``cpu`` the float32 model is the set's weights as loaded, the vocoder's spectral convolutions
+    planned here (so that forked workers share them); a lower ``precision`` (content and vocoder) gives
+    a copy whose matrix-product and convolution weights are already in it, run under CPU autocast
+    (:func:`voxanon.models.precision.lower_precision_copy`), cached beside the float32 model. On any other
+    device (``auto`` resolved here, :func:`resolve_device`; ``cpu:N`` is the device form on the CPU) the
+    set's weights go straight into the direct form (:func:`voxanon.models.precision.prepared_for_device`):
+    cast to ``precision`` once and moved; no float32 CPU copy is kept and no CPU-only plans are built.
+    The speaker encoder runs in float32 on every device. The set's checksums are verified once per
+    process, when it is first loaded.
     """
-    from voxanon.models.registry import load_model_set, models_dir
-
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
-    device = resolve_device(_checked_device(component, device))
-    if precision != "float32" or device != "cpu":
-        if component == "speaker" and precision != "float32":
-            raise ValueError("the speaker encoder runs in float32 only")
-        key = (str(models_dir()), name, component, _checked_precision(component, precision), device)
-        if key not in _loaded:
-            import copy
+    _checked_precision(component, precision)
+    if component == "speaker" and precision != "float32":
+        raise ValueError("the speaker encoder runs in float32 only")
+    from voxanon.models.registry import models_dir
 
-            import torch
-
-            from voxanon.models.hifigan import Vocoder
-            from voxanon.models.precision import lower_precision_copy
-
-            model = load_model(name, component)
-            module = model.generator if component == "vocoder" else model
-            module = (copy.deepcopy(module) if precision == "float32"
-                      else lower_precision_copy(module, getattr(torch, precision))).to(device).eval()
-            _loaded[key] = Vocoder(module, model.layout) if component == "vocoder" else module
-        return _loaded[key]
     home = str(models_dir())
+    device = resolve_device(device)
+    key = ((home, name, component) if (device, precision) == ("cpu", "float32")
+           else (home, name, component, precision, device))
+    if key not in _loaded:
+        import torch
+
+        from voxanon.models.hifigan import Vocoder
+        from voxanon.models.precision import prepared_for_device
+
+        if device == "cpu" and precision == "float32":
+            model = _built(_model_set(home, name), name, component, cpu_plans=True)
+        else:
+            model = (load_model(name, component) if device == "cpu"
+                     else _built(_model_set(home, name), name, component, cpu_plans=False))
+            module = prepared_for_device(model.generator if component == "vocoder" else model, device,
+                                         getattr(torch, precision))
+            model = Vocoder(module, model.layout) if component == "vocoder" else module
+        _loaded[key] = model
+    return _loaded[key]
+
+
+def _model_set(home: str, name: str):
+    """The installed set, its checksums verified once per process."""
     if (home, name) not in _loaded:
         from concurrent.futures import ThreadPoolExecutor
+
+        from voxanon.models.registry import load_model_set
 
         # The set's checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about
         # 1 s): hashing releases the interpreter lock. The thread has ended before the runner forks.
@@ -139,33 +154,34 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
             checked = verifier.submit(load_model_set, name)
             import torch  # noqa: F401
         _loaded[(home, name)] = checked.result()
-    model_set = _loaded[(home, name)]
-    key = (home, name, component)
-    if key not in _loaded:
-        if _CONFIG_KEYS[component] not in model_set.config:
-            raise VoxanonError(f"model set {name!r} has no {component} model (it holds "
-                               f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
-                               f"set {component}.models to a set that has one")
-        if component == "content":
-            from voxanon.models.hubert_soft import content_encoder
+    return _loaded[(home, name)]
 
-            _loaded[key] = content_encoder(model_set)
-        elif component == "speaker":
-            from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
-            _loaded[key] = EcapaEncoder.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]),
-                                                     model_set.tensors("speaker"))
-        else:
-            from voxanon.models.hifigan import (ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder,
-                                                plan_spectral_convolutions)
+def _built(model_set, name: str, component: str, cpu_plans: bool):
+    """``component`` of ``model_set`` holding the set's tensors themselves, in float32 on the CPU; with
+    ``cpu_plans`` the vocoder's spectral convolutions planned."""
+    if _CONFIG_KEYS[component] not in model_set.config:
+        raise VoxanonError(f"model set {name!r} has no {component} model (it holds "
+                           f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
+                           f"set {component}.models to a set that has one")
+    if component == "content":
+        from voxanon.models.hubert_soft import content_encoder
 
-            from voxanon.models.precision import built_with_weights
+        return content_encoder(model_set)
+    if component == "speaker":
+        from voxanon.models.speaker import EcapaConfig, EcapaEncoder
 
-            config = GeneratorConfig.from_dict(model_set.config["generator"])
-            generator = built_with_weights(lambda: HifiganGenerator(config), model_set.tensors("generator"))
-            plan_spectral_convolutions(generator)  # here, so that forked workers share them
-            _loaded[key] = Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))
-    return _loaded[key]
+        return EcapaEncoder.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]),
+                                         model_set.tensors("speaker"))
+    from voxanon.models.hifigan import (ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder,
+                                        plan_spectral_convolutions)
+    from voxanon.models.precision import built_with_weights
+
+    config = GeneratorConfig.from_dict(model_set.config["generator"])
+    generator = built_with_weights(lambda: HifiganGenerator(config), model_set.tensors("generator"))
+    if cpu_plans:
+        plan_spectral_convolutions(generator)
+    return Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))
 
 
 def load_ssl_sas_models(name: str = "ssl-sas"):
@@ -232,7 +248,9 @@ class ContentStage(Stage):
 
     ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when there is one): off the CPU the batch's
     utterances run in padded groups of similar length (:func:`voxanon.models.hubert.encode_on_device`),
-    each equal to its one-at-a-time output to float rounding; ``float16`` is a precision there too.
+    each equal to its one-at-a-time output to float rounding, on the encoder in its direct form
+    (:func:`voxanon.models.precision.prepared_for_device`: weights in ``precision`` since loading, no
+    autocast); ``float16`` is a precision there too.
     """
 
     name = "content"
@@ -259,11 +277,9 @@ class ContentStage(Stage):
         content = load_model(self.models, "content", self.precision, device)
         waves = [u.audio for u in batch]
         if device != "cpu":
-            import torch
-
             from voxanon.models.hubert import encode_on_device
 
-            encoded = encode_on_device(content, waves, getattr(torch, self.precision))
+            encoded = encode_on_device(content, waves)
         elif self.precision == "float32":
             encoded = content.encode(waves)
         else:
@@ -279,9 +295,10 @@ class ContentStage(Stage):
 class SpeakerStage(Stage):
     """The ECAPA vector of the utterance itself (copy-synthesis keeps the source speaker).
 
-    ``device`` as the content stage's; on any device one utterance at a time, in float32: ECAPA's
-    convolutions pad each utterance's edges by reflection, which a zero-padded batch cannot
-    reproduce, and it is about 5 % of the chain.
+    ``device`` as the content stage's; in float32 on every device (about 5 % of the chain). On CPU one
+    utterance at a time; off the CPU padded batches of similar length whose reflection padding, means
+    and attention each see only the item's own frames (:meth:`EcapaEncoder.embed_on_device`): the same
+    vectors to float rounding, without a few hundred small kernels per utterance.
     """
 
     name = "speaker"
@@ -305,14 +322,8 @@ class SpeakerStage(Stage):
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
         speaker = load_model(self.models, "speaker", device=device)
-        if device == "cpu":
-            vectors = speaker.embed([u.audio for u in batch])
-        else:
-            import torch
-
-            with torch.inference_mode():
-                vectors = [speaker(torch.from_numpy(np.ascontiguousarray(u.audio, dtype=np.float32))[None]
-                                   .to(device))[0].cpu().numpy() for u in batch]
+        waves = [u.audio for u in batch]
+        vectors = speaker.embed(waves) if device == "cpu" else speaker.embed_on_device(waves)
         for utt, vector in zip(batch, vectors):
             utt.features["speaker"] = vector
 
@@ -326,10 +337,11 @@ class VocoderStage(Stage):
     ``layout`` overrides fields of the model set's conditioning layout (e.g. ``standardise_content``),
     for vocoders trained with a layout the set's config does not record.
 
-    ``precision: bfloat16`` (opt-in) runs the generator under bfloat16 autocast (conditioning frames
-    and their layer norms stay float32): about 3.4x faster than float32 on an AMX CPU; cost, against float32 on random full-size SSL-SAS weights,
-    about 38 dB waveform SNR (largest error about 6e-4 before the output peak normalisation, some 20
-    steps of 16 bits). The output is float32 either way.
+    ``precision: bfloat16`` (opt-in) runs the generator under bfloat16 autocast on CPU (conditioning frames
+    and their layer norms stay float32): about 3.4x faster than float32 on an AMX CPU; cost, against float32
+    on random full-size SSL-SAS weights, about 38 dB waveform SNR (largest error about 6e-4 before the
+    output peak normalisation, some 20 steps of 16 bits). Off the CPU the generator is in its direct form
+    (plain convolutions, weights in ``precision`` since loading, no autocast). The output is float32 either way.
     """
 
     name = "vocoder"
@@ -386,9 +398,8 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
-        # Off the CPU as padded batches (on a GPU synthesise would choose them itself; cpu:N chooses them too).
-        synthesise = vocoder.synthesise if resolve_device(self.device) == "cpu" else vocoder.synthesise_padded
-        for utt, wave in zip(batch, synthesise(items, getattr(torch, self.precision))):
+        # Off the CPU (cpu:N included) the generator is in its direct form, which synthesise runs as padded batches.
+        for utt, wave in zip(batch, vocoder.synthesise(items, getattr(torch, self.precision))):
             peak = float(np.max(np.abs(wave)))
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak

@@ -1,8 +1,11 @@
 """The neural stages' device setting and the GPU code paths, run on CPU by the same functions.
 
-No CUDA device is needed: ``encode_on_device`` and ``Vocoder.synthesise_padded`` are what the content
-and vocoder stages call off the CPU, and compute the same values on it; only the ``.to(device)``
-and autocast device-type lines differ on a GPU.
+No CUDA device is needed: ``encode_on_device``, ``EcapaEncoder.embed_on_device`` and
+``Vocoder.synthesise_padded`` are what the content, speaker and vocoder stages call off the CPU, on models
+in the direct form (``prepared_for_device``), and compute the same values on it (``cpu:0`` runs that path
+on the CPU); only the moves to the device (pinned memory, asynchronous copies) differ on a GPU. Which form
+each device gets is checked on the preparation itself (``meta`` stands for a GPU: every tensor moved,
+nothing run).
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ import torch
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
-from voxanon.models.hubert import SoftContentEncoder, encode_on_device
-from voxanon.models.precision import built_with_weights, length_groups
+from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, encode_on_device
+from voxanon.models.precision import built_with_weights, length_groups, prepared_for_device
 from voxanon.pipeline import neural_stages
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderStage, load_model, resolve_device
@@ -27,6 +30,7 @@ from voxanon.pipeline.runner import Job, _parallel_batches
 from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
 
 from tests.conftest import make_corpus
+from tests.test_neural_precision import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,14 +79,195 @@ def test_batched_content_equals_one_utterance_at_a_time(tiny_ssl_sas):
     assert not torch.allclose(plain, own, atol=1e-3)
 
 
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    reference = reference.astype(np.float64)
+    return float(10 * np.log10(np.sum(reference ** 2) / np.sum((reference - other) ** 2)))
+
+
 @pytest.mark.usefixtures("one_torch_thread")
-def test_batched_content_under_lower_precision_is_close_to_float32(tiny_ssl_sas):
-    encoder = load_model("ssl-sas", "content", "bfloat16")
-    waves = [voiced(0.6, 0), voiced(0.55, 1)]
-    exact = load_model("ssl-sas", "content").encode(waves)
-    for one, other in zip(exact, encode_on_device(encoder, waves, torch.bfloat16)):
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_device_form_in_lower_precision_agrees_with_float32(tiny_ssl_sas, precision):
+    """The direct (GPU) form run on the CPU in a lower precision, through the stages as a device run calls
+    them, against the CPU float32 chain: the bounds test_neural_precision.py documents for CPU autocast, on
+    its utterances (where the direct form's values equal CPU autocast's)."""
+    waves = voiced_waves()
+    chains = {}
+    for device, stage_precision in (("cpu", "float32"), ("cpu:0", precision)):
+        batch = [build_system({"name": "t", "stages": []}).new_utterance(f"u{i}", "spk", None, w)
+                 for i, w in enumerate(waves)]
+        for stage in (ContentStage(precision=stage_precision, device=device), SpeakerStage(device=device)):
+            stage.process_batch(batch)
+        chains[device] = batch
+    content = load_model("ssl-sas", "content", precision, "cpu:0")
+    assert content.hubert.encoder.layers[0].feed_forward.output_dense.weight.dtype == getattr(torch, precision)
+    for exact, approximate in zip(chains["cpu"], chains["cpu:0"]):
+        one, other = exact.features["content"], approximate.features["content"]
+        assert other.dtype == np.float32 and other.shape == one.shape and not np.array_equal(one, other)
         cosine = np.sum(one * other, axis=1) / np.linalg.norm(one, axis=1) / np.linalg.norm(other, axis=1)
-        assert not np.array_equal(one, other) and cosine.min() > 0.999
+        assert cosine.min() > MIN_CONTENT_COSINE and snr_db(one, other) > MIN_CONTENT_SNR_DB
+        # The speaker encoder runs in float32 everywhere: batched, the same vector to float rounding.
+        np.testing.assert_allclose(approximate.features["speaker"], exact.features["speaker"], atol=1e-5, rtol=1e-4)
+        approximate.features["content"] = exact.features["content"]  # the vocoder alone is compared below
+        frames = 2 * len(exact.features["content"])
+        exact.features["f0"] = approximate.features["f0"] = (120 + 30 * np.sin(np.arange(frames) / 9)).astype(np.float32)
+    for device, stage_precision in (("cpu", "float32"), ("cpu:0", precision)):
+        VocoderStage(precision=stage_precision, device=device).process_batch(chains[device])
+    for exact, approximate in zip(chains["cpu"], chains["cpu:0"]):
+        assert approximate.audio.shape == exact.audio.shape and not np.array_equal(exact.audio, approximate.audio)
+        assert snr_db(exact.audio, approximate.audio) > MIN_WAVE_SNR_DB
+
+
+def test_each_device_gets_its_form(tiny_ssl_sas, monkeypatch):
+    from voxanon.models.hifigan import spectral_convolutions
+
+    monkeypatch.setattr(neural_stages, "_loaded", {})
+    # On a GPU ("meta" here: the preparation moves every tensor, and nothing runs), the set's weights go
+    # straight into the direct form: no float32 CPU copy is kept, no spectral plan is built.
+    for component in ("content", "vocoder"):
+        load_model("ssl-sas", component, "bfloat16", "meta")
+    assert not [key for key in neural_stages._loaded if len(key) == 3]
+    assert len(spectral_convolutions) == 0
+    generator = load_model("ssl-sas", "vocoder", "bfloat16", "meta").generator
+    assert not generator.cpu_forms
+    convolutions = [m for m in generator.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d))]
+    assert all(c.weight.dtype == torch.bfloat16 and c.weight.is_meta for c in convolutions)
+    content = load_model("ssl-sas", "content", "bfloat16", "meta")
+    hubert = content.hubert
+    assert not hubert.encoder.pos_conv_embed.cpu_forms
+    assert hubert.encoder.pos_conv_embed.conv.weight.dtype == torch.bfloat16
+    assert hubert.feature_projection.layer_norm.weight.dtype == torch.bfloat16
+    # The float32 islands: the residual stream's layer norms, the utterance-wide GroupNorm, the centroids.
+    assert hubert.encoder.layers[0].final_layer_norm.weight.dtype == torch.float32
+    assert hubert.feature_extractor.conv_layers[0].layer_norm.weight.dtype == torch.float32
+    assert content.W.dtype == torch.float32 and content.W.is_meta
+    speaker = load_model("ssl-sas", "speaker", device="meta")
+    assert all(p.dtype == torch.float32 and p.is_meta for p in speaker.parameters())
+    assert speaker.fbank.window.is_meta
+    # On the CPU, today's forms (the spectral plans are tested below, on sizes that have them).
+    assert load_model("ssl-sas", "vocoder").generator.cpu_forms
+    lowered = load_model("ssl-sas", "vocoder", "bfloat16").generator
+    assert lowered.cpu_forms and lowered.conv_pre.weight.dtype == torch.bfloat16
+    assert load_model("ssl-sas", "content").hubert.encoder.pos_conv_embed.cpu_forms
+
+
+def test_preparing_for_a_device_copies_and_leaves_the_model_as_it_was():
+    model = SoftContentEncoder(SoftContentConfig(hidden_size=16, num_layers=1, num_heads=1, intermediate_size=8,
+                                                 conv_channels=8, pos_conv_kernel=8, pos_conv_groups=2))
+    assert prepared_for_device(model, "cpu") is model
+    prepared = prepared_for_device(model, "cuda", torch.float16, move=False)
+    assert prepared is not model and prepared.training is False
+    assert model.hubert.encoder.pos_conv_embed.cpu_forms and not prepared.hubert.encoder.pos_conv_embed.cpu_forms
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert prepared.hubert.encoder.layers[0].attention.q_proj.weight.dtype == torch.float16
+    # Unconverted tensors (float32 islands, not moved) are shared, not copied.
+    assert prepared.W.data_ptr() == model.W.data_ptr()
+
+
+def spectral_sized_models():
+    """A content encoder and a vocoder small enough for a test but wide enough for the CPU's spectral forms
+    (a positional kernel of 32; residual kernels of 7 and 11 at 128 channels)."""
+    torch.manual_seed(0)
+    encoder = SoftContentEncoder(SoftContentConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=16,
+                                                   conv_channels=16, pos_conv_kernel=32, pos_conv_groups=4))
+    torch.nn.init.normal_(encoder.W)
+    layout = ConditioningLayout(content_dim=encoder.config.n_centroids, speaker_dim=4)
+    generator = HifiganGenerator(GeneratorConfig(in_channels=layout.channels, upsample_rates=(4, 2),
+                                                 upsample_kernel_sizes=(8, 4), upsample_initial_channel=256))
+    return encoder.eval(), Vocoder(generator.eval(), layout)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_cpu_gets_spectral_forms_and_the_direct_form_plain_convolutions(monkeypatch):
+    """One float32 utterance, where the CPU form takes its FFT and spectral convolutions on channels-last
+    activations: the form prepared for CUDA, run on this CPU, takes none of them, with the same outputs."""
+    from voxanon.models import hifigan, spectral
+
+    encoder, vocoder = spectral_sized_models()
+    wave = voiced(0.5, 3)
+    content = torch.from_numpy(encoder.encode([wave])[0])
+    item = [(content, torch.full((2 * len(content),), 120.0), torch.randn(4))]
+    used = []
+    for owner, form in ((spectral.FftConvolution, "__call__"), (hifigan.SpectralConvolution, "__call__")):
+        original = getattr(owner, form)
+        monkeypatch.setattr(owner, form, lambda self, x, _run=original, _name=owner.__name__: used.append(_name)
+                            or _run(self, x))
+    expected_content, expected_wave = encoder.encode([wave])[0], vocoder.synthesise(item)[0]
+    assert {"FftConvolution", "SpectralConvolution"} <= set(used)  # the CPU form uses both
+    direct_encoder = prepared_for_device(encoder, "cuda", move=False)
+    direct = Vocoder(prepared_for_device(vocoder.generator, "cuda", move=False), vocoder.layout)
+    hifigan.plan_spectral_convolutions(direct.generator)
+    assert not any(conv in hifigan.spectral_convolutions for conv in direct.generator.modules())
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a CPU-only form ran")
+
+    for name in ("conv2d", "conv_transpose2d"):
+        monkeypatch.setattr(hifigan.F, name, refused)
+    monkeypatch.setattr(spectral.FftConvolution, "__call__", refused)
+    monkeypatch.setattr(hifigan.SpectralConvolution, "__call__", refused)
+    np.testing.assert_allclose(encode_on_device(direct_encoder, [wave])[0], expected_content, atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(direct.synthesise(item)[0], expected_wave, atol=1e-5)
+    with torch.inference_mode():
+        direct_encoder(torch.from_numpy(wave)[None])  # even one utterance on its own: no FFT form
+    with pytest.raises(AssertionError, match="CPU-only form"):
+        vocoder.synthesise(item)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_device_paths_queue_every_group_before_reading_a_result(tiny_ssl_sas, monkeypatch):
+    """No host wait inside the batch loop: every padded group is queued on the device before the first
+    result is copied back (a copy to the host waits for the device)."""
+    events = []
+    content = load_model("ssl-sas", "content", device="cpu:0")
+    speaker = load_model("ssl-sas", "speaker", device="cpu:0")
+    vocoder = load_model("ssl-sas", "vocoder", device="cpu:0")
+    for model, method in ((content, "forward_batch"), (speaker, "forward_padded"), (vocoder.generator, "forward")):
+        original = getattr(model, method)
+        monkeypatch.setattr(model, method, lambda *args, _run=original, **kwargs: events.append("run")
+                            or _run(*args, **kwargs))
+    copy_back = torch.Tensor.cpu
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: events.append("read") or copy_back(self, *a, **k))
+    waves = [voiced(seconds, seed) for seed, seconds in enumerate((0.3, 0.9, 0.35, 0.8, 0.5))]
+    encoded = encode_on_device(content, waves)
+    items = [(torch.from_numpy(c), torch.full((2 * len(c),), 110.0), torch.zeros(vocoder.layout.speaker_dim))
+             for c in encoded]
+    for run in (lambda: encode_on_device(content, waves), lambda: speaker.embed_on_device(waves),
+                lambda: vocoder.synthesise(items)):
+        events.clear()
+        run()
+        runs = events.count("run")
+        assert runs >= 2 and events == ["run"] * runs + ["read"] * (len(events) - runs), events
+
+
+def test_padded_shapes_come_from_a_grid():
+    from voxanon.models.precision import device_groups, padded_length, padded_rows
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(16000, 35 * 16000, size=2000)
+    padded = {padded_length(int(n), 320) for n in lengths}
+    assert all(p % 320 == 0 for p in padded) and len(padded) <= 45   # about 8 lengths per octave
+    assert all(int(n) <= padded_length(int(n), 320) <= 1.125 * n + 320 for n in lengths)
+    assert [padded_rows(n) for n in range(1, 13)] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12]
+    assert padded_rows(33) == 48 and padded_rows(48) == 48 and padded_rows(49) == 64
+    groups = device_groups([100, 400, 390, 120, 380, 110, 395], max_items=3)
+    assert [(g.indices, g.length, g.rows) for g in groups] == [([1, 6, 2], 416, 3), ([4], 384, 1),
+                                                               ([3, 5, 0], 120, 3)]
+    assert device_groups([100] * 5, max_items=4)[1].rows == 1 and device_groups([100] * 5)[0].rows == 6
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_batched_speaker_vectors_equal_one_at_a_time(tiny_ssl_sas):
+    speaker = load_model("ssl-sas", "speaker")
+    waves = [voiced(seconds, seed) for seed, seconds in enumerate((0.9, 0.5, 0.88, 0.3))]
+    alone = speaker.embed(waves)
+    on_device = load_model("ssl-sas", "speaker", device="cpu:0")
+    for max_items in (None, 3):
+        np.testing.assert_allclose(on_device.embed_on_device(waves, max_items=max_items), alone, atol=1e-5, rtol=1e-4)
+    # Without each item's own frames (reflection at its own end, its own means and attention), padding would show.
+    padded = torch.zeros(2, len(waves[0]))
+    padded[0], padded[1, :len(waves[3])] = torch.from_numpy(waves[0]), torch.from_numpy(waves[3])
+    with torch.inference_mode():
+        assert not np.allclose(speaker(padded)[1].numpy(), alone[3], atol=1e-3)
 
 
 @pytest.mark.usefixtures("one_torch_thread")
