@@ -128,6 +128,31 @@ def check_wav(path: str | os.PathLike, sample_rate: int, n_samples: int | None =
             and info.frames > 0 and (n_samples is None or info.frames == n_samples))
 
 
+def pcm16_data_offset(path: str | os.PathLike) -> int | None:
+    """Where the samples of a RIFF/WAVE file of 16-bit PCM (format 1, or WAVE_FORMAT_EXTENSIBLE with the PCM
+    sub-format) start, in bytes from the file's start; None for any other file. From there on the file holds
+    the samples as little-endian int16, interleaved, so a reader can take any span as bytes, decoding nothing."""
+    with open(path, "rb") as stream:
+        head = stream.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:] != b"WAVE":
+            return None
+        pcm16 = False
+        while len(chunk := stream.read(8)) == 8:
+            name, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+            if name == b"data":
+                return stream.tell() if pcm16 else None
+            if name == b"fmt ":
+                fmt = stream.read(size)
+                tag = int.from_bytes(fmt[:2], "little")
+                if tag == 0xFFFE and len(fmt) >= 26:
+                    tag = int.from_bytes(fmt[24:26], "little")  # the sub-format GUID's first field
+                pcm16 = len(fmt) >= 16 and tag == 1 and int.from_bytes(fmt[14:16], "little") == 16
+                stream.seek(size % 2, os.SEEK_CUR)
+            else:
+                stream.seek(size + size % 2, os.SEEK_CUR)  # chunks are padded to an even size
+    return None
+
+
 def normalise_loudness(samples: np.ndarray, sample_rate: int, target_lufs: float) -> np.ndarray:
     """Loudness to ``target_lufs`` (ITU-R BS.1770), then peak-normalised if that would clip (VPC 2024)."""
     import pyloudnorm
