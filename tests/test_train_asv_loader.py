@@ -31,10 +31,12 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def formats(tmp_path_factory):
-    """One speaker per storage form: 16-bit WAV and FLAC, float WAV, 24-bit WAV, stereo 16-bit WAV, 22.05 kHz WAV."""
+    """One speaker per storage form: 16-bit WAV (plain, extensible, with a chunk before the samples) and FLAC,
+    float WAV, 24-bit WAV, stereo 16-bit WAV, 22.05 kHz WAV."""
     root = tmp_path_factory.mktemp("formats")
     rng = np.random.default_rng(7)
-    forms = {"wav16": ("WAV", "PCM_16", 16000, 1), "flac16": ("FLAC", "PCM_16", 16000, 1),
+    forms = {"wav16": ("WAV", "PCM_16", 16000, 1), "wavex16": ("WAVEX", "PCM_16", 16000, 1),
+             "listwav16": ("WAV", "PCM_16", 16000, 1), "flac16": ("FLAC", "PCM_16", 16000, 1),
              "float": ("WAV", "FLOAT", 16000, 1), "wav24": ("WAV", "PCM_24", 16000, 1),
              "stereo": ("WAV", "PCM_16", 16000, 2), "rate22k": ("WAV", "PCM_16", 22050, 1)}
     wav, utt2spk = {}, {}
@@ -44,6 +46,10 @@ def formats(tmp_path_factory):
             samples[:4, 0] = [-1.0, 1.0 - 2 ** -15, 0.0, -2 ** -15]  # the extremes of 16-bit PCM
             path = root / f"{speaker}-{n}.{container.lower()}"
             soundfile.write(path, samples if channels > 1 else samples[:, 0], rate, subtype=subtype, format=container)
+            if speaker == "listwav16":  # a LIST chunk of odd size (padded) between "fmt " and "data"
+                audio = path.read_bytes()
+                at = audio.index(b"data")
+                path.write_bytes(audio[:at] + b"LIST\x05\x00\x00\x00INFOx\x00" + audio[at:])
             wav[f"{speaker}-{n}"], utt2spk[f"{speaker}-{n}"] = str(path), speaker
     return DataDir(name="formats", wav=wav, utt2spk=utt2spk, path=root)
 
@@ -64,10 +70,12 @@ def test_batches_are_int16_pcm_where_every_item_is_and_exactly_the_float_samples
     data = prepare_training_data(read_training_sets([formats]), h, progress=False)
     items = data.train + data.valid
     by_speaker = {i.speaker: k for k, i in enumerate(items)}
-    assert {i.speaker for i in items if i.pcm16} == {"wav16", "flac16", "stereo"}
+    assert {i.speaker for i in items if i.pcm16} == {"wav16", "wavex16", "listwav16", "flac16", "stereo"}
+    assert {i.speaker for i in items if i.data_offset >= 0} == {"wav16", "wavex16", "listwav16"}
     dataset = ChunkBatches({"train": items}, {"train": np.arange(len(items))}, CHUNK, 16000, False)
-    starts = {"wav16": 0, "flac16": 9000, "float": 100, "wav24": 5, "stereo": 1234, "rate22k": 35200 - CHUNK + 1}
-    pcm = [(by_speaker[s], starts[s]) for s in ("wav16", "flac16")]
+    starts = {"wav16": 0, "wavex16": 11, "listwav16": 35200 - CHUNK, "flac16": 9000, "float": 100, "wav24": 5,
+              "stereo": 1234, "rate22k": 35200 - CHUNK + 1}
+    pcm = [(by_speaker[s], starts[s]) for s in ("wav16", "wavex16", "listwav16", "flac16")]
     waves, labels = dataset[("train", pcm)]
     assert waves.dtype == torch.int16 and labels.tolist() == [i for i, _ in pcm]
     mixed = [(by_speaker[s], start) for s, start in starts.items()]

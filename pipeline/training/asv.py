@@ -12,19 +12,35 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
   ``spk-chapter-utt`` is ``spk-chapter``; ids with fewer than three ``-`` fields make one
   session per speaker. Every draw is seeded by (seed, speaker), so adding a set does not
   change what was drawn for the others;
-* validation: ``round(valid_ratio * n)`` (at most n - 1) of each speaker's selected utterances
-  are held out; each epoch reports their classification loss and accuracy (the challenge
-  splits its shuffled list 90/10 overall; a per-speaker split makes every held-out utterance
-  one of a trained speaker);
+* validation: ``round(valid_ratio * total)`` whole utterances are held out, as the challenge's
+  90/10 split of its shuffled list, but shared over the speakers in proportion to their
+  utterances (largest remainders, ties in a seeded order) and never a speaker's last one, so that
+  every held-out utterance is one of a trained speaker (:func:`validation_counts`); each epoch
+  reports their classification loss and accuracy. With few utterances per speaker this still
+  holds some out (rounding each speaker's share would hold out none); where it cannot give what
+  ``valid_ratio`` asks (speakers of a single utterance), a warning says so and ``training.json``'s
+  ``validation`` records how many were held out, and why fewer ("status": "partial" or "off");
 * chunks: each epoch visits every training utterance once, in a seeded order, as one random
   ``sentence_len`` chunk (the order and chunk starts depend only on the seed and the epoch);
   validation chunks are drawn once per utterance. Utterances shorter than a chunk are not
   used (the challenge's code fails on them); they are listed in ``skipped.txt``. A speaker
-  left with no usable utterance, or fewer than two speakers, is an error;
+  left with no usable utterance is an error, unless ``drop_short_speakers`` (then it is left
+  out, with one warning line naming each, and recorded in ``training.json``'s
+  ``dropped_speakers``); fewer than two speakers is an error;
+* bad audio: a missing or unreadable file is an error listing every one; ``allow_missing``
+  (``--allow-missing``) trains without them instead, listed in a warning, ``skipped.txt`` and
+  ``training.json``'s ``unreadable_utterances`` (a speaker left with none is dropped);
 * optimisation: Adam with speechbrain's triangular ``CyclicLRScheduler`` stepped before each
   optimiser step (batch k is taken with ``lr(k)``), batches of ``batch_size`` (the last one of
   an epoch may be smaller, as speechbrain's loader keeps it; a last batch of one utterance joins
   the one before, since ECAPA's batch norm after pooling cannot train on a single item).
+
+Loading keeps up with a GPU step (``benchmarks/train_asv.py``): each audio header is read once, at
+the scan; a chunk of a mono 16-bit WAV file is read as its bytes, other files through libsndfile
+from the chunk's offset; batches of 16-bit PCM travel as int16 (half the bytes; the device makes
+them float, exactly libsndfile's values) and are assembled in shared memory by loader processes
+that persist across epochs; the Fbank and normalisation run on the device; the loss and accuracy
+sums stay there, so no step waits for the one before.
 
 Output folder (speechbrain's ``EncoderClassifier`` layout; voxanon loads it as ``ecapa:DIR``):
 ``hyperparams.yaml``, ``embedding_model.ckpt``, ``classifier.ckpt``, ``label_encoder.txt``
@@ -32,7 +48,8 @@ Output folder (speechbrain's ``EncoderClassifier`` layout; voxanon loads it as `
 for), ``training.json`` (settings, the training data's identity including each set's
 anonymisation system and ``config_hash`` from its ``run.json``, selection counts, per-epoch
 metrics; ``"status": "complete"`` once the model files are final), ``train_log.txt``,
-``skipped.txt`` and ``checkpoints/``.
+``skipped.txt`` and ``checkpoints/``. A folder that already holds the finished model for the same
+settings and data is left as it is (:func:`finished_attacker`), before any audio is read.
 
 Checkpoints (one file, written atomically, the previous one removed afterwards) hold the
 network, optimiser, gradient scaler, step and epoch counters, the position in the epoch, the
@@ -48,6 +65,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,10 +193,12 @@ class TrainingUtterance:
     is_pipe: bool
     samples: int       # length at 16 kHz
     # What the chunk reader needs from the header, read once at the scan: the file's rate and channels (0 for a
-    # ``command |`` entry, decoded whole), and whether it is 16-bit PCM (read as int16, exactly).
+    # ``command |`` entry, decoded whole), whether it is 16-bit PCM (read as int16, exactly) and, for a mono
+    # 16-bit WAV file, where its samples start (their bytes are read as they are; -1 otherwise).
     file_rate: int = 0
     channels: int = 0
     pcm16: bool = False
+    data_offset: int = -1
 
     @property
     def seekable(self) -> bool:
@@ -212,7 +232,7 @@ def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: 
     """The utterance with its length at ``sample_rate`` and its header's facts; an AudioError when unreadable."""
     import soundfile
 
-    from voxanon.data_prep.audio import AudioError, load_audio
+    from voxanon.data_prep.audio import AudioError, load_audio, pcm16_data_offset
 
     speaker = data.utt2spk[utt]
     if data.is_pipe(utt):
@@ -229,8 +249,11 @@ def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: 
     if info.samplerate != sample_rate:  # decoded whole and resampled at each chunk
         return TrainingUtterance(utt, speaker, data.name, str(path), False,
                                  int(info.frames * sample_rate / info.samplerate))
+    pcm16 = info.subtype == "PCM_16"
+    raw = pcm16 and info.channels == 1 and sys.byteorder == "little" and info.format in ("WAV", "WAVEX")
+    offset = pcm16_data_offset(path) if raw else None
     return TrainingUtterance(utt, speaker, data.name, str(path), False, info.frames, info.samplerate, info.channels,
-                             info.subtype == "PCM_16")
+                             pcm16, -1 if offset is None else offset)
 
 
 def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, progress: bool,
@@ -450,13 +473,20 @@ def chunk_samples(h: dict) -> int:
 def read_chunk_into(row: np.ndarray, item: TrainingUtterance, start: int, sample_rate: int,
                     allow_pipes: bool) -> None:
     """``len(row)`` samples of the utterance from ``start`` into ``row`` (16 kHz mono; int16 for a
-    :attr:`TrainingUtterance.pcm16` item into an int16 row, float32 otherwise); only that span is decoded when
-    the file is at the rate. Samples past the end (a resampled length can fall a sample short of the header's
-    estimate) are zero."""
+    :attr:`TrainingUtterance.pcm16` item into an int16 row, float32 otherwise). Only that span is read when the
+    file is at the rate: a mono 16-bit WAV file's bytes as they are (libsndfile's values, without its opening,
+    seeking and converting, which cost three times the read), others through libsndfile. Samples past the end
+    (a resampled length can fall a sample short of the header's estimate) are zero."""
     import soundfile
 
     from voxanon.data_prep.audio import load_audio
 
+    if item.data_offset >= 0 and row.dtype == np.int16:
+        with open(item.source, "rb", buffering=0) as stream:
+            stream.seek(item.data_offset + 2 * start)
+            read = stream.readinto(row.view(np.uint8)) // 2
+        row[read:] = 0
+        return
     if item.seekable:
         with soundfile.SoundFile(item.source) as audio:
             audio.seek(start)
@@ -545,7 +575,8 @@ def default_workers(device) -> int:
     core to the training process."""
     if device.type == "cpu":
         return 0
-    return min(8, max(1, len(os.sched_getaffinity(0)) - 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(8, max(1, cores - 1))
 
 
 # Training ------------------------------------------------------------------------------------------
