@@ -50,7 +50,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxanon.models.hubert import HubertBackbone, HubertBackboneConfig, batch_hubert_features
-from voxanon.models.precision import float32_normalisations, length_groups
 
 FRONT_ENDS = ("wav2vec2", "fbank")
 BYPASS_SCALE = 0.66
@@ -129,15 +128,18 @@ class NaturalAffine(nn.Module):
         return x.matmul(self.weight.t()) + self.bias
 
 
-class OrthonormalLinear(nn.Module):
-    """The semi-orthogonal projection (the constraint is a training-time update: at inference it is affine)."""
+class Nested(nn.Module):
+    """One module under a fixed attribute name, run as it is: SA-toolkit's ``OrthonormalLinear`` (``inner_nat``,
+    whose semi-orthogonal constraint is a training-time update, so that it is affine at inference) and
+    ``VQLayer`` (``quant``) nest their one child so, and their state-dict keys with it."""
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, name: str, child: nn.Module):
         super().__init__()
-        self.inner_nat = NaturalAffine(in_dim, out_dim)
+        self.child_name = name
+        self.add_module(name, child)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner_nat(x)
+        return self._modules[self.child_name](x)
 
 
 class VectorQuantizer(nn.Module):
@@ -159,17 +161,6 @@ class VectorQuantizer(nn.Module):
         return self._embedding.weight[self.codes(x)]
 
 
-class VqBottleneck(nn.Module):
-    """SA-toolkit's ``VQLayer`` wrapper (keys ``bottleneck_func.quant._embedding.weight``)."""
-
-    def __init__(self, codebook_size: int, dim: int):
-        super().__init__()
-        self.quant = VectorQuantizer(codebook_size, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.quant(x)
-
-
 class Tdnnf(nn.Module):
     """One factorised TDNN layer (``satools.chain.nn.TDNNF``): splice, project to the bottleneck, (quantise),
     project back, add the bypass. ``bottleneck_only``: the layer BN features are taken from, up to its
@@ -180,8 +171,8 @@ class Tdnnf(nn.Module):
         super().__init__()
         self.context, self.subsampling, self.bottleneck_only = context, subsampling, bottleneck_only
         if codebook_size is not None:
-            self.bottleneck_func = VqBottleneck(codebook_size, bottleneck_dim)
-        self.linearB = OrthonormalLinear(in_dim * context, bottleneck_dim)
+            self.bottleneck_func = Nested("quant", VectorQuantizer(codebook_size, bottleneck_dim))
+        self.linearB = Nested("inner_nat", NaturalAffine(in_dim * context, bottleneck_dim))
         if not bottleneck_only:
             self.linearA = nn.Linear(bottleneck_dim, out_dim)
         self.bypass = bypass and in_dim == out_dim and not bottleneck_only
@@ -255,10 +246,38 @@ class AsrBnExtractor(nn.Module):
             bypass=False, codebook_size=config.codebook_size, bottleneck_only=True)
         self.eval()
 
+    def for_device(self, device: str, dtype: torch.dtype = torch.float32) -> "AsrBnExtractor":
+        """This extractor in its form for ``device`` (:func:`~voxanon.models.precision.prepared_for_device`):
+        the wav2vec2 front end's weights in ``dtype`` (on the CPU a copy run under autocast, elsewhere the
+        direct form), the TDNN-F layers and the quantiser in float32, as SA-toolkit casts the front end's
+        output back to float32. ``self`` is unchanged."""
+        import copy
+
+        from voxanon.models.precision import prepared_for_device
+
+        prepared = copy.copy(self)  # a new module whose children are replaced below
+        prepared._modules = {name: prepared_for_device(child, device, dtype) if name == "preprocessor" else
+                             copy.deepcopy(child).to(device) for name, child in self._modules.items()}
+        return prepared.eval()
+
+    def _front_end_precision(self):
+        """CPU autocast for a lower-precision copy of the wav2vec2 front end (norms in float32), else nothing."""
+        from voxanon.models.precision import float32_normalisations, model_dtype
+
+        if self.config.wav2vec2 is None or model_dtype(self.preprocessor) == torch.float32 or \
+                next(self.preprocessor.parameters()).device.type != "cpu" or \
+                not getattr(self.preprocessor.encoder.pos_conv_embed, "cpu_forms", True):
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast("cpu", dtype=model_dtype(self.preprocessor)))
+        stack.enter_context(float32_normalisations(self.preprocessor))
+        return stack
+
     def front_end(self, wave: torch.Tensor) -> torch.Tensor:
-        """(samples,) -> (frames, input_dim): the TDNN-F stack's input for one utterance."""
+        """(samples,) -> (frames, input_dim) float32: the TDNN-F stack's input for one utterance."""
         if self.config.wav2vec2 is not None:
-            features = self.preprocessor(wave[None])[0].float()
+            with self._front_end_precision():
+                features = self.preprocessor(wave[None])[0].float()
             return torch.cat([features, features[-1:]])
         energies = kaldi_fbank(wave.float(), self.config.fbank_bins)
         return energies - energies.mean(0)
@@ -282,36 +301,37 @@ class AsrBnExtractor(nn.Module):
     @torch.inference_mode()
     def extract(self, waves: list[np.ndarray]) -> list[np.ndarray]:
         """Float32 BN features per utterance, one utterance at a time (the CPU path)."""
-        return [self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))).numpy() for w in waves]
+        device = next(self.parameters()).device
+        return [self(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(device)).cpu().numpy()
+                for w in waves]
 
     @torch.inference_mode()
-    def extract_batch(self, waves: list[np.ndarray], dtype: torch.dtype = torch.float32,
-                      max_items: int | None = None) -> list[np.ndarray]:
-        """Float32 BN features per utterance on whatever device the extractor is on (the GPU path; on CPU the
-        same values, which is how it is tested). wav2vec2 runs groups of similar length
-        (:func:`~voxanon.models.precision.length_groups`, at most ``max_items`` each) as padded, masked
-        batches (:func:`~voxanon.models.hubert.batch_hubert_features`), under ``dtype`` autocast with its
-        norms in float32 where ``dtype`` is not float32 (SA-toolkit runs it under float16 autocast on CUDA);
-        the filterbanks and the TDNN-F layers, a small part of the work, run per utterance in float32."""
-        device = next(self.parameters()).device
-        tensors = [torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(device) for w in waves]
-        short = [i for i, t in enumerate(tensors) if t.shape[0] < MIN_SAMPLES]
+    def extract_batch(self, waves: list[np.ndarray], max_items: int | None = None) -> list[np.ndarray]:
+        """Float32 BN features per utterance from an extractor prepared for its device (:meth:`for_device`):
+        the GPU path (on the CPU the same values, which is how it is tested). wav2vec2 runs groups of similar
+        length (:func:`~voxanon.models.precision.device_groups`, at most ``max_items`` each, padded to the
+        grid's shapes) as padded, masked batches (:func:`~voxanon.models.hubert.batch_hubert_features`) in its
+        weights' precision; the filterbanks and the TDNN-F layers, a small part of the work, run per
+        utterance in float32."""
+        from voxanon.models.precision import device_groups, to_device
+
+        short = [i for i, w in enumerate(waves) if len(w) < MIN_SAMPLES]
         if short:
             raise ValueError(f"the BN extractor needs at least {MIN_SAMPLES} samples per utterance; item(s) {short} "
                              "are shorter")
+        device = next(self.parameters()).device
         if self.config.wav2vec2 is None:
-            return [self.tdnnf(self.front_end(t)).cpu().numpy() for t in tensors]
+            return self.extract(waves)
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(waves)
-        lower_precision = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
-                           else contextlib.nullcontext())
-        for group in length_groups([t.shape[0] for t in tensors], max_items):
-            lengths = torch.tensor([tensors[i].shape[0] for i in group], device=device)
-            padded = torch.zeros(len(group), int(lengths.max()), device=device)
-            for row, i in enumerate(group):
-                padded[row, :tensors[i].shape[0]] = tensors[i]
-            with lower_precision, float32_normalisations(self.preprocessor):
-                features, frames = batch_hubert_features(self.preprocessor, padded, lengths)
-            for row, i in enumerate(group):
+        for group in device_groups([len(w) for w in waves], max_items):
+            padded = torch.zeros(group.rows, group.length)
+            lengths = torch.full((group.rows,), group.length)  # padding rows: silence of the full length
+            for row, i in enumerate(group.indices):
+                padded[row, :len(waves[i])] = torch.from_numpy(np.asarray(waves[i], dtype=np.float32))
+                lengths[row] = len(waves[i])
+            features, frames = batch_hubert_features(self.preprocessor, to_device(padded, device),
+                                                     to_device(lengths, device))
+            for row, i in enumerate(group.indices):
                 valid = features[row, :int(frames[row])].float()
                 outputs[i] = self.tdnnf(torch.cat([valid, valid[-1:]])).cpu().numpy()
         return outputs

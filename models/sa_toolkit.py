@@ -455,14 +455,25 @@ def random_sa_toolkit(tag: str, size: str = "full", seed: int = 0) -> tuple[dict
         speakers = random_speakers(RANDOM_SPEAKERS[size])
         settings = generator_config(asr.bn_dim, len(speakers),
                                     **({} if size == "full" else {"upsample_initial_channel": 32}))
-        generator = CoreHifiGan(settings)
-        with torch.no_grad():
-            for module in generator.modules():
-                if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
-                    module.weight.normal_(0.0, 0.01)  # SA-toolkit's init_weights
-        components["generator"] = generator.state_dict()
+        components["generator"] = _signal_preserving(CoreHifiGan(settings)).state_dict()
         config.update(kind="converter", generator=settings.to_dict(), speakers=speakers, f0=dict(F0_SETTINGS))
     return components, config
+
+
+def _signal_preserving(generator):
+    """Random convolution weights of variance 1 / fan-in (transposed ones: stride / fan-in) and zero biases. With
+    PyTorch's initialisation the activations fade layer after layer and a random converter outputs
+    tanh(conv_post's bias), the same constant for every input."""
+    import torch
+
+    with torch.no_grad():
+        for module in generator.modules():
+            if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
+                fan_in = module.in_channels * module.kernel_size[0]
+                scale = module.stride[0] if isinstance(module, torch.nn.ConvTranspose1d) else 1
+                module.weight.normal_(0.0, (scale / fan_in) ** 0.5)
+                module.bias.zero_()
+    return generator
 
 
 # Loading an installed set ----------------------------------------------------------------------------------
@@ -477,9 +488,9 @@ def load_extractor(model_set):
     return built_with_weights(lambda: AsrBnExtractor(config), model_set.tensors("extractor"))
 
 
-def load_converter(model_set):
+def load_converter(model_set, cpu_plans: bool = True):
     """(the set's :class:`~voxanon.models.hifigan.Vocoder` with a :class:`~voxanon.models.core_hifigan.CoreHifiGan`,
-    its sorted target speakers)."""
+    its sorted target speakers); ``cpu_plans``: the spectral convolutions of CPU synthesis planned here."""
     from voxanon.models.core_hifigan import CoreHifiGan, conditioning_layout
     from voxanon.models.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
     from voxanon.models.precision import built_with_weights
@@ -490,7 +501,8 @@ def load_converter(model_set):
                            ", not an anonymisation model: import a hifigan_bn_* tag")
     settings = GeneratorConfig.from_dict(model_set.config["generator"])
     generator = built_with_weights(lambda: CoreHifiGan(settings), model_set.tensors("generator"))
-    plan_spectral_convolutions(generator)  # here, so that forked workers share them
+    if cpu_plans:
+        plan_spectral_convolutions(generator)  # here, so that forked workers share them
     speakers = list(model_set.config["speakers"])
     bn_dim = int(model_set.config["extractor"]["bn_dim"])
     return Vocoder(generator, conditioning_layout(bn_dim, len(speakers))), speakers
