@@ -249,3 +249,82 @@ def test_the_command_line_starts_without_ray():
     code = ("import sys; from voxanon.pipeline.cli import build_parser; build_parser(); "
             "sys.exit(1 if 'ray' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _counting_worker(label: str):
+    """A work function that says which actor process ran it and how often that process built one (counted
+    in its environment: this function travels by value, without module state of its own)."""
+    os.environ["VOXANON_TEST_BUILT"] = str(int(os.environ.get("VOXANON_TEST_BUILT", "0")) + 1)
+    return lambda batch: [(os.getpid(), label, int(os.environ["VOXANON_TEST_BUILT"])) for _ in batch]
+
+
+def test_one_actor_pool_serves_every_call_of_a_command(cluster, monkeypatch):
+    """evaluate and benchmark call map_batches per set and side: the actors, and what they built, stay."""
+    from functools import partial
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the actors cannot import this test module
+    backend = RayBackend(RayOptions(address=cluster.address, workers=2))
+    batches = [[i] for i in range(6)]
+
+    def run(label: str) -> list:
+        return [r for _, results, error in backend.map_batches(partial(_counting_worker, label), batches)
+                for r in results]
+    try:
+        first, again, other = run("asv"), run("asv"), run("asr")
+    finally:
+        backend.close()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    runs = first + again + other
+    assert len({pid for pid, _, _ in runs}) <= 2, "no actor started for a later call"
+    for pid in {pid for pid, _, _ in runs}:   # each work function built once per actor, for all its calls
+        built = {label: {b for p, lab, b in runs if p == pid and lab == label} for label in ("asv", "asr")}
+        assert all(len(values) <= 1 for values in built.values()), built
+
+
+@pytest.fixture(scope="module")
+def tiny_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("raymodels")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXANON_HOME", str(home))
+        assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    return home
+
+
+ON_CPU_DEVICE = ["--set", "content.device=cpu:0", "--set", "speaker.device=cpu:0", "--set", "vocoder.device=cpu:0",
+                 "--set", "batch_seconds=3"]
+
+
+def test_streaming_under_ray_gives_the_local_bytes(cluster, tiny_home, tmp_path, monkeypatch):
+    """CPU actors load, prepare and write; a device actor runs the model stages, on the same planned batches."""
+    monkeypatch.setenv("VOXANON_HOME", str(tiny_home))
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.6)
+    common = ["anonymise", "--system", "resynth", "--data", str(data.path), "--quiet", *ON_CPU_DEVICE]
+    assert main(common + ["--out", str(tmp_path / "local"), "--workers", "2"]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
+                          "--workers", "2"]) == 0
+    assert _files(tmp_path / "ray" / "toy_resynth") == _files(tmp_path / "local" / "toy_resynth")
+    executor = json.loads((tmp_path / "ray" / "toy_resynth" / RUN_MANIFEST).read_text())["executor"]
+    assert executor["kind"] == "streaming" and executor["device_workers"] == 1 and executor["cpu_workers"] == 2
+    assert executor["device_batches"] > 1
+
+
+@pytest.mark.parametrize("case", ["truncated", "truncated-streaming", "cuda"])
+def test_a_model_fault_under_ray_stops_once(case, cluster, tiny_home, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    subprocess.run(["cp", "-r", str(tiny_home), str(home)], check=True)
+    content = home / "models" / "ssl-sas" / "content.safetensors"
+    if case.startswith("truncated"):
+        content.write_bytes(content.read_bytes()[:content.stat().st_size // 2])
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=0.5)
+    extra = {"truncated": [], "truncated-streaming": ON_CPU_DEVICE, "cuda": ["--device", "cuda"]}[case]
+    code = main(["anonymise", "--system", "resynth", "--data", str(data.path), "--out", str(tmp_path / "out"),
+                 "--quiet", "--backend", "ray", "--ray-address", cluster.address, "--workers", "2", *extra])
+    assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line or "FAILED" in line]
+    words = ["has no GPU"] if case == "cuda" else ["content.safetensors", "stage 'content'"]
+    assert len(errors) == 1 and all(word in errors[0] for word in words), errors
+    out = tmp_path / "out" / "toy_resynth"
+    assert not list(out.rglob("*.wav")) and not (out / FAILURES).exists()

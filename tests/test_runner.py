@@ -1,6 +1,7 @@
 """The batch runner: resume after a kill, determinism, failures, manifest."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -249,3 +250,78 @@ def test_the_head_start_prepares_utterances_while_the_models_load(tmp_path, monk
     assert [(f.utt, f.failed_stage) for f in two.failures] == [(f.utt, f.failed_stage) for f in one.failures] \
         == [("spk0-bad", "load")]
     assert _outputs(tmp_path / "two") == _outputs(tmp_path / "one")
+
+
+class _MisreportingBackend:
+    """A backend that gives the first utterance's outcome back twice, or leaves the last one out."""
+    name = "misreporting"
+
+    def __init__(self, fault: str):
+        self.fault = fault
+
+    def describe(self) -> dict:
+        return {"name": self.name, "workers": 1}
+
+    def check_devices(self, system, streaming) -> None:
+        pass
+
+    def outcomes(self, system, batches, allow_pipes, output_dir, streaming=None):
+        from voxanon.pipeline.runner import process_jobs
+
+        outcomes = [o for batch in batches for o in process_jobs(system, batch, allow_pipes)]
+        reported = outcomes + outcomes[:1] if self.fault == "twice" else outcomes[:-1]
+        return contextlib.closing(batch for batch in [reported])
+
+
+@pytest.mark.parametrize("fault, message", [("twice", "has returned before"), ("never", "returned no outcome")])
+def test_a_backend_that_reports_an_utterance_twice_or_never_is_caught(fault, message, tmp_path):
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=3, seconds=0.3)
+    with pytest.raises(RuntimeError, match=message):
+        anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False,
+                      backend=_MisreportingBackend(fault))
+    # What was reported before the fault is journaled: a rerun resumes it.
+    assert len((tmp_path / "out" / JOURNAL).read_text().splitlines()) in (2, 3)
+
+
+def test_a_crash_before_the_outcomes_are_read_leaves_no_worker(tmp_path, monkeypatch):
+    """The pool starts before the progress bar (which starts a thread); a failure between the two ends the
+    pool's workers at once instead of leaving them until the process exits."""
+    import multiprocessing
+
+    from voxanon.pipeline import runner
+
+    before = set(multiprocessing.active_children())
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.3)
+    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+
+    def no_terminal(*args, **kwargs):
+        raise OSError("no terminal")
+
+    monkeypatch.setattr(runner, "tqdm", no_terminal)
+    with pytest.raises(OSError, match="no terminal"):
+        anonymise_set(data, load_system_config("b2"), tmp_path / "out", workers=2, progress=False)
+    assert set(multiprocessing.active_children()) <= before
+
+
+def test_spawned_workers_set_their_library_variables_in_their_own_process(monkeypatch):
+    """torch reads the thread variables at import and THP_MEM_ALLOC_ENABLE at its first large allocation:
+    a spawned worker sets them itself, before anything loads, and the parent's environment is untouched."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from voxanon.pipeline import runner
+
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=runner._init_spawned_worker,
+                             initargs=(load_system_config("b2"), False)) as pool:
+        seen = pool.submit(_library_settings).result()
+    assert seen == {"THP_MEM_ALLOC_ENABLE": "1", "OMP_NUM_THREADS": "1", "torch_threads": 1}
+    assert "THP_MEM_ALLOC_ENABLE" not in os.environ and os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def _library_settings() -> dict:
+    import torch
+
+    return {"THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads()}

@@ -1,0 +1,222 @@
+"""The streaming executor on the CPU: its "device" process runs the device code path on ``cpu:0``.
+
+``cpu:0`` runs exactly what a GPU runs (padded device batches through ``encode_on_device`` and
+``synthesise_padded``), whose outputs differ from one utterance at a time by float rounding, so these
+tests see whether the device batches, and with them the bytes, depend on the worker count, the queue
+timing or a resume. The models are the tiny random sets of ``tests/test_neural_systems.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from conftest import make_corpus
+from test_neural_systems import SMALL_POOL, installed_home  # noqa: F401  (fixture)
+from voxanon.pipeline import runner, streaming
+from voxanon.pipeline.cli import main
+from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, Job, anonymise_set
+from voxanon.pipeline.systems import device_overrides, load_system_config
+
+RUN_FILES = (JOURNAL, RUN_MANIFEST)
+
+
+def _overrides(system: str, home: Path, device: str | None, batch_seconds: float = 7.0) -> list[str]:
+    """The system on ``device`` (None: the recipe's CPU), with small-pool settings and a shared F0 cache."""
+    overrides = [f"f0.cache_dir={home / 'f0-cache'}", f"batch_seconds={batch_seconds}"]
+    if system == "b1":
+        overrides += SMALL_POOL[1::2]
+    config = load_system_config(system, overrides)
+    return overrides + (device_overrides(config, device) if device else [])
+
+
+def _files(out_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out_dir)): p.read_bytes() for p in sorted(out_dir.rglob("*"))
+            if p.is_file() and p.name not in RUN_FILES}
+
+
+def _jittered_loads(monkeypatch, seed: int) -> None:
+    """Each load in the CPU lane (forked from here) sleeps 0-40 ms, differently for each run and worker."""
+    load = runner._load
+
+    def jittered(system, job, allow_pipes):
+        time.sleep(hash((seed, os.getpid(), job.utt)) % 41 / 1000)
+        return load(system, job, allow_pipes)
+
+    monkeypatch.setattr(runner, "_load", jittered)
+
+
+@pytest.fixture
+def home(installed_home, monkeypatch):  # noqa: F811  (the imported fixture)
+    home, data = installed_home
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # The CPU lane is forked (so that it sees the jitter) however many threads earlier tests left.
+    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    return home, data
+
+
+def test_device_batches_are_planned_from_the_job_list_alone():
+    seconds = {"a": 4.0, "b": 3.9, "c": 3.0, "d": 2.9, "e": 2.9, "f": 1.0, "g": 4.0}
+    jobs = [Job(utt, "s", None, f"{utt}.wav", f"out/{utt}.wav", length) for utt, length in seconds.items()]
+    jobs.append(Job("pipe", "s", None, "sox x.wav -t wav - |", "out/pipe.wav"))
+    plan = streaming.plan_batches(jobs, batch_seconds=9.0)
+    assert [[job.utt for job in batch] for batch in plan] == [["a", "g"], ["b", "c"], ["d", "e"], ["f"], ["pipe"]]
+    for batch in plan:   # within the budget (padded) and 25 % of padding, or alone
+        assert len(batch) == 1 or (len(batch) * batch[0].seconds <= 9.0
+                                   and batch[-1].seconds >= 0.75 * batch[0].seconds)
+    shuffled = [jobs[i] for i in np.random.default_rng(0).permutation(len(jobs) - 1)] + [jobs[-1]]
+    assert streaming.plan_batches(shuffled, 9.0) == plan
+    # A resumed run keeps a partly finished batch whole, its finished members as companions, where batching
+    # changes the output; elsewhere it drops them. A finished batch is not run again.
+    again = streaming.batches_to_run(plan, {"a", "g", "c"}, with_companions=True)
+    assert [[(job.utt, job.companion) for job in batch] for batch in again] == [
+        [("b", False), ("c", True)], [("d", False), ("e", False)], [("f", False)], [("pipe", False)]]
+    assert [[job.utt for job in batch] for batch in streaming.batches_to_run(plan, {"c"}, False)][1] == ["b"]
+
+
+@pytest.mark.parametrize("system, worker_counts", [
+    ("resynth", (1, 2, 3)), ("b1", (1, 3)), ("zllr", (1, 3)),
+    pytest.param("b1", (1, 2, 3), marks=pytest.mark.slow), pytest.param("zllr", (1, 2, 3), marks=pytest.mark.slow)])
+def test_the_same_bytes_whatever_the_workers_and_the_queue_timing(system, worker_counts, home, tmp_path, monkeypatch):
+    home, data = home
+    config = load_system_config(system, _overrides(system, home, "cpu:0"))
+    runs = {}
+    for workers in worker_counts:
+        _jittered_loads(monkeypatch, workers)
+        # A cap of one device batch for two workers: the CPU lane waits for the device at every batch.
+        result = anonymise_set(data, config, tmp_path / f"workers{workers}", workers=workers, progress=False,
+                               queue_seconds=7.0 if workers == 2 else None)
+        assert result.ok and result.processed == len(data.utterances)
+        executor = json.loads((result.out_dir / RUN_MANIFEST).read_text())["executor"]
+        assert executor["kind"] == "streaming" and executor["cpu_workers"] == workers
+        assert 1 < executor["device_batches"] < len(data.utterances), "several device batches, some of several"
+        runs[workers] = _files(result.out_dir)
+    assert all(files == runs[1] for files in runs.values())
+
+    # Against today's CPU path, one utterance at a time: float rounding only.
+    reference = anonymise_set(data, load_system_config(system, _overrides(system, home, None)), tmp_path / "cpu",
+                              workers=1, progress=False)
+    assert reference.ok
+    for name, content in _files(reference.out_dir).items():
+        if not name.endswith(".wav"):
+            assert runs[1][name] == content, name   # metadata, B1's pseudo-speaker vectors
+            continue
+        ours, theirs = (soundfile.read(path)[0] for path in (tmp_path / "workers1" / name, reference.out_dir / name))
+        assert len(ours) == len(theirs)
+        snr = 10 * np.log10(np.sum(theirs ** 2) / max(np.sum((ours - theirs) ** 2), 1e-20))
+        assert snr >= 60, (name, snr)
+
+
+def test_a_resumed_batch_is_recomputed_with_its_finished_members(home, tmp_path):
+    """A batch half written when a run stopped is run whole again: the redone utterance gets the bytes of the
+    batch it was planned in, not those of a batch of its own."""
+    home, data = home
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0", batch_seconds=100.0))
+    first = anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
+    original = _files(first.out_dir)
+    journal = [json.loads(line) for line in (first.out_dir / JOURNAL).read_text().splitlines()]
+    redo = journal[len(journal) // 2]["utt"]
+    (first.out_dir / "wav" / f"{redo}.wav").unlink()
+    again = anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
+    assert (again.processed, again.resumed) == (1, len(data.utterances) - 1)
+    assert _files(again.out_dir) == original
+    lines = (first.out_dir / JOURNAL).read_text().splitlines()
+    assert len(lines) == len(journal) + 1, "only the redone utterance is journaled again"
+
+
+def test_kill_and_resume_give_the_uninterrupted_bytes(home, tmp_path):
+    _, _ = home
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=4, seconds=0.8)
+    command = ["anonymise", "--system", "resynth", "--data", str(data.path), "--workers", "1", "--quiet",
+               "--set", "content.device=cpu:0", "--set", "speaker.device=cpu:0", "--set", "vocoder.device=cpu:0",
+               "--set", "batch_seconds=3"]
+    assert main(command + ["--out", str(tmp_path / "reference")]) == 0
+    out = tmp_path / "out" / "toy_resynth"
+    process = subprocess.Popen([sys.executable, "-m", "voxanon.pipeline.cli", *command, "--out", str(tmp_path / "out")],
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not (out / JOURNAL).exists() or len((out / JOURNAL).read_text().splitlines()) < 3):
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = len((out / JOURNAL).read_text().splitlines())
+    assert 3 <= done_before < 16, "the kill must land mid-run"
+    assert not (out / "wav.scp").exists()
+
+    assert main(command + ["--out", str(tmp_path / "out")]) == 0   # the lock is free: no process outlived the run
+    manifest = json.loads((out / RUN_MANIFEST).read_text())
+    assert manifest["counts"]["resumed"] >= done_before - 1 and manifest["counts"]["failed"] == 0
+    assert _files(out) == _files(tmp_path / "reference" / "toy_resynth")
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_a_corrupt_file_is_a_failure_and_the_others_finish(home, tmp_path):
+    home, data = home
+    broken = sorted(data.utterances)[2]
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really audio")
+    data = replace(data, wav={**data.wav, broken: str(corrupt)}, path=None)
+    result = anonymise_set(data, load_system_config("resynth", _overrides("resynth", home, "cpu:0")),
+                           tmp_path / "out", workers=2, progress=False)
+    assert [(f.utt, f.failed_stage) for f in result.failures] == [(broken, "load")]
+    rows = [line.split("\t")[:2] for line in (result.out_dir / FAILURES).read_text().splitlines()[1:]]
+    assert rows == [[broken, "load"]]
+    assert sorted(p.stem for p in (result.out_dir / "wav").glob("*.wav")) == sorted(set(data.utterances) - {broken})
+
+
+def _slow_device_process(*args):
+    """The device process's initializer, with its batches slowed down: the CPU lane gets ahead of it."""
+    streaming._init_device_process(*args)
+    run_stages = runner.run_stages
+
+    def slow(system, batch, start=0, stop=None):
+        if start > 0:
+            time.sleep(0.25)
+        return run_stages(system, batch, start, stop)
+
+    runner.run_stages = slow
+
+
+def test_the_queue_holds_at_most_its_cap(home, tmp_path, monkeypatch):
+    """The audio loaded by the CPU lane and not yet written never passes ``queue_seconds``, however far ahead
+    the CPU lane could run: measured from the CPU lane's own log of loads and writes."""
+    home, _ = home
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=4, seconds=0.5)
+    log = tmp_path / "events.log"
+
+    def logged(name, function, event):
+        def wrapper(*args):
+            result = function(*args)
+            with open(log, "a") as handle:
+                handle.write("".join(f"{event} {utt}\n" for utt in name(args, result)))
+            return result
+        return wrapper
+
+    monkeypatch.setattr(runner, "_load", logged(lambda args, _: [args[1].utt], runner._load, "L"))
+    monkeypatch.setattr(runner, "write_batch", logged(lambda args, result: [o.utt for o in result],
+                                                      runner.write_batch, "W"))
+    monkeypatch.setattr(streaming, "_init_device_process", _slow_device_process)
+    cap = 2.0
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0", batch_seconds=1.2))
+    result = anonymise_set(data, config, tmp_path / "out", workers=3, progress=False, queue_seconds=cap)
+    assert result.ok
+    held, most = set(), 0.0
+    for event, utt in (line.split() for line in log.read_text().splitlines()):
+        (held.add if event == "L" else held.discard)(utt)
+        most = max(most, sum(data.utt2dur[u] for u in held))
+    assert 1.0 < most <= cap, most   # the cap was reached, and held
+    executor = json.loads((result.out_dir / RUN_MANIFEST).read_text())["executor"]
+    assert executor["queue_seconds"] == cap and executor["max_queued_seconds"] <= cap
+    assert executor["held_back_share"] > 0 and executor["device_busy_share"] > 0.5
+    assert executor["first_device_batch_seconds"] > 0 and set(executor["queue_wait_share"]) == {"device", "write"}
