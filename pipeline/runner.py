@@ -183,19 +183,26 @@ def run_stages(system: System, batch: Batch, start: int = 0, stop: int | None = 
             stage.process_batch([item.utterance for item in items])
         except Exception as error:
             if is_run_fault(error):
-                raise RunFault(f"system {system.name!r}, stage {stage.name!r}: {one_line(error)}") from None
+                raise _stage_fault(system, stage, items, error) from None
             for item in items:
                 try:
                     stage.process_batch([item.utterance])
                 except Exception as error:
                     if is_run_fault(error):
-                        raise RunFault(f"system {system.name!r}, stage {stage.name!r}: {one_line(error)}") from None
+                        raise _stage_fault(system, stage, [item], error) from None
                     outcome = batch.outcomes[item.utterance.utt_id]
                     outcome.failed_stage, outcome.error = stage.name, f"{type(error).__name__}: {error}"
             batch.ready = [item for item in batch.ready if batch.outcomes[item.utterance.utt_id].error is None]
         for item in items:
             item.stages_done = max(item.stages_done, index + 1)
     return batch
+
+
+def _stage_fault(system: System, stage: Stage, items: list[Prepared], error: BaseException) -> RunFault:
+    longest = max(len(item.utterance.audio) for item in items) / system.sample_rate
+    return RunFault(f"system {system.name!r}, stage {stage.name!r}, on a batch of {len(items)} utterance(s) (the "
+                    f"longest {longest:.1f} s): {one_line(error)}" + ("; lower batch_seconds (--set batch_seconds=S)"
+                                                                       if "memory" in str(error) else ""))
 
 
 def write_batch(system: System, batch: Batch) -> list[Outcome]:
