@@ -258,13 +258,13 @@ def stage_table(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[
 def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,
                      extra_environment: dict[str, str]) -> ProcessPoolExecutor:
     """The runner's pool (spawned processes, one torch thread each, its initialiser), models loaded."""
-    from voxanon.pipeline.runner import _init_worker, _worker_process
+    from voxanon.pipeline.runner import _worker_process, load_worker
 
     environment = {**{name: "1" for name in THREAD_VARIABLES}, **extra_environment}
     saved = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)
     try:
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=load_worker,
                                    initargs=(config, False))
         # Processes start on demand: enough simultaneous jobs start them all under this environment.
         for future in [pool.submit(_worker_process, warm_up_jobs) for _ in range(2 * workers)]:
