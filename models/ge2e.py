@@ -4,7 +4,8 @@ The weights ship inside the ``resemblyzer`` wheel, so this encoder works with no
 download. Each utterance is cut into 1.6 s partials exactly as Resemblyzer does; the
 partials of a whole batch of utterances go through the LSTM in one forward pass, and
 each utterance's embedding is the L2-normalised mean of its partial embeddings — the
-same numbers as ``VoiceEncoder.embed_utterance`` one utterance at a time.
+same numbers as ``VoiceEncoder.embed_utterance`` one utterance at a time. Every partial has
+the same length, so the batches need no padding, on the CPU or on a GPU (``device``).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class GE2EEncoder:
 
         # Resemblyzer loads its bundled pretrained.pt with torch.load, whose default is weights_only=True.
         self._torch = torch
-        self.encoder = VoiceEncoder(device=device, verbose=False)
+        self.device = torch.device(device)
+        self.encoder = VoiceEncoder(device=self.device, verbose=False)
         self.encoder.eval()
         self.preprocess = preprocess
         self.max_partials_per_pass = max_partials_per_pass
@@ -53,8 +55,8 @@ class GE2EEncoder:
         outputs = []
         with self._torch.no_grad():
             for start in range(0, len(stacked), self.max_partials_per_pass):
-                chunk = self._torch.from_numpy(stacked[start:start + self.max_partials_per_pass])
-                outputs.append(self.encoder(chunk).numpy())
+                chunk = self._torch.from_numpy(stacked[start:start + self.max_partials_per_pass]).to(self.device)
+                outputs.append(self.encoder(chunk).cpu().numpy())
         partial_embeddings = np.concatenate(outputs)
         embeddings = np.empty((len(waves), self.dim), dtype=np.float32)
         offset = 0

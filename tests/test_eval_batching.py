@@ -86,3 +86,92 @@ def test_ser_padded_batches_equal_each_utterance_alone(ser_dir, monkeypatch):
     assert max(batch_sizes) > 1 and sum(batch_sizes) == len(SIGNALS)
     np.testing.assert_allclose(batched, alone, atol=1e-5)
     assert np.ptp(batched, axis=0).max() > 1e-2  # the scores depend on the input
+
+
+def write_ecapa_dir(directory):
+    """A speechbrain ECAPA model folder (embedding_model.ckpt with ECAPA_TDNN's keys): small, random weights and
+    batch-norm statistics, so that a misplaced mask or reflection moves the vectors far past float rounding."""
+    from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, ecapa_tdnn
+
+    config = EcapaConfig(channels=(32, 32, 32, 32, 96), lin_neurons=24, attention_channels=16, se_channels=8,
+                         res2net_scale=4)
+    torch.manual_seed(5)
+    model = ecapa_tdnn(config)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm1d):
+                module.running_mean.normal_(0.0, 0.3)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.2)
+    directory.mkdir(parents=True)
+    torch.save(model.state_dict(), directory / EMBEDDING_FILE)
+    return directory
+
+
+def test_ecapa_embedder_on_a_device_runs_padded_batches_equal_to_the_cpu_vectors(tmp_path, monkeypatch):
+    from voxanon.models.speaker import EcapaEncoder
+    from voxanon.pipeline.commands.evaluate import make_embedder
+
+    spec = f"ecapa:{write_ecapa_dir(tmp_path / 'ecapa')}"
+    on_cpu = np.stack(make_embedder({}, spec, device="cpu").compute(SIGNALS))
+    batch_sizes = []
+    forward_padded = EcapaEncoder.forward_padded
+
+    def counting(encoder, waves, lengths):
+        batch_sizes.append(len(lengths))
+        return forward_padded(encoder, waves, lengths)
+
+    monkeypatch.setattr(EcapaEncoder, "forward_padded", counting)
+    # cpu:0 runs the code path of a GPU (padded groups of similar length) on the CPU.
+    on_device = np.stack(make_embedder({}, spec, device="cpu:0").compute(SIGNALS))
+    assert max(batch_sizes) > 1
+    np.testing.assert_allclose(on_device, on_cpu, rtol=1e-4, atol=1e-5 * np.abs(on_cpu).max())
+    assert np.ptp(on_cpu, axis=0).max() > 1e-2
+
+
+def test_ge2e_embedder_on_a_device_gives_the_cpu_vectors():
+    from voxanon.pipeline.commands.evaluate import make_embedder
+
+    on_cpu = np.stack(make_embedder({}, "ge2e", device="cpu").compute(SIGNALS[:3]))
+    on_device = np.stack(make_embedder({}, "ge2e", device="cpu:0").compute(SIGNALS[:3]))
+    np.testing.assert_allclose(on_device, on_cpu, atol=1e-6)
+
+
+def test_whisper_runs_on_cuda_only_where_ctranslate2_sees_it(monkeypatch, caplog):
+    import ctranslate2
+
+    from voxanon.models.asr import whisper_device
+
+    assert whisper_device("cpu") == whisper_device("cpu:0") == ("cpu", 0)
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)
+    assert whisper_device("cuda") == ("cpu", 0)
+    assert "Whisper runs on the CPU" in caplog.text
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 2)
+    assert whisper_device("cuda") == ("cuda", 0) and whisper_device("cuda:1") == ("cuda", 1)
+
+
+COMMANDS = {
+    "evaluate": ["evaluate", "--orig", "{data}", "--anon", "{data}", "--out", "{out}", "--cache", "{cache}"],
+    "benchmark": ["benchmark", "--systems", "b2", "--data", "{data}", "--out", "{out}", "--cache", "{cache}"],
+    "challenge": ["challenge", "--system", "b2", "--train", "{data}", "--data", "{data}", "--out", "{out}",
+                  "--cache", "{cache}"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_cuda_without_a_cuda_device_is_one_error_before_any_work(name, tmp_path, capsys, voxanon_home):
+    from conftest import make_corpus
+    from voxanon.pipeline.cli import main
+
+    assert not torch.cuda.is_available()  # this test is about machines without one
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=2, seconds=0.3)
+    argv = [part.format(data=data.path, out=tmp_path / "out", cache=tmp_path / "cache") for part in COMMANDS[name]]
+    assert main(argv + ["--device", "cuda"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "device 'cuda'" in lines[0] and "no CUDA device" in lines[0], lines
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(argv + ["--device", "gpu"])
+    assert exit_.value.code == 2
+    assert "expected cpu, cuda, auto or cuda:N" in capsys.readouterr().err

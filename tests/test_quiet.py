@@ -27,9 +27,14 @@ class Terminal(io.StringIO):
     ["validate", "{data}", "--check-audio"],
     ["anonymise", "--system", "b2", "--data", "{data}", "--out", "{out}", "--workers", "1"],
     ["f0-targets", "--data", "{data}", "--workers", "1", "--no-cache"],
+    # The evaluation's embedding bars (a fresh cache each run, so there is work to show).
+    ["evaluate", "--orig", "{data}", "--anon", "{data}", "--out", "{out}", "--set", "asr=null", "--cache",
+     "{out}/cache", "--device", "cpu"],
+    ["benchmark", "--systems", "b2", "--data", "{data}", "--out", "{out}", "--set", "asr=null", "--cache",
+     "{out}/cache", "--workers", "1", "--device", "cpu"],
 ], ids=lambda command: command[0])
 def test_quiet_silences_every_progress_bar(command, tmp_path, monkeypatch, voxanon_home):
-    data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.5)
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=3, seconds=0.5)  # 4 speakers, 3 each: evaluable trials
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)  # in the test: pytest's capture replaces stderr before it
     argv = [part.format(data=data.path, out=tmp_path / "out") for part in command]
@@ -77,3 +82,55 @@ def test_quiet_b1_embeds_its_source_speakers_without_a_bar(tmp_path, monkeypatch
             assert not any(mark in output for mark in PROGRESS_MARKS), output
         else:
             assert "ECAPA toy" in output
+
+
+def test_evaluation_bars_count_utterances_and_audio_seconds(tmp_path, monkeypatch, voxanon_home):
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=3, seconds=0.5)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["evaluate", "--orig", str(data.path), "--anon", str(data.path), "--out", str(tmp_path / "out"),
+                 "--set", "asr=null", "--cache", str(tmp_path / "cache")]) == 0
+    shown = terminal.getvalue()
+    assert "toy o enrol" in shown and "utt/s" in shown and "s audio/s" in shown, shown
+
+
+def test_quiet_challenge_shows_no_bar_at_any_stage(tmp_path, monkeypatch, voxanon_home):
+    """Anonymisation, the attacker's training and the evaluation each show bars, and --quiet silences them all."""
+    import json
+
+    make_corpus(tmp_path, n_speakers=4, n_utts=3, seconds=0.6, name="train")
+    make_corpus(tmp_path, n_speakers=4, n_utts=2, seconds=0.6, name="evalset")
+    tiny = {"channels": [8, 8, 8, 8, 24], "lin_neurons": 8, "attention_channels": 4, "se_channels": 4,
+            "sentence_len": 0.5, "batch_size": 8, "valid_ratio": 0, "number_of_epochs": 1}
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    def challenge(cache: str, *quiet: str) -> str:
+        shown = len(terminal.getvalue())
+        assert main(["challenge", "--system", "b2", "--train", str(tmp_path / "train"), "--data",
+                     str(tmp_path / "evalset"), "--out", str(tmp_path / "out"), "--asr", "none", "--cache",
+                     str(tmp_path / cache), "--workers", "1", "--device", "cpu", *quiet]
+                    + [o for k, v in tiny.items() for o in ("--train-set", f"{k}={json.dumps(v)}")]) == 0
+        return terminal.getvalue()[shown:]
+
+    quiet = challenge("cache", "--quiet")
+    assert not any(mark in quiet for mark in PROGRESS_MARKS), quiet
+    # Again without --quiet (a fresh cache, so the evaluation has embeddings to compute): its bars show.
+    assert "s audio/s" in challenge("other-cache")
+
+
+def test_quiet_demo_silences_anonymisation_and_evaluation(monkeypatch):
+    """The demo passes --quiet to both halves (the run itself takes minutes, so only the call is checked)."""
+    import voxanon.pipeline.commands.demo as demo
+
+    seen = {}
+
+    def compare(*args, progress=True, **kwargs):
+        seen["progress"] = progress
+        raise SystemExit(0)
+
+    monkeypatch.setattr(demo, "compare", compare)
+    for argv, expected in ((["demo", "--quiet"], False), (["demo"], True)):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert seen.pop("progress") is expected

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.evaluate import (add_evaluation_arguments, cache_from, load_protocol,
-                                                make_embedder, make_transcriber, print_table,
+from voxanon.pipeline.commands.evaluate import (add_device_argument, add_evaluation_arguments,
+                                                anonymisation_device_overrides, cache_from, check_device,
+                                                load_protocol, make_embedder, make_transcriber, print_table,
                                                 run_computations_on, write_outputs)
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import build_system, load_system_config
@@ -30,15 +31,18 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmark"), metavar="DIR",
                         help="output folder: anonymised sets go to DIR/anon, the report to DIR (default ./benchmark)")
     add_evaluation_arguments(parser)
+    add_device_argument(parser, "every model runs: the systems' neural stages and the evaluation's speaker encoder "
+                                "and ASR model")
     add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors (default: "
                                   "as many as the cluster's CPUs/GPUs hold), for anonymisation and evaluation")
     parser.set_defaults(run=run)
 
 
 def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int,
-                             second_run: bool = False, *, backend=None,
-                             batch_size: int | None = None) -> list[EvaluationSet]:
-    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work).
+                             second_run: bool = False, *, backend=None, batch_size: int | None = None,
+                             device: str = "cpu", progress: bool = True) -> list[EvaluationSet]:
+    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work), its models
+    on ``device``.
 
     With ``second_run`` a stochastic system also anonymises the trials again with the next
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
@@ -46,22 +50,23 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     from voxanon.pipeline.evaluation.sets import EvaluationSet
     from voxanon.pipeline.runner import anonymise_set
 
-    config = load_system_config(system, [f"batch_size={batch_size}"] if batch_size is not None else [])
+    overrides = [f"batch_size={batch_size}"] if batch_size is not None else []
+    overrides = anonymisation_device_overrides(load_system_config(system, overrides), device, backend) + overrides
+    config = load_system_config(system, overrides)
     done: dict[tuple[str, str], DataDir] = {}
 
     def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
         key = (str(data.path), suffix)
         if key not in done:
             result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers,
-                                   backend=backend)
+                                   backend=backend, progress=progress)
             if not result.ok:
                 raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
                                    f"see {result.out_dir / 'failures.tsv'}")
             done[key] = read_data_dir(result.out_dir)
         return done[key]
 
-    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"]
-                                 + ([f"batch_size={batch_size}"] if batch_size is not None else []))
+    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"] + overrides)
               if second_run and build_system(config).stochastic else None)
     return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll, config, ""), anonymised(s.trials, config, ""),
                           anonymised(s.trials, second, "_run2") if second else None) for s in sets]
@@ -69,21 +74,24 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
 
 def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
             allow_missing: bool, *, backend=None, batch_size: int | None = None,
-            trust_model_code: bool = False) -> Evaluation:
+            trust_model_code: bool = False, device: str = "cpu", progress: bool = True) -> Evaluation:
     """One evaluation per system, merged: the o-o (original) rows once, every system's own rows.
 
-    ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches.
+    ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches; every model
+    runs on ``device``; ``progress``: the anonymisation's and the evaluation's progress bars.
     """
     from voxanon.pipeline.evaluation.evaluate import Evaluation, evaluate_sets
+    from voxanon.pipeline.feature_cache import FileDigests
 
-    embedder = make_embedder(protocol.get("asv", {}))
-    transcriber = make_transcriber(protocol.get("asr"), trust_model_code)
-    run_computations_on(backend, batch_size, embedder, transcriber)
+    embedder = make_embedder(protocol.get("asv", {}), device=device, digest=FileDigests(cache.root))
+    transcriber = make_transcriber(protocol.get("asr"), trust_model_code, device=device)
+    run_computations_on(backend, batch_size, embedder, transcriber, progress=progress)
     # Every system is anonymised before any evaluation model loads: the runner forks its workers from
     # this process, which must not hold the evaluation models' threads by then.
     anonymised = {system: anonymise_for_evaluation(sets, system, out / "anon", workers,
                                                    second_run=bool(protocol.get("adversary_calibration")),
-                                                   backend=backend, batch_size=batch_size)
+                                                   backend=backend, batch_size=batch_size, device=device,
+                                                   progress=progress)
                   for system in systems}
     merged = Evaluation([], [], {}, 0)
     for system in systems:
@@ -105,11 +113,17 @@ def run(args: argparse.Namespace) -> int:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems:
         raise VoxanonError("--systems: name at least one system")
+    backend = backend_from_args(args)
+    check_device(args.device, backend)
     protocol = load_protocol(args.protocol, args.overrides)
     sets = discover_sets(args.data, allow_pipes=args.allow_pipes)
-    evaluation = compare(sets, systems, protocol, args.out, args.workers or os.cpu_count() or 1, cache_from(args),
-                         args.allow_missing, backend=backend_from_args(args), batch_size=args.batch_size,
-                         trust_model_code=args.trust_model_code)
+    try:
+        evaluation = compare(sets, systems, protocol, args.out, args.workers or os.cpu_count() or 1,
+                             cache_from(args), args.allow_missing, backend=backend, batch_size=args.batch_size,
+                             trust_model_code=args.trust_model_code, device=args.device, progress=not args.quiet)
+    finally:
+        if backend is not None:
+            backend.close()   # its Ray actors served every system, set and side
     report = write_outputs(args.out, evaluation, f"voxanon benchmark: {', '.join(systems)} ({protocol['name']})",
                            {"protocol": protocol["name"], "data": str(args.data), "systems": ", ".join(systems)})
     print_table(evaluation.results)

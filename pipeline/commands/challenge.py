@@ -5,7 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
-from voxanon.pipeline.commands.evaluate import add_evaluation_input_arguments
+from voxanon.pipeline.commands.evaluate import add_device_argument, add_evaluation_input_arguments
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes
 
@@ -49,7 +49,8 @@ def add_parser(subparsers) -> None:
                              "--train-set number_of_epochs=2 (repeatable)")
     parser.add_argument("--eval-set", dest="protocol_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a protocol setting, e.g. --eval-set asv.batch_size=8 (repeatable)")
-    parser.add_argument("--device", default="auto", help="attacker training and SER device: auto, cpu, cuda[:N]")
+    add_device_argument(parser, "every model runs: the system's neural stages, the attacker's training, the "
+                                "evaluation's speaker encoders and ASR model, and SER")
     add_evaluation_input_arguments(parser)
     add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors (default: "
                                   "as many as the cluster's CPUs/GPUs hold), for anonymisation and evaluation")
@@ -67,8 +68,12 @@ def run(args: argparse.Namespace) -> int:
         protocol_overrides=args.protocol_overrides, device=args.device,
         workers=args.workers or os.cpu_count() or 1, backend=backend_from_args(args), batch_size=args.batch_size,
         cache=cache_from(args), allow_pipes=args.allow_pipes, allow_missing=args.allow_missing,
-        trust_model_code=args.trust_model_code)
-    outcome = run_challenge(inputs)
+        trust_model_code=args.trust_model_code, progress=not args.quiet)
+    try:
+        outcome = run_challenge(inputs)
+    finally:
+        if inputs.backend is not None:
+            inputs.backend.close()   # its Ray actors served every stage
     print_table(outcome.evaluation.results)
     print(stage_summary(outcome.stages))
     print(f"report: {outcome.report}")

@@ -98,6 +98,7 @@ def add_parser(subparsers) -> None:
                              "the other speakers (voxanon challenge on the demo; no WER)")
     parser.add_argument("--attacker-epochs", type=int, default=None, metavar="N",
                         help="with --semi-informed: attacker training epochs (default 20)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(run=run)
 
 
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")
     protocol = load_protocol(DEMO_PROTOCOL)
     evaluation = compare(sets, list(DEMO_SYSTEMS), protocol, args.out, max(1, args.workers),
-                         ContentCache(args.out / "cache"), allow_missing=False)
+                         ContentCache(args.out / "cache"), allow_missing=False, progress=not args.quiet)
     for system in DEMO_SYSTEMS:
         print(f"{system}: anonymised speech in {args.out / 'anon' / f'{data.name}_{system}'}")
     report = write_outputs(args.out, evaluation, "voxanon demo: B2 and B2r on the demo corpus",
@@ -147,7 +148,7 @@ def run_semi_informed(args: argparse.Namespace) -> int:
         outcome = run_challenge(ChallengeInputs(
             system=system, train=[train_dir], data=eval_dir, out=root / system, asr="none",
             train_overrides=demo_attacker_overrides(args.attacker_epochs), device="cpu",
-            workers=max(1, args.workers), cache=ContentCache(args.out / "cache"),
+            workers=max(1, args.workers), cache=ContentCache(args.out / "cache"), progress=not args.quiet,
             notes={"attacker data": split_note}))
         results += outcome.evaluation.results
         print(f"{system}:\n  " + stage_summary(outcome.stages).replace("\n", "\n  ") + f"\n  report: {outcome.report}")

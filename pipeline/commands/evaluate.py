@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.models.registry import voxanon_home
@@ -40,11 +40,13 @@ def load_protocol(name: str, overrides: list[str] = ()) -> dict:
 ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
 
 
-def speaker_encoder_factory(spec: str):
-    """``(cache tag, function that builds the encoder)`` for an encoder spec; see ``ENCODERS``."""
+def speaker_encoder_factory(spec: str, digest=None):
+    """``(cache tag, build)`` for an encoder spec (see ``ENCODERS``): ``build(device="cpu")`` loads the encoder on a
+    device. ``digest`` (path -> sha256, e.g. a :class:`~voxanon.pipeline.feature_cache.FileDigests`) names an
+    ECAPA checkpoint in the cache; default: hash it."""
     if spec == "ge2e":
         from voxanon.models.ge2e import GE2EEncoder
-        return "ge2e", GE2EEncoder
+        return "ge2e", lambda device="cpu": GE2EEncoder(device=device)
     kind, _, directory = spec.partition(":")
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
@@ -55,16 +57,27 @@ def speaker_encoder_factory(spec: str):
     if not checkpoint.is_file():
         raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
 
-    def build():
-        return EcapaEncoder.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb")
+    def build(device: str = "cpu"):
+        return EcapaEncoder.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb").to(device)
 
+    if digest is None:
+        from voxanon.data_prep.digest import sha256_file as digest
     # The checkpoint's content names the cache, so two model folders never share embeddings; a geometry
     # other than the standard one (dilations from hyperparams.yaml) gives other embeddings from the same weights.
-    tag = f"{kind}-{sha256_file(checkpoint)[:16]}"
+    tag = f"{kind}-{digest(checkpoint)[:16]}"
     dilations = ecapa_dilations(directory)
     if dilations is not None and dilations != EcapaConfig().dilations:
         tag += f"-dil{'.'.join(map(str, dilations))}"
     return tag, build
+
+
+def embedding_function(encoder, device: str):
+    """An encoder's ``waves -> vectors`` on ``device``: on the CPU ECAPA embeds one utterance at a time; on any other
+    device (``cpu:N`` runs that path on the CPU) padded batches of similar length, each vector the utterance's own
+    to float rounding. GE2E's partials are all of one length: batched either way."""
+    from voxanon.models.speaker import EcapaEncoder
+
+    return encoder.embed_on_device if device != "cpu" and isinstance(encoder, EcapaEncoder) else encoder.embed
 
 
 def encoder_label(spec: str, tag: str) -> str:
@@ -73,24 +86,28 @@ def encoder_label(spec: str, tag: str) -> str:
     return tag if not directory else f"{Path(directory).name} ({tag})"
 
 
-def make_embedder(asv: dict, encoder: str | None = None) -> CachedComputation:
-    """The protocol's speaker encoder (or ``encoder``, a spec), built only when an embedding is not in the cache."""
+def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu", digest=None) -> CachedComputation:
+    """The protocol's speaker encoder (or ``encoder``, a spec), built on ``device`` (``auto`` resolved where it runs)
+    only when an embedding is not in the cache; see :func:`embedding_function`."""
     from voxanon.pipeline.feature_cache import CachedComputation
 
-    tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")))
+    tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")), digest)
     encoder = {}
 
     def embed(waves):
-        if "model" not in encoder:
-            encoder["model"] = build()
-        return list(encoder["model"].embed(waves))
+        if "embed" not in encoder:
+            from voxanon.pipeline.neural_stages import resolve_device
+
+            resolved = resolve_device(device)
+            encoder["embed"] = embedding_function(build(resolved), resolved)
+        return list(encoder["embed"](waves))
 
     return CachedComputation(tag, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
                              loudness_lufs=asv.get("loudness_lufs"))
 
 
-def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet],
-                           system: str) -> tuple[SemiInformed, list[str]]:
+def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet], system: str, *,
+                           device: str = "cpu", digest=None) -> tuple[SemiInformed, list[str]]:
     """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
     warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
     A missing model file is an error naming it."""
@@ -98,15 +115,17 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
 
     training = check_attacker_model(model_dir)
     spec = f"ecapa:{model_dir}"
-    embedder = make_embedder(asv, spec)
+    embedder = make_embedder(asv, spec, device=device, digest=digest)
     warnings = attacker_training_warnings(model_dir, training, sets, system)
     for warning in warnings:
         log.warning("%s", warning)
     return SemiInformed(embedder, encoder_label(spec, embedder.tag)), warnings
 
 
-def make_transcriber(spec: str | None, trust_model_code: bool = False) -> CachedComputation | None:
-    """The protocol's ASR model (a name or a model directory), built only when a transcript is not cached.
+def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
+                     device: str = "cpu") -> CachedComputation | None:
+    """The protocol's ASR model (a name or a model directory), built on ``device`` only when a transcript is not
+    cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.asr.whisper_device`).
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
     outside voxanon's allow-list (see :mod:`voxanon.models.speechbrain_dirs`)."""
@@ -119,20 +138,69 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False) -> Cached
     def transcribe(waves):
         if "asr" not in model:
             from voxanon.models.asr import load_asr
-            model["asr"] = load_asr(spec, trust_model_code=trust_model_code)
+            from voxanon.pipeline.neural_stages import resolve_device
+
+            model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))
         return model["asr"].transcribe_many(waves)
 
     tag = Path(spec).name if os.sep in str(spec) else str(spec)
     return CachedComputation(tag, transcribe, kind="text", batch_size=8)
 
 
-def run_computations_on(backend, batch_size: int | None, *computations: CachedComputation | None) -> None:
-    """Send the embedder's and transcriber's batches to ``backend`` (None: this process), ``batch_size`` each."""
+def run_computations_on(backend, batch_size: int | None, *computations: CachedComputation | None,
+                        progress: bool = True) -> None:
+    """Send the embedder's and transcriber's batches to ``backend`` (None: this process), ``batch_size`` each,
+    with progress bars unless ``progress`` is false."""
     for computation in computations:
         if computation is not None:
             computation.backend = backend
+            computation.progress = progress
             if batch_size is not None:
                 computation.batch_size = batch_size
+
+
+DEVICE_PATTERN = re.compile(r"(cpu|cuda|auto)|(cpu|cuda):\d+")
+
+
+def device_option(value: str) -> str:
+    """``--device``'s value: cpu, cuda, auto, cuda:N, or cpu:N (the device code path on the CPU)."""
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected cpu, cuda, auto or cuda:N")
+    return value
+
+
+def add_device_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--device", type=device_option, default="auto", metavar="cpu|cuda|auto",
+                        help=f"where {what} (default auto: CUDA wherever the process running a model sees a GPU). "
+                             "Off the CPU utterances of similar length run as padded batches, each item computed as "
+                             "it is alone; numbers differ from the CPU's by float rounding. cuda[:N] picks a GPU")
+
+
+def anonymisation_device_overrides(config: dict, device: str, backend=None) -> list[str]:
+    """The stage settings that run a system's models on ``device`` (``auto`` resolved here, or by each actor under
+    Ray): none for a system without models, and none for stages already there, so a CPU run keeps its
+    configuration and with it its finished outputs."""
+    from voxanon.pipeline.systems import device_overrides
+
+    try:
+        device_overrides(config, device)
+    except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
+        return []
+    if backend is None:
+        from voxanon.pipeline.neural_stages import resolve_device
+
+        device = resolve_device(device)
+    return [override for override in device_overrides(config, device)
+            if str((config.get(override.split(".")[0]) or {}).get("device", "cpu")) != device]
+
+
+def check_device(device: str, backend) -> None:
+    """``--device cuda`` where this process sees no CUDA device: one error before any work. Under Ray the actors
+    check their own (the machine that starts the run need not have a GPU)."""
+    if backend is None:
+        from voxanon.pipeline.neural_stages import check_device_available
+
+        check_device_available(device)
 
 
 COMPUTATION_WORKERS_HELP = ("Ray actors computing embeddings and transcripts (default: as many as the cluster's "
@@ -184,6 +252,7 @@ def add_evaluation_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-model-code", action="store_true",
                         help="let speechbrain build model directories whose hyperparams.yaml names code outside "
                              "voxanon's allow-list (only for model directories you trust)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def cache_from(args: argparse.Namespace) -> ContentCache:
@@ -214,6 +283,8 @@ def add_parser(subparsers) -> None:
                         help="also score a-a with this ASV model trained on anonymised speech (voxanon train asv, "
                              "or a challenge-released ASV_eval^anon folder): the semi-informed attacker")
     add_evaluation_arguments(parser)
+    add_device_argument(parser, "every model of the evaluation runs: the speaker encoder (GE2E or ECAPA), the "
+                                "semi-informed attacker's, and the ASR model")
     add_backend_arguments(parser, COMPUTATION_WORKERS_HELP)
     parser.set_defaults(run=run)
 
@@ -233,24 +304,34 @@ def print_table(results: list[Result]) -> None:
 def run(args: argparse.Namespace) -> int:
     from voxanon.pipeline.evaluation.evaluate import evaluate_sets
     from voxanon.pipeline.evaluation.sets import discover_sets
+    from voxanon.pipeline.feature_cache import FileDigests
 
+    backend = backend_from_args(args)
+    check_device(args.device, backend)
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
+    cache = cache_from(args)
+    digest = FileDigests(cache.root)
     asv = protocol.get("asv", {})
-    embedder, transcriber = make_embedder(asv), make_transcriber(protocol.get("asr"), args.trust_model_code)
+    embedder = make_embedder(asv, device=args.device, digest=digest)
+    transcriber = make_transcriber(protocol.get("asr"), args.trust_model_code, device=args.device)
     notes = {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)}
     semi_informed = None
     if args.asv_model is not None:
-        semi_informed, warnings = semi_informed_attacker(args.asv_model, asv, sets, system)
+        semi_informed, warnings = semi_informed_attacker(args.asv_model, asv, sets, system, device=args.device,
+                                                         digest=digest)
         notes |= attacker_notes(semi_informed, warnings)
-    backend = backend_from_args(args)
     run_computations_on(backend, args.batch_size, embedder, transcriber,
-                        semi_informed.embedder if semi_informed else None)
-    evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache_from(args), asr=transcriber,
-                               allow_missing=args.allow_missing, asv_model=encoder_label(asv.get("encoder", "ge2e"),
-                                                                                         embedder.tag),
-                               semi_informed=semi_informed)
+                        semi_informed.embedder if semi_informed else None, progress=not args.quiet)
+    try:
+        evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
+                                   allow_missing=args.allow_missing,
+                                   asv_model=encoder_label(asv.get("encoder", "ge2e"), embedder.tag),
+                                   semi_informed=semi_informed)
+    finally:
+        if backend is not None:
+            backend.close()   # its Ray actors served every set and side
     report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})", notes)
     print_table(evaluation.results)
     print(f"report: {report}")

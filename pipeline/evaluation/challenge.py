@@ -54,7 +54,7 @@ class ChallengeInputs:
     system_overrides: list[str] = field(default_factory=list)
     train_overrides: list[str] = field(default_factory=list)
     protocol_overrides: list[str] = field(default_factory=list)
-    device: str = "auto"
+    device: str = "auto"                          # every model: anonymisation, attacker training, evaluation, SER
     workers: int = 1
     backend: object | None = None                 # None: local; a RayBackend
     batch_size: int | None = None
@@ -87,12 +87,16 @@ def _protocol(inputs: ChallengeInputs) -> dict:
 
 
 def _system_config(inputs: ChallengeInputs) -> dict:
+    from voxanon.pipeline.commands.evaluate import anonymisation_device_overrides
     from voxanon.pipeline.systems import build_system, check_needs, load_system_config
 
     overrides = list(inputs.system_overrides)
     if inputs.batch_size is not None:
         overrides.append(f"batch_size={inputs.batch_size}")
     config = load_system_config(inputs.system, overrides)
+    device = anonymisation_device_overrides(config, inputs.device, inputs.backend)
+    if device:  # explicit --set overrides come last and win
+        config = load_system_config(inputs.system, device + overrides)
     check_needs(build_system(config))
     return config
 
@@ -143,14 +147,16 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
                                                read_training_sets, resolve_hparams, train_asv)
-    from voxanon.pipeline.commands.evaluate import (attacker_notes, encoder_label, make_embedder,
+    from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
     from voxanon.pipeline.evaluation.evaluate import evaluate_sets
     from voxanon.pipeline.evaluation.sets import EvaluationSet, discover_sets
+    from voxanon.pipeline.feature_cache import FileDigests
     started = time.monotonic()
     out = Path(inputs.out)
     # Every check before the first file is written.
+    check_device(inputs.device, inputs.backend)
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)
@@ -193,10 +199,13 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     stage_start = time.monotonic()
     cache = inputs.cache if inputs.cache is not None else ContentCache(None)
     asv = protocol.get("asv", {})
-    embedder = make_embedder(asv)
-    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code)
-    semi_informed, warnings = semi_informed_attacker(model_dir, asv, anonymised_eval, system)
-    run_computations_on(inputs.backend, inputs.batch_size, embedder, transcriber, semi_informed.embedder)
+    digest = FileDigests(cache.root)
+    embedder = make_embedder(asv, device=inputs.device, digest=digest)
+    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device)
+    semi_informed, warnings = semi_informed_attacker(model_dir, asv, anonymised_eval, system, device=inputs.device,
+                                                     digest=digest)
+    run_computations_on(inputs.backend, inputs.batch_size, embedder, transcriber, semi_informed.embedder,
+                        progress=inputs.progress)
     evaluation = evaluate_sets(anonymised_eval, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
                                allow_missing=inputs.allow_missing,
                                asv_model=encoder_label(asv.get("encoder", "ge2e"), embedder.tag),
