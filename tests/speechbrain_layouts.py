@@ -210,6 +210,20 @@ def write_ctc_text_encoder(path: Path) -> int:
     return len(encoder)
 
 
+def trained_looking_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with random running statistics and affine parameters in every batch norm (the identity they start
+    as would hide a misplaced norm)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm1d):
+                module.running_mean.normal_(0, 0.2)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.normal_(1, 0.2)
+                module.bias.normal_(0, 0.2)
+                module.num_batches_tracked.fill_(1000)
+    return model
+
+
 def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS, vanilla: bool = False) -> Path:
     """speechbrain/asr-wav2vec2-librispeech layout with random weights and a tiny wav2vec2
     (``vanilla``: the recipe's VanillaNN ``enc``, with ``ASR_HPARAMS_VANILLA``)."""
@@ -240,14 +254,7 @@ def write_asr_dir(directory: Path, seed: int = 0, hparams: str = ASR_HPARAMS, va
     if vanilla:
         enc = VanillaNN(input_shape=[None, None, 64], activation=functools.partial(torch.nn.LeakyReLU, 0.2),
                         dnn_blocks=2, dnn_neurons=24)
-    with torch.no_grad():  # trained-looking batch-norm statistics
-        for module in enc.modules():
-            if isinstance(module, torch.nn.BatchNorm1d):
-                module.running_mean.normal_(0, 0.2)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.normal_(1, 0.2)
-                module.bias.normal_(0, 0.2)
-                module.num_batches_tracked.fill_(1000)
+    trained_looking_batch_norms(enc)
     ctc_lin = Linear(input_size=24, n_neurons=n_tokens)
     with torch.no_grad():  # a blank that does not win every frame, so transcripts are not empty
         ctc_lin.w.bias[0] = -3.0

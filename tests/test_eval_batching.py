@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechbrain_layouts import write_asr_dir, write_ser_dir
+from speechbrain_layouts import trained_looking_batch_norms, write_asr_dir, write_ser_dir
 from voxanon.models.asr import Wav2Vec2CTCASR, load_asr
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -96,14 +96,7 @@ def write_ecapa_dir(directory):
     config = EcapaConfig(channels=(32, 32, 32, 32, 96), lin_neurons=24, attention_channels=16, se_channels=8,
                          res2net_scale=4)
     torch.manual_seed(5)
-    model = ecapa_tdnn(config)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm1d):
-                module.running_mean.normal_(0.0, 0.3)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.2)
+    model = trained_looking_batch_norms(ecapa_tdnn(config))
     directory.mkdir(parents=True)
     torch.save(model.state_dict(), directory / EMBEDDING_FILE)
     return directory
