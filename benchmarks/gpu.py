@@ -1,30 +1,43 @@
-"""Speed and accuracy of the neural resynth chain on a CUDA GPU (``--device cuda``).
+"""Speed and accuracy of the neural resynth chain's GPU stages on CUDA (``--device cuda``), in about a minute.
 
-For batch sizes 1, 8 and 32 (utterances handed to each stage at once; content and vocoder run them
-as padded groups of similar length, the speaker encoder one by one) and for float32, bfloat16 and
-float16 (content and vocoder under autocast; the speaker encoder stays float32), it prints each
-stage's real-time factor (wall seconds per second of audio, the GPU synchronised before each clock
-reading), the utterances per second of the GPU stages together, and the SNR of the output waveforms
-against float32's at the same batch size (worst utterance). F0 (pYAAPT) runs on the CPU whatever
-the device; its RTF on one core is printed once, for the estimate of a CPU-bound node.
+For batch sizes 1, 8, 32 and 64 (utterances handed to each stage at once; content, speaker and vocoder run
+them as padded groups of similar length, on models in their direct form: weights cast once at load, no
+autocast, plain cuDNN convolutions; see models/precision.py) and for float32, bfloat16 and float16
+(content and vocoder; the speaker encoder runs in float32 in every row), it prints each GPU stage's
+real-time factor (wall seconds per second of audio, the GPU synchronised before each clock reading) over
+a warm pass, the first pass's seconds (the same utterances just before: cuDNN's plans for each new tensor
+shape included, which a long run pays once per shape of the padding grid), the GPU stages' utterances per
+second, and the SNR of the output waveforms against float32's at the same batch size (worst utterance).
+The last lines say, per stage, whether bfloat16 and float16 were at least as fast as float32 at every
+batch size measured.
 
-Weights are random with the published shapes (``voxanon models import ssl-sas --random-init`` into a
-temporary ``VOXANON_HOME``); utterances are 6/8/10 s voiced pulse trains, as in ``benchmarks/pipeline.py``.
+Done once, not per measurement: the random model set (``voxanon models import ssl-sas --random-init``, in
+this process), the CPU stages (SSL-SAS input, pYAAPT F0) over every utterance in a pool of CPU processes,
+and one system per precision (its models loaded before the first row); each row then runs only the GPU
+stages, on copies of those utterances. A row is started only while less than ``--budget-s`` has passed
+since the start; a skipped row says so.
+
+Weights are random with the published shapes; utterances are 6/8/10 s voiced pulse trains, as in
+``benchmarks/pipeline.py``. ``--cudnn-benchmark`` times the rows with cuDNN's autotuner on (voxanon leaves
+it off: it tunes every new shape again).
 
 On a machine without CUDA it prints one line saying so and exits with code 2.
 
-    .venv/bin/python benchmarks/gpu.py [--utterances 64] [--batch-sizes 1 8 32] [--size full]
+    python benchmarks/gpu.py [--utterances 64] [--batch-sizes 1 8 32 64] [--size full] [--budget-s 45]
+                             [--cudnn-benchmark]
 """
 from __future__ import annotations
 
 import argparse
-import atexit
+import contextlib
+import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -34,33 +47,47 @@ PRECISIONS = ("float32", "bfloat16", "float16")
 GPU_STAGES = ("content", "speaker", "vocoder")
 
 
-def synchronise() -> None:
+def cuda_or_exit(script: str) -> int | None:
+    """None where torch sees a CUDA device; else the one line every device benchmark prints, and its exit code."""
     import torch
 
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        return None
+    print(f"{script}: no CUDA device here (torch {torch.__version__}: torch.cuda.is_available() is False), so no "
+          f"GPU figures were measured; exit code {NO_CUDA_EXIT}")
+    return NO_CUDA_EXIT
 
 
-def chain_outputs(precision: str, waves: list[np.ndarray], batch_size: int) -> tuple[dict[str, float], list]:
-    """Seconds per stage and the output waveforms of the resynth chain on CUDA, ``batch_size`` utterances
-    handed to each stage at once."""
-    from voxanon.pipeline.systems import build_system, device_overrides, load_system_config, precision_overrides
+@contextlib.contextmanager
+def random_model_home(size: str = "full"):
+    """A temporary ``VOXANON_HOME`` holding the random SSL-SAS model set of ``size`` (installed in this process,
+    quietly); removed at exit (the full set is 0.5 GB)."""
+    from voxanon.pipeline.cli import main as voxanon
 
-    base = load_system_config("resynth")
-    system = build_system(load_system_config("resynth", device_overrides(base, "cuda")
-                                             + precision_overrides(base, precision)))
-    timings = {stage.name: 0.0 for stage in system.stages}
-    outputs = []
-    for start in range(0, len(waves), batch_size):
-        batch = [system.new_utterance(f"u{start + i}", "spk", None, wave)
-                 for i, wave in enumerate(waves[start:start + batch_size])]
-        for stage in system.stages:
-            synchronise()
-            began = time.perf_counter()
-            stage.process_batch(batch)
-            synchronise()
-            timings[stage.name] += time.perf_counter() - began
-        outputs += [utt.audio for utt in batch]
-    return timings, outputs
+    home = tempfile.mkdtemp(prefix="voxanon-device-")
+    os.environ["VOXANON_HOME"] = home
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if voxanon(["models", "import", "ssl-sas", "--random-init", "--size", size]) != 0:
+                raise SystemExit("the random model set could not be installed")
+        yield Path(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def cpu_stages(wave: np.ndarray) -> tuple[np.ndarray, dict, float]:
+    """The resynth system's leading CPU stages (SSL-SAS input, pYAAPT F0) on one utterance: its audio, its
+    features and the seconds they took (one core)."""
+    from voxanon.pipeline.systems import build_system, load_system_config
+
+    system = build_system(load_system_config("resynth"))
+    utt = system.new_utterance("u", "spk", None, wave)
+    began = time.perf_counter()
+    for stage in system.stages:
+        if stage.name in GPU_STAGES:
+            break
+        stage.process_batch([utt])
+    return utt.audio, utt.features, time.perf_counter() - began
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
@@ -71,51 +98,88 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--utterances", type=int, default=64)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--budget-s", type=float, default=45.0, help="start no row after this many seconds")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN's autotuner on for every row")
     args = parser.parse_args()
+    started = time.perf_counter()
+    code = cuda_or_exit("benchmarks/gpu.py")
+    if code is not None:
+        return code
     import torch
 
-    if not torch.cuda.is_available():
-        print(f"benchmarks/gpu.py: no CUDA device here (torch {torch.__version__}: torch.cuda.is_available() is "
-              f"False), so no GPU figures were measured; exit code {NO_CUDA_EXIT}")
-        return NO_CUDA_EXIT
     sys.stdout.reconfigure(line_buffering=True)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pipeline import synthetic_utterances  # benchmarks/pipeline.py
+    from stage_timing import stage_seconds, utterance_batches
 
-    from voxanon.models.f0 import yaapt_f0
+    from voxanon.pipeline.systems import build_system, device_overrides, load_system_config, precision_overrides
 
-    os.environ["VOXANON_HOME"] = tempfile.mkdtemp(prefix="voxanon-gpu-")
-    atexit.register(shutil.rmtree, os.environ["VOXANON_HOME"], ignore_errors=True)  # a 0.5 GB model set
-    subprocess.run([str(Path(sys.executable).with_name("voxanon")), "models", "import", "ssl-sas", "--random-init",
-                    "--size", args.size], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    waves = [w / np.max(np.abs(w)) * 0.9 for w in synthetic_utterances(args.utterances)]
-    seconds = sum(map(len, waves)) / 16000
-    print(f"resynth chain on {torch.cuda.get_device_name()}, {args.size} random SSL-SAS weights, "
-          f"{len(waves)} utterances ({seconds:.0f} s), torch {torch.__version__}")
-    began = time.perf_counter()
-    for wave in waves[:8]:
-        yaapt_f0(wave[:len(wave) // 320 * 320])
-    f0_rtf = (time.perf_counter() - began) / (sum(len(w) for w in waves[:8]) / 16000)
-    print(f"F0 (pYAAPT, CPU, one core): RTF {f0_rtf:.4f}")
+    with random_model_home(args.size):
+        waves = [w / np.max(np.abs(w)) * 0.9 for w in synthetic_utterances(args.utterances)]
+        # The CPU stages in forked processes, before this process starts CUDA.
+        with ProcessPoolExecutor(min(len(waves), os.cpu_count() or 1), mp_context=get_context("fork")) as pool:
+            prepared = list(pool.map(cpu_stages, waves))
+        audio = [a for a, _, _ in prepared]
+        features = [f for _, f, _ in prepared]
+        seconds = sum(map(len, audio)) / 16000
+        f0_rtf = sum(s for _, _, s in prepared) / seconds
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+        print(f"resynth chain's GPU stages on {torch.cuda.get_device_name()}, {args.size} random SSL-SAS weights, "
+              f"{len(audio)} utterances ({seconds:.0f} s), torch {torch.__version__}, cuDNN "
+              f"{torch.backends.cudnn.version()}, cudnn.benchmark {args.cudnn_benchmark}")
+        print(f"CPU stages (SSL-SAS input, pYAAPT F0), one core per utterance: RTF {f0_rtf:.4f}; set-up "
+              f"{time.perf_counter() - started:.1f} s")
 
-    chain_outputs("float32", waves[:2], 2)  # load the models, initialise CUDA
-    print(f"{'precision':<10}{'batch':>6}" + "".join(f"{name + ' RTF':>14}" for name in GPU_STAGES)
-          + f"{'GPU utt/s':>11}{'SNR vs fp32 dB':>16}")
-    for batch_size in args.batch_sizes:
-        reference = None
+        base = load_system_config("resynth")
+        systems, stages = {}, {}
         for precision in PRECISIONS:
             if precision == "bfloat16" and not torch.cuda.is_bf16_supported():
-                print(f"{precision:<10}{batch_size:>6}  (not supported on this GPU)")
                 continue
-            chain_outputs(precision, waves[:batch_size], batch_size)  # this precision's copies and kernels
-            timings, outputs = chain_outputs(precision, waves, batch_size)
-            reference = outputs if precision == "float32" else reference
-            worst = min(snr_db(r, o) for r, o in zip(reference, outputs))
-            gpu_seconds = sum(timings[name] for name in GPU_STAGES)
-            print(f"{precision:<10}{batch_size:>6}" + "".join(f"{timings[name] / seconds:>14.5f}" for name in GPU_STAGES)
-                  + f"{len(waves) / gpu_seconds:>11.1f}{worst:>16.1f}")
+            began = time.perf_counter()
+            systems[precision] = build_system(load_system_config(
+                "resynth", device_overrides(base, "cuda") + precision_overrides(base, precision)))
+            stages[precision] = [s for s in systems[precision].stages if s.name in GPU_STAGES]
+            for stage in stages[precision]:
+                stage.load_device_models()
+            print(f"{precision} models loaded in {time.perf_counter() - began:.1f} s")
+
+        print(f"{'precision':<10}{'batch':>6}" + "".join(f"{name + ' RTF':>14}" for name in GPU_STAGES)
+              + f"{'first pass s':>14}{'GPU utt/s':>11}{'SNR vs fp32 dB':>16}")
+        warm: dict[tuple[str, int], dict[str, float]] = {}
+        for batch_size in args.batch_sizes:
+            reference = None
+            for precision in PRECISIONS:
+                if precision not in systems:
+                    print(f"{precision:<10}{batch_size:>6}  not supported on this GPU")
+                    continue
+                if time.perf_counter() - started > args.budget_s:
+                    print(f"{precision:<10}{batch_size:>6}  skipped: the {args.budget_s:.0f} s budget has passed")
+                    continue
+
+                def run() -> tuple[dict[str, float], list]:
+                    return stage_seconds(stages[precision], utterance_batches(systems[precision], audio, batch_size,
+                                                                              features), torch.cuda.synchronize)
+
+                first, _ = run()
+                timings, done = run()
+                warm[precision, batch_size] = timings
+                outputs = [u.audio for u in done]
+                reference = outputs if precision == "float32" else reference
+                worst = min(snr_db(r, o) for r, o in zip(reference, outputs)) if reference else float("nan")
+                gpu_seconds = sum(timings.values())
+                print(f"{precision:<10}{batch_size:>6}" + "".join(f"{timings[n] / seconds:>14.5f}" for n in GPU_STAGES)
+                      + f"{sum(first.values()):>14.2f}{len(audio) / gpu_seconds:>11.1f}{worst:>16.1f}")
+        for precision in PRECISIONS[1:]:
+            verdicts = []
+            for name in GPU_STAGES:
+                sizes = [b for b in args.batch_sizes if (precision, b) in warm and ("float32", b) in warm]
+                slower = [b for b in sizes if warm[precision, b][name] > warm["float32", b][name]]
+                verdicts.append(f"{name} {'not measured' if not sizes else 'NO at ' + str(slower) if slower else 'yes'}"
+                                + (" (float32 in every row)" if name == "speaker" else ""))
+            print(f"{precision} at least as fast as float32 at every batch size measured: " + "; ".join(verdicts))
+        print(f"benchmarks/gpu.py took {time.perf_counter() - started:.1f} s")
     return 0
 
 

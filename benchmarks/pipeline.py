@@ -118,6 +118,8 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
+from stage_timing import stage_seconds, utterance_batches  # benchmarks/stage_timing.py, beside this script
+
 TARGET_SPEED_UP = 2.0
 CLI_TARGET = 1.3
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -242,17 +244,8 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
 # ---- measurements ----------------------------------------------------------------------------
 
 def stage_table(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[str, float], list[np.ndarray]]:
-    timings = {stage.name: 0.0 for stage in system.stages}
-    outputs = []
-    for start in range(0, len(waves), batch_size):
-        batch = [system.new_utterance(f"u{start + i}", "spk", None, w)
-                 for i, w in enumerate(waves[start:start + batch_size])]
-        for stage in system.stages:
-            began = time.perf_counter()
-            stage.process_batch(batch)
-            timings[stage.name] += time.perf_counter() - began
-        outputs += [u.audio for u in batch]
-    return timings, outputs
+    timings, done = stage_seconds(system.stages, utterance_batches(system, waves, batch_size))
+    return timings, [u.audio for u in done]
 
 
 def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,

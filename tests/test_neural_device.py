@@ -109,7 +109,8 @@ def test_device_form_in_lower_precision_agrees_with_float32(tiny_ssl_sas, precis
         np.testing.assert_allclose(approximate.features["speaker"], exact.features["speaker"], atol=1e-5, rtol=1e-4)
         approximate.features["content"] = exact.features["content"]  # the vocoder alone is compared below
         frames = 2 * len(exact.features["content"])
-        exact.features["f0"] = approximate.features["f0"] = (120 + 30 * np.sin(np.arange(frames) / 9)).astype(np.float32)
+        f0 = (120 + 30 * np.sin(np.arange(frames) / 9)).astype(np.float32)
+        exact.features["f0"] = approximate.features["f0"] = f0
     for device, stage_precision in (("cpu", "float32"), ("cpu:0", precision)):
         VocoderStage(precision=stage_precision, device=device).process_batch(chains[device])
     for exact, approximate in zip(chains["cpu"], chains["cpu:0"]):
@@ -366,10 +367,12 @@ def test_anonymise_device_option_sets_every_stage_that_has_one(tiny_ssl_sas, tmp
     assert "no stage with a device setting" in capsys.readouterr().err
 
 
-def test_gpu_benchmark_without_cuda_says_so_in_one_line_and_exits_2():
+@pytest.mark.parametrize("script", ["gpu.py", "gpu_pipeline.py", "device.py"])
+def test_device_benchmarks_without_cuda_say_so_in_one_line_and_exit_2(script):
     environment = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, also on a machine with one
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py")], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script)], capture_output=True, text=True,
                          timeout=120, env=environment)
     assert run.returncode == 2, run.stderr
     assert run.stdout.count("\n") == 1 and run.stderr == ""
-    assert "no CUDA device" in run.stdout and "no GPU figures were measured; exit code 2" in run.stdout
+    assert f"benchmarks/{script}: no CUDA device" in run.stdout
+    assert "no GPU figures were measured; exit code 2" in run.stdout

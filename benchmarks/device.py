@@ -1,0 +1,134 @@
+"""Every device figure in one command, within 8 minutes, written to one file.
+
+Runs one after the other, each in its own process with its own time limit, and writes everything they
+print (with a header naming the machine, the GPU, torch and the commit, and each part's wall time and
+exit code) to ``--out`` (default ``device-figures.txt``; written as ``<out>.partial`` while it runs, so
+that a run cut short leaves what it measured):
+
+1. ``benchmarks/gpu.py``: the GPU stages (content, speaker, vocoder) at batch sizes 1-64 in float32,
+   bfloat16 and float16, with SNRs against float32 (its own budget 45 s; limit 80 s);
+2. ``benchmarks/gpu_pipeline.py``: ``voxanon anonymise --system resynth --device cuda`` over 10 h of audio,
+   every F0 computed and then with a warm F0 cache (each timed run stopped at 105 s; limit 250 s);
+3. ``benchmarks/f0.py --device cuda``: the F0 benchmark's GPU part, where that script exists (limit 45 s);
+4. ``benchmarks/train_asv.py --device cuda``: ASV attacker training against the bare speechbrain step
+   (batch 256, 20 batches per epoch; limit 100 s).
+
+The limits add up to 475 s, and no part runs past 8 minutes from the start. On a machine without CUDA
+it prints one line saying so and exits with code 2; otherwise the exit code is 0 when every part ran to
+its end with exit code 0, else 1.
+
+    python benchmarks/device.py [--out device-figures.txt] [--parts gpu gpu_pipeline f0 train_asv]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOTAL_S = 480.0
+PARTS = {  # name: (script, arguments, limit in seconds)
+    "gpu": ("gpu.py", ["--budget-s", "45"], 80.0),
+    "gpu_pipeline": ("gpu_pipeline.py", ["--timeout-s", "105"], 250.0),
+    "f0": ("f0.py", ["--device", "cuda"], 45.0),
+    "train_asv": ("train_asv.py", ["--device", "cuda", "--batches", "20"], 100.0),
+}
+
+
+def run_part(command: list[str], limit_s: float, write) -> tuple[int | None, float]:
+    """``command`` with its output (stdout and stderr) passed line by line to ``write``; killed with its children
+    after ``limit_s``. Its temporary files (model sets, outputs: gigabytes) go to a folder removed afterwards,
+    killed or not. Its exit code (None when killed) and wall seconds."""
+    began = time.perf_counter()
+    scratch = tempfile.mkdtemp(prefix="voxanon-device-part-")
+    process = subprocess.Popen(command, cwd=HERE.parent, start_new_session=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, "TMPDIR": scratch})
+    killer = threading.Timer(limit_s, lambda: os.killpg(process.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        for line in process.stdout:
+            write(line)
+        process.wait()
+    finally:
+        killer.cancel()
+        shutil.rmtree(scratch, ignore_errors=True)
+    killed = process.returncode == -signal.SIGKILL and time.perf_counter() - began >= limit_s
+    return (None if killed else process.returncode), time.perf_counter() - began
+
+
+def output_of(command: list[str], otherwise: str) -> str:
+    try:
+        return subprocess.run(command, cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip() \
+            or otherwise
+    except (OSError, subprocess.TimeoutExpired):
+        return otherwise
+
+
+def header() -> str:
+    """The machine, its GPUs (from nvidia-smi: this process starts no CUDA context), torch and the commit."""
+    import torch
+
+    gpus = output_of(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                     "nvidia-smi not available").replace("\n", "; ")
+    commit = output_of(["git", "rev-parse", "--short", "HEAD"], "not a git checkout")
+    return (f"device figures, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}: {gpus}; "
+            f"{os.cpu_count()} CPUs; torch {torch.__version__} (CUDA {torch.version.cuda}), Python "
+            f"{platform.python_version()}; voxanon commit {commit}\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("device-figures.txt"), help="the file the figures go to")
+    parser.add_argument("--parts", nargs="+", choices=tuple(PARTS), default=list(PARTS))
+    args = parser.parse_args()
+    started = time.perf_counter()
+    sys.path.insert(0, str(HERE))
+    from gpu import cuda_or_exit  # benchmarks/gpu.py
+
+    code = cuda_or_exit("benchmarks/device.py")
+    if code is not None:
+        return code
+    partial = args.out.with_name(args.out.name + ".partial")
+    failed = False
+    with open(partial, "w", encoding="utf-8") as out:
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            out.write(text)
+            out.flush()
+
+        write(header())
+        for name in args.parts:
+            script, arguments, limit = PARTS[name]
+            if not (HERE / script).is_file():
+                write(f"\n== {name}: skipped: benchmarks/{script} does not exist in this checkout\n")
+                continue
+            left = TOTAL_S - (time.perf_counter() - started)
+            if left < 10:
+                write(f"\n== {name}: skipped: the {TOTAL_S:.0f} s budget is spent\n")
+                failed = True
+                continue
+            command = [sys.executable, str(HERE / script), *arguments]
+            write(f"\n== {name}: python benchmarks/{script} {' '.join(arguments)} (limit {min(limit, left):.0f} s)\n")
+            returncode, seconds = run_part(command, min(limit, left), write)
+            verdict = (f"KILLED at its {min(limit, left):.0f} s limit" if returncode is None
+                       else f"exit code {returncode}")
+            write(f"== {name}: {verdict}, {seconds:.1f} s\n")
+            failed |= returncode != 0
+        write(f"\nall device figures: {time.perf_counter() - started:.1f} s\n")
+    os.replace(partial, args.out)
+    print(f"written to {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""``voxanon anonymise --system resynth --device cuda`` end to end over at least 10 h of audio, as users run it.
+
+The set: a Kaldi data directory (``--data``; default the demo corpus, 182 real utterances, 462 s)
+replicated under new utterance ids (``<utt>-xNNN``, same speakers, same files) until it holds ``--hours``
+of audio. The command runs in a new process (interpreter, imports, model load and checks, every
+utterance, writing, metadata), on random full-size SSL-SAS weights, timed from its launch to its exit.
+Printed for each variant:
+
+* audio seconds per wall second (x real time), start-up included;
+* the time until the GPU's first batch: from the command's launch, and as run.json's streaming executor
+  records it (``executor.first_device_batch_seconds``, from the run's start inside the command); without
+  that record, the first NVML sample with the GPU busy;
+* the GPU busy fraction from NVML (``nvidia-ml-py``, the ``gpu`` extra; utilisation sampled every 0.2 s):
+  over the whole command and from the first batch on, beside run.json's ``device_busy_share`` (the share
+  of the device process's span it computed);
+* each queue's wait share (run.json's ``executor.queue_wait_share``: the share of the batches' lifetime
+  spent waiting for the device, and for the writers).
+
+Variants (``--variants``): ``cold`` computes every F0 (pYAAPT on the CPU pool); ``warm`` first fills an F0
+cache (``--set f0.cache_dir=...``) with one untimed run over the source set, then times the replicated set
+with every F0 already cached: the GPU path without F0. A run still going after ``--timeout-s`` is stopped,
+and the figure is taken over the audio written by then (said so).
+
+On a machine without CUDA it prints one line saying so and exits with code 2.
+
+    python benchmarks/gpu_pipeline.py [--hours 10] [--variants cold warm] [--data DIR] [--precision float32]
+                                      [--timeout-s 240] [--set KEY=VALUE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import soundfile
+
+NVML_PERIOD_S = 0.2
+
+
+def replicated_set(source: Path, hours: float, root: Path):
+    """``source`` (a Kaldi data directory) replicated under new utterance ids until it holds ``hours`` of audio,
+    written to ``root``: the same files, ``<utt>-xNNN`` ids (each keeps its speaker's prefix)."""
+    from voxanon.data_prep.corpus import DataDir, read_data_dir, write_data_dir
+
+    data = read_data_dir(source)
+    durations = {utt: data.utt2dur.get(utt) or soundfile.info(data.audio_path(utt)).duration for utt in data.wav}
+    total = sum(durations.values())
+    copies = max(1, int(-(-hours * 3600 // total)))
+    wav, utt2spk, utt2dur = {}, {}, {}
+    for copy in range(copies):
+        for utt in data.utterances:
+            new = f"{utt}-x{copy:03d}"
+            wav[new] = str(Path(data.audio_path(utt)).resolve())
+            utt2spk[new], utt2dur[new] = data.utt2spk[utt], durations[utt]
+    replica = DataDir(name=f"{data.name}_x{copies}", wav=wav, utt2spk=utt2spk, spk2gender=dict(data.spk2gender),
+                      utt2dur=utt2dur, path=root / f"{data.name}_x{copies}")
+    write_data_dir(replica, replica.path)
+    return replica, copies, len(data.wav), total
+
+
+class NvmlSampler:
+    """The GPU's utilisation (percent of each sample period with a kernel running, NVML) every ``NVML_PERIOD_S``
+    in a thread, with the time of each sample; ``unavailable`` says why there is none."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, int]] = []
+        self.unavailable = None
+        self.name = None
+        try:
+            import pynvml
+        except ImportError:
+            self.unavailable = "nvidia-ml-py is not installed (pip install 'voxanon[gpu]' or nvidia-ml-py)"
+            return
+        try:
+            pynvml.nvmlInit()
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+            self.name = pynvml.nvmlDeviceGetName(self._handle)
+        except pynvml.NVMLError as error:
+            self.unavailable = f"NVML failed: {error}"
+            return
+        self._nvml = pynvml
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(NVML_PERIOD_S):
+            self.samples.append((time.time(), self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+
+    def busy(self, start: float, end: float) -> float | None:
+        """Mean utilisation (0-1) of the samples taken in [start, end]."""
+        taken = [value for at, value in self.samples if start <= at <= end]
+        return sum(taken) / len(taken) / 100 if taken else None
+
+    def first_busy(self, start: float) -> float | None:
+        return next((at for at, value in self.samples if at >= start and value > 0), None)
+
+    def stop(self) -> None:
+        if self.unavailable is None:
+            self._stop.set()
+            self._thread.join()
+
+
+def written_seconds(out_set: Path) -> float:
+    """Seconds of audio in the output set's WAV files (headers only)."""
+    return sum(soundfile.info(path).duration for path in (out_set / "wav").glob("*.wav"))
+
+
+def timed_run(data, out: Path, extra: list[str], timeout_s: float, sampler: NvmlSampler | None) -> dict:
+    """The command over ``data`` into ``out``: its wall time, what it wrote, run.json and the NVML samples' view."""
+    command = [sys.executable, "-m", "voxanon.pipeline.cli", "anonymise", "--system", "resynth", "--data",
+               str(data.path), "--out", str(out), "--device", "cuda", "--quiet", *extra]
+    launched = time.time()
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+        stopped = False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        stopped = True
+    ended = time.time()
+    out_set = next(out.glob("*/wav"), out / "missing").parent
+    manifest = out_set / "run.json"
+    run = json.loads(manifest.read_text()) if manifest.is_file() and not stopped else {}
+    executor = run.get("executor") if isinstance(run.get("executor"), dict) else None
+    first_batch = executor.get("first_device_batch_at") if executor else None
+    result = {"wall": ended - launched, "stopped": stopped, "returncode": process.returncode, "output": output,
+              "audio": written_seconds(out_set) if out_set.is_dir() else 0.0, "executor": executor,
+              "first_batch": None if first_batch is None else first_batch - launched}
+    if sampler is not None and sampler.unavailable is None:
+        first = sampler.first_busy(launched)
+        result.update(busy=sampler.busy(launched, ended), first_busy=None if first is None else first - launched,
+                      busy_after_first=None if first is None else sampler.busy(first, ended))
+    return result
+
+
+def report(label: str, result: dict, sampler: NvmlSampler) -> None:
+    audio, wall = result["audio"], result["wall"]
+    how = (f"STOPPED at the {wall:.0f} s limit; over the {audio:.0f} s of audio written by then"
+           if result["stopped"] else f"exit code {result['returncode']}")
+    print(f"{label}: {audio:.0f} s of audio in {wall:.1f} s wall: {audio / wall:.1f}x real time, start-up "
+          f"included ({how})")
+    if result["returncode"] not in (0, None) and not result["stopped"]:
+        print("  the command failed; its last lines:\n    " + "\n    ".join(result["output"].strip().splitlines()[-8:]))
+    executor = result["executor"]
+    if result["first_batch"] is not None:
+        print(f"  GPU's first batch: {result['first_batch']:.1f} s after the command's launch "
+              f"({executor.get('first_device_batch_seconds')} s after the run started inside it)")
+    if executor:
+        print(f"  run.json: device busy share {executor.get('device_busy_share')}, queue wait shares "
+              f"{executor.get('queue_wait_share')}, device batches {executor.get('device_batches')}, CPU workers "
+              f"{executor.get('cpu_workers')}")
+    else:
+        print("  run.json has no executor record (a stopped run writes none; so does a runner without the streaming "
+              "executor)")
+    if sampler.unavailable is not None:
+        print(f"  GPU busy fraction: not measured: {sampler.unavailable}")
+    elif result.get("first_busy") is None:
+        print("  GPU busy fraction (NVML): the GPU was never seen busy")
+    else:
+        print(f"  GPU busy fraction (NVML, every {NVML_PERIOD_S} s): {result['busy']:.0%} of the command's wall time, "
+              f"{result['busy_after_first']:.0%} from the first busy sample on ({result['first_busy']:.1f} s after "
+              "the launch)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hours", type=float, default=10.0, help="audio in the replicated set (default 10)")
+    parser.add_argument("--variants", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
+    parser.add_argument("--data", type=Path, help="a Kaldi data directory to replicate (default: the demo corpus)")
+    parser.add_argument("--precision", choices=("float32", "bfloat16", "float16"), default="float32")
+    parser.add_argument("--timeout-s", type=float, default=240.0, help="stop a timed run after this long")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed on to the command (e.g. --set batch_seconds=400)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu import cuda_or_exit, random_model_home  # benchmarks/gpu.py
+
+    code = cuda_or_exit("benchmarks/gpu_pipeline.py")
+    if code is not None:
+        return code
+    sys.stdout.reconfigure(line_buffering=True)
+    import torch
+
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+
+    work = Path(tempfile.mkdtemp(prefix="voxanon-gpu-pipeline-"))
+    sampler = NvmlSampler()
+    try:
+        with random_model_home("full"):
+            data, copies, unique, unique_seconds = replicated_set(args.data or demo_corpus_dir(), args.hours, work)
+            print(f"anonymise --system resynth --device cuda --precision {args.precision} on "
+                  f"{sampler.name or 'the CUDA device'} ({os.cpu_count()} CPUs, torch {torch.__version__}): "
+                  f"{len(data.wav)} utterances, {sum(data.utt2dur.values()) / 3600:.2f} h (the {unique} utterances, "
+                  f"{unique_seconds:.0f} s, of {args.data or 'the demo corpus'} x{copies} under new ids), random "
+                  "full-size SSL-SAS weights")
+            extra = ["--precision", args.precision, *(f"--set={o}" for o in args.overrides)]
+            for variant in args.variants:
+                variant_extra = list(extra)
+                if variant == "warm":
+                    cache = work / "f0-cache"
+                    variant_extra.append(f"--set=f0.cache_dir={cache}")
+                    began = time.perf_counter()
+                    source = replicated_set(args.data or demo_corpus_dir(), 0, work / "source")[0]  # one copy
+                    warmed = timed_run(source, work / "warming", variant_extra, args.timeout_s, None)
+                    print(f"F0 cache warmed by an untimed run over the {unique} source utterances: "
+                          f"{time.perf_counter() - began:.1f} s (exit code {warmed['returncode']})")
+                result = timed_run(data, work / variant, variant_extra, args.timeout_s, sampler)
+                report("cold F0 (every F0 computed)" if variant == "cold" else "warm F0 cache (the GPU path alone)",
+                       result, sampler)
+                shutil.rmtree(work / variant, ignore_errors=True)  # about 1.2 GB of output per 10 h
+    finally:
+        sampler.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
