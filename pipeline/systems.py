@@ -61,6 +61,10 @@ STAGES = StageRegistry({
     "zero_llr": "voxanon.pipeline.protection_stages:ZeroLLRStage",
     "f0_neutral": "voxanon.pipeline.protection_stages:F0NeutralStage",
     "tdpsola": "voxanon.pipeline.protection_stages:TdPsolaStage",
+    "asrbn_target": "voxanon.pipeline.asrbn_stages:AsrBnTargetStage",
+    "asrbn_f0": "voxanon.pipeline.asrbn_stages:AsrBnF0Stage",
+    "asrbn_bn": "voxanon.pipeline.asrbn_stages:AsrBnStage",
+    "asrbn_vocoder": "voxanon.pipeline.asrbn_stages:AsrBnVocoderStage",
 })
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
             "stochastic"}

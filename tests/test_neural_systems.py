@@ -41,6 +41,8 @@ def installed_home(tmp_path_factory):
         data = write_demo_subset(demo, home / "demo8", [sorted(demo.spk2utt[s])[0] for s in speakers])
         for name in ("ssl-sas", "zllr-vc"):
             assert main(["models", "import", name, "--random-init", "--size", "tiny"]) == 0
+        for tag in ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"):  # B5, B6
+            assert main(["models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", "tiny"]) == 0
         assert main(["pool", "build", "--data", str(training), "--out", "libritts-other-500",
                      "--models", "ssl-sas"]) == 0
         assert main(["train", "sex-flow", "--data", str(training), "--out", "sex", "--models", "zllr-vc",

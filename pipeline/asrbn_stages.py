@@ -1,0 +1,296 @@
+"""Stages of SA-toolkit's ASR-BN anonymisation (VoicePrivacy 2024 B5 and B6): target, F0, BN, converter.
+
+Data flow per utterance (``features`` keys in brackets), as SA-toolkit's ``hifigan.py`` converts one
+utterance and the VPC 2024 recipe (``anonymization/modules/asrbn/anonymise_dir.py``) drives it:
+
+1. ``asrbn_target``: the target speaker, one of the converter's training speakers (sorted), chosen by
+   ``selection`` (:data:`SELECTIONS`) [``target``: its index]; recorded in the run journal.
+2. ``asrbn_f0``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms frames every 20 ms,
+   :func:`voxanon.models.sa_yaapt.sa_toolkit_f0`) [``f0``].
+3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.asr_bn.AsrBnExtractor`)
+   [``bn``].
+4. ``asrbn_vocoder``: ``CoreHifiGan`` on [BN | F0 normalised over the utterance | one-hot target]
+   (:mod:`voxanon.models.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
+   recipe cuts it to the input's length, and so does this stage, which also pads with zeros where the
+   converter gives fewer samples than the input (at most 78, when the length is just past a multiple of
+   320), so that every output has exactly the input's length. No peak normalisation (``output_peak``:
+   none, as the recipe writes the converter's output as it is).
+
+No input normalisation or trimming: the recipe feeds the waveform as read. Inputs of under 400 samples
+(25 ms) fail (in ``failures.tsv``, by name).
+
+Target selection (``selection``; the VPC 2024 recipe's ``anon_level``), seeded through
+:meth:`~voxanon.pipeline.stages.Utterance.rng`:
+
+* ``random_per_utt`` (the challenge's setting for every set): each utterance draws a target uniformly;
+* ``random_per_spk``: each source speaker draws one target, for all its utterances (two speakers may
+  draw the same one);
+* ``random_per_spk_uniq``: each source speaker of the set gets its own target, no two the same (a set
+  with more speakers than targets is refused before any utterance); one permutation of the targets, drawn
+  once per run, dealt to the set's speakers in sorted order;
+* ``constant``: every utterance gets ``constant`` (the recipe's ``target_constant_spkid``, ``6081``).
+
+Batching: ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N`` for the device code path on the CPU) on the BN
+and converter stages. On the CPU each utterance runs alone (the converter in windows, as the SSL-SAS
+vocoder); elsewhere wav2vec2 and the converter run padded, length-masked batches of similar length, each
+utterance's result equal to its one-at-a-time result to float rounding. ``precision`` (``float32``;
+``bfloat16`` or ``float16`` under autocast, as SA-toolkit runs both networks under float16 autocast on
+CUDA) on the same two stages.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voxanon.data_prep.atomic import atomic_write_text
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import contained_path
+from voxanon.pipeline.neural_stages import (_checked_device, _checked_precision, check_device_available,
+                                            resolve_device)
+from voxanon.pipeline.stages import Stage, Utterance
+
+SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
+B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
+CONSTANT_TARGET = "6081"
+"""The VPC 2024 recipe's ``target_constant_spkid``, a LibriTTS train-clean-100 speaker."""
+
+_loaded: dict[tuple, Any] = {}
+
+
+def _model_set(name: str):
+    """An installed SA-toolkit set, its checksums verified once per process."""
+    from voxanon.models.registry import load_model_set, models_dir
+
+    key = (str(models_dir()), name)
+    if key not in _loaded:
+        model_set = load_model_set(name)
+        if model_set.config.get("release") != "sa-toolkit":
+            raise VoxanonError(f"model set {name!r} is not an SA-toolkit import; install one with voxanon models "
+                               "import sa-toolkit FILE|DIR")
+        _loaded[key] = model_set
+    return _loaded[key]
+
+
+def target_speakers(name: str) -> list[str]:
+    """The sorted training speakers of an installed converter (its one-hot targets); reads its config only."""
+    import json
+
+    from voxanon.models.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
+
+    path = models_dir() / name / CONFIG
+    if not path.is_file():
+        load_model_set(name)  # raises the error that names the install command
+        raise ModelNotInstalledError(f"model set {name!r}: {path} is missing")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("release") != "sa-toolkit" or config.get("kind") != "converter":
+        raise VoxanonError(f"model set {name!r} is not an SA-toolkit anonymisation model (a hifigan_bn_* tag "
+                           "imported with voxanon models import sa-toolkit)")
+    return list(config["speakers"])
+
+
+def load_component(name: str, component: str, precision: str = "float32", device: str = "cpu"):
+    """The set's ``extractor`` (:class:`~voxanon.models.asr_bn.AsrBnExtractor`) or ``converter`` ((Vocoder,
+    speakers)), loaded once per process in the form for ``device`` (:func:`~voxanon.models.precision.prepared_for_device`):
+    on the CPU in float32 as built (the converter's spectral convolutions planned, for forked workers to share);
+    on the CPU in a lower ``precision`` a copy run under autocast; on any other device (``cpu:N`` included)
+    the direct form in ``precision``, built from the set's tensors without CPU plans."""
+    from voxanon.models.registry import models_dir
+
+    device = resolve_device(device)
+    key = (str(models_dir()), name, component, precision, device)
+    if key in _loaded:
+        return _loaded[key]
+    import torch
+
+    from voxanon.models.sa_toolkit import load_converter, load_extractor
+
+    cpu, dtype = device == "cpu", getattr(torch, precision)
+    if cpu and precision == "float32":
+        model_set = _model_set(name)
+        _loaded[key] = load_extractor(model_set) if component == "extractor" else load_converter(model_set)
+    elif component == "extractor":
+        extractor = load_component(name, component) if cpu else load_extractor(_model_set(name))
+        _loaded[key] = extractor.for_device(device, dtype)
+    else:
+        from voxanon.models.hifigan import Vocoder
+        from voxanon.models.precision import prepared_for_device
+
+        vocoder, speakers = load_component(name, component) if cpu else load_converter(_model_set(name), False)
+        _loaded[key] = Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
+    return _loaded[key]
+
+
+class AsrBnTargetStage(Stage):
+    """The target speaker of each utterance, by the VPC 2024 recipe's selection rules (module doc)."""
+
+    name = "asrbn_target"
+    model_free = True
+
+    def __init__(self, models: str = B5_MODELS, selection: str = "random_per_utt", constant: str = CONSTANT_TARGET,
+                 source_speakers: str | None = None):
+        if selection not in SELECTIONS:
+            raise ValueError(f"asrbn_target.selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+        self.models, self.selection, self.constant = models, selection, str(constant)
+        self.source_speakers = source_speakers
+        self._targets: list[str] | None = None
+        self._dealt: dict[str, str] | None = None
+
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
+    def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
+        """Check the selection against the set and the converter's speakers, once, before any utterance; for
+        ``random_per_spk_uniq`` write the set's sorted speakers under ``work_dir`` (named by their digest)."""
+        targets = target_speakers(self.models)
+        if self.selection == "constant" and self.constant not in targets:
+            raise VoxanonError(f"asrbn_target.constant {self.constant!r} is not one of model set {self.models!r}'s "
+                               f"{len(targets)} target speakers (e.g. {', '.join(targets[:5])}, ...)")
+        if self.selection != "random_per_spk_uniq":
+            return {}
+        speakers = sorted(set(data.utt2spk.values()))
+        if len(speakers) > len(targets):
+            raise VoxanonError(f"asrbn_target.selection random_per_spk_uniq gives each source speaker its own "
+                               f"target, but set {data.name!r} has {len(speakers)} speakers and model set "
+                               f"{self.models!r} {len(targets)} targets; use random_per_spk or random_per_utt")
+        text = "".join(f"{speaker}\n" for speaker in speakers)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = contained_path(Path(work_dir).resolve(), f"asrbn-source-speakers-{digest}.txt")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        return {"source_speakers": str(path)}
+
+    def load_models(self) -> None:
+        self._target_list()
+
+    def _target_list(self) -> list[str]:
+        if self._targets is None:
+            self._targets = target_speakers(self.models)
+        return self._targets
+
+    def _uniq(self, utt: Utterance) -> str:
+        if self._dealt is None:
+            if not self.source_speakers:
+                raise VoxanonError("asrbn_target: random_per_spk_uniq needs the set's speakers, which the runner "
+                                   "prepares (Stage.prepare_set) before the first utterance")
+            speakers = Path(self.source_speakers).read_text(encoding="utf-8").split()
+            order = utt.rng("run").permutation(len(self._target_list()))
+            self._dealt = {speaker: self._target_list()[i] for speaker, i in zip(speakers, order)}
+        if utt.speaker not in self._dealt:
+            raise VoxanonError(f"{utt.utt_id}: speaker {utt.speaker!r} is not among the set's speakers that "
+                               "random_per_spk_uniq dealt targets to")
+        return self._dealt[utt.speaker]
+
+    def process(self, utt: Utterance) -> None:
+        targets = self._target_list()
+        if self.selection == "constant":
+            target = self.constant
+        elif self.selection == "random_per_spk_uniq":
+            target = self._uniq(utt)
+        else:
+            level = "utterance" if self.selection == "random_per_utt" else "speaker"
+            target = targets[int(utt.rng(level).integers(len(targets)))]
+        utt.features["target"] = targets.index(target)
+        utt.record["target_speaker"] = target
+
+
+class AsrBnF0Stage(Stage):
+    """F0 by SA-toolkit's YAAPT port with B5/B6's settings (on the CPU, a batch's utterances together)."""
+
+    name = "asrbn_f0"
+    model_free = True
+
+    def load_models(self) -> None:
+        import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio: once, before the runner forks)
+
+    def process_batch(self, batch: list[Utterance]) -> None:
+        from voxanon.models.sa_yaapt import sa_toolkit_f0
+
+        if not batch:
+            return
+        rates = {utt.sample_rate for utt in batch}
+        if rates != {16000}:
+            raise VoxanonError(f"asrbn_f0 needs 16 kHz audio (the system's sample_rate), got {sorted(rates)} Hz")
+        for utt, f0 in zip(batch, sa_toolkit_f0([utt.audio for utt in batch])):
+            utt.features["f0"] = f0
+
+
+class _ModelStage(Stage):
+    """A stage whose models come from an SA-toolkit set, on ``device`` in ``precision``."""
+
+    component: str
+
+    def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu"):
+        self.models = models
+        self.precision = _checked_precision(self.name, precision)
+        self.device = _checked_device(self.name, device)
+
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
+    def load_models(self) -> None:
+        if self.device == "cpu":
+            load_component(self.models, self.component, self.precision)
+
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            load_component(self.models, self.component, self.precision, self.device)
+
+    def _model(self):
+        return load_component(self.models, self.component, self.precision, self.device)
+
+    def _on_cpu(self) -> bool:
+        return resolve_device(self.device) == "cpu"
+
+
+class AsrBnStage(_ModelStage):
+    """BN features (50 Hz, vector-quantised) of SA-toolkit's ASR; wav2vec2 in padded batches off the CPU."""
+
+    name = "asrbn_bn"
+    component = "extractor"
+
+    def process_batch(self, batch: list[Utterance]) -> None:
+        extractor = self._model()
+        waves = [utt.audio for utt in batch]
+        features = extractor.extract(waves) if self._on_cpu() else extractor.extract_batch(waves)
+        for utt, bn in zip(batch, features):
+            utt.features["bn"] = bn
+
+
+class AsrBnVocoderStage(_ModelStage):
+    """``CoreHifiGan`` on [BN | normalised F0 | one-hot target]; the output cut or zero-padded to the input's
+    length. ``output_peak`` (default none, as SA-toolkit) scales each output's peak to it."""
+
+    name = "asrbn_vocoder"
+    component = "converter"
+
+    def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu",
+                 output_peak: float | None = None):
+        super().__init__(models, precision, device)
+        if output_peak is not None and not 0.0 < float(output_peak) <= 1.0:
+            raise ValueError(f"asrbn_vocoder.output_peak must be in (0, 1] or null, got {output_peak}")
+        self.output_peak = None if output_peak is None else float(output_peak)
+
+    def process_batch(self, batch: list[Utterance]) -> None:
+        import torch
+
+        from voxanon.models.core_hifigan import conditioning
+
+        vocoder, speakers = self._model()
+        missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]
+        if missing:
+            raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
+                               "asrbn_target, asrbn_f0 and asrbn_bn stages before it)")
+        items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
+        waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()
+                 else vocoder.synthesise_padded(items))
+        for utt, wave in zip(batch, waves):
+            length = len(utt.audio)
+            wave = np.pad(wave[:length], (0, max(0, length - len(wave))))
+            peak = float(np.max(np.abs(wave)))
+            if self.output_peak is not None and peak > 0:
+                wave = wave / peak * self.output_peak
+            utt.audio = wave.astype(np.float32)
