@@ -1,8 +1,9 @@
 """Sex-neutral F0 target moments of a corpus (spec §9.7 step 3; [S4] §5.4) and the targets file.
 
-For every utterance: pYAAPT F0 with the SSL-SAS settings, on the audio as the SSL-SAS chain
-sees it (16 kHz, trimmed to a multiple of 320 samples, peak 0.95: the ``ssl_sas_input`` stage),
-so the per-utterance F0 cache is shared with anonymisation runs; then the mean and population
+For every utterance: YAAPT F0 with the SSL-SAS settings (the ``fast`` version by default, or
+``pyaapt`` itself: :data:`voxanon.models.f0.BACKENDS`), on the audio as the SSL-SAS chain sees it
+(16 kHz, trimmed to a multiple of 320 samples, peak 0.95: the ``ssl_sas_input`` stage), so the
+per-utterance F0 cache is shared with anonymisation runs; then the mean and population
 std of its voiced frames. The utterance values are averaged per speaker, per sex and over
 the two sexes with equal weight (:func:`voxanon.models.balanced_average.balanced_average`).
 
@@ -12,7 +13,7 @@ reason. Neither is dropped silently.
 
 The targets file is JSON: ``f0_mean_hz`` and ``f0_std_hz`` (what ``f0_neutral`` and ``tdpsola``
 read), ``by_sex``, ``speakers_per_sex``, ``utterances`` (the number averaged), ``source`` (the
-data directories) and ``excluded``.
+data directories), ``excluded`` and ``f0_backend``.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class F0Job:
     source: str
     allow_pipe: bool
     cache_dir: str | None
+    backend: str
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class F0Targets:
     utterances: int
     source: list[str]
     excluded: dict[str, object] = field(default_factory=dict)
+    f0_backend: str = "fast"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -82,9 +85,9 @@ def utterance_f0(job: F0Job) -> UtteranceF0:
         utterance = Utterance(job.utt, "", None, audio.samples, SAMPLE_RATE, seeds={})
         SslSasInputStage().process(utterance)
         if job.cache_dir is None:
-            f0 = yaapt_f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT)
+            f0 = yaapt_f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT, job.backend)
         else:
-            f0 = F0Cache(job.cache_dir).f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT)
+            f0 = F0Cache(job.cache_dir).f0(utterance.audio, SAMPLE_RATE, SSL_SAS_YAAPT, job.backend)
     except Exception as error:  # one bad file must not stop a corpus-wide run: it is reported instead
         reason = str(error) if isinstance(error, VoxanonError) else f"{type(error).__name__}: {error}"
         return UtteranceF0(job.utt, error=f"{job.source}: {reason}")
@@ -95,7 +98,8 @@ def utterance_f0(job: F0Job) -> UtteranceF0:
 
 
 def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[UtteranceF0]:
-    bar = tqdm(total=len(jobs), unit="utt", desc="F0 (pYAAPT)", disable=not progress, dynamic_ncols=True)
+    desc = f"F0 ({jobs[0].backend if jobs else 'YAAPT'})"
+    bar = tqdm(total=len(jobs), unit="utt", desc=desc, disable=not progress, dynamic_ncols=True)
     results: list[UtteranceF0] = []
     with bar:
         if workers <= 1 or len(jobs) <= 1:
@@ -112,13 +116,16 @@ def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[Utteranc
 
 
 def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str | os.PathLike | None = None,
-                       allow_pipes: bool = False, progress: bool = True) -> F0Targets:
-    """Balanced F0 target moments over the utterances of ``sets`` (see the module doc)."""
+                       allow_pipes: bool = False, progress: bool = True, backend: str = "fast") -> F0Targets:
+    """Balanced F0 target moments over the utterances of ``sets`` (see the module doc); ``backend``: the
+    YAAPT version (:data:`voxanon.models.f0.BACKENDS`)."""
     from voxanon.models.balanced_average import balanced_average
+    from voxanon.models.f0 import check_backend
 
+    check_backend(backend)
     utt2spk, sex_of_speaker = merge_labelled_sets(sets)
     jobs = [F0Job(utt, data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), allow_pipes,
-                  None if cache_dir is None else str(cache_dir))
+                  None if cache_dir is None else str(cache_dir), backend)
             for data in sets for utt in data.utterances]
     results = _track_all(jobs, workers, progress)
     unusable = {r.utt: r.error for r in results if r.error is not None}
@@ -134,7 +141,8 @@ def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str 
         f0_mean_hz=float(average.neutral[0]), f0_std_hz=float(average.neutral[1]),
         by_sex={sex: {"f0_mean_hz": float(v[0]), "f0_std_hz": float(v[1])} for sex, v in average.by_sex.items()},
         speakers_per_sex=dict(average.speakers_per_sex), utterances=len(used),
-        source=[str(Path(data.path).resolve()) if data.path else data.name for data in sets], excluded=excluded)
+        source=[str(Path(data.path).resolve()) if data.path else data.name for data in sets], excluded=excluded,
+        f0_backend=backend)
 
 
 def read_f0_targets(path: str | os.PathLike) -> tuple[float, float]:

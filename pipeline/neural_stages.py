@@ -6,7 +6,7 @@ Data flow per utterance (``features`` keys in brackets):
    **trim to a multiple of 320 samples**, as SSL-SAS does. L, the trimmed length, is
    what the chain reproduces: the output has exactly L samples (at most 319 fewer than
    the input). Inputs under 640 samples (40 ms) are refused.
-2. ``f0``: pYAAPT, L/160 frames at 100 Hz [``f0``].
+2. ``f0``: YAAPT (the fast version of pYAAPT, or pYAAPT), L/160 frames at 100 Hz [``f0``].
 3. ``content``: HuBERT soft content, L/320 frames at 50 Hz [``content``].
 4. ``speaker``: ECAPA vector of the utterance itself [``speaker``] (copy-synthesis).
 5. ``vocoder``: HiFi-GAN on [content ×2 | F0 | speaker] -> L samples.
@@ -212,29 +212,79 @@ class SslSasInputStage(Stage):
 
 
 class F0Stage(Stage):
-    """pYAAPT F0 (SSL-SAS settings), optionally cached on disk per utterance content."""
+    """YAAPT F0 (SSL-SAS settings), optionally cached on disk per utterance content (and backend).
+
+    ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.yaapt`;
+    about 5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
+    (amfm-decompy's pYAAPT itself). ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when the process
+    running the stage sees one): on the CPU each utterance runs the numpy/numba version; on a CUDA
+    device the whole batch goes to the torch version (:func:`voxanon.models.f0.yaapt_f0_batch`), where
+    an utterance it cannot analyse fails alone. ``pyaapt`` runs on the CPU only. Only the CPU path is
+    model-free (the runner may run it in a process forked before torch loads).
+    """
 
     name = "f0"
     model_free = True
 
-    def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0):
-        from voxanon.models.f0 import F0Cache, YaaptParams
+    def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
+                 backend: str = "fast", device: str = "cpu"):
+        from voxanon.models.f0 import F0Cache, YaaptParams, check_backend
 
         self.params = YaaptParams(f0_min_hz=float(f0_min_hz), f0_max_hz=float(f0_max_hz))
         self.cache = F0Cache(cache_dir) if cache_dir else None
+        self.backend = check_backend(backend)
+        self.device = _checked_device("f0", device)
+        if self.backend == "pyaapt" and self.device != "cpu":
+            raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
+                             "set f0.device=cpu, or f0.backend=fast for the GPU version")
+        self.model_free = self.device == "cpu"
 
     def load_models(self) -> None:
-        # pYAAPT's imports (SciPy's signal processing, about 0.7 s): once, before the runner forks its workers,
-        # instead of in every worker at its first utterance.
-        import amfm_decompy.pYAAPT  # noqa: F401
+        # Once, before the runner forks its workers, instead of in every worker at its first utterance:
+        # pYAAPT's imports (SciPy's signal processing, about 0.7 s), or the fast version's compiled kernels.
+        # A GPU is left to the process that runs the stage (a CUDA context does not survive a fork).
+        if self.backend == "pyaapt":
+            import amfm_decompy.pYAAPT  # noqa: F401
+        elif self.device == "cpu":
+            from voxanon.models.yaapt import warm_up
+
+            warm_up()
+
+    def process_batch(self, batch: list[Utterance]) -> None:
+        device = resolve_device(self.device)
+        if device == "cpu":
+            for utt in batch:
+                self.process(utt)
+            return
+        from voxanon.models.f0 import yaapt_f0_batch
+
+        todo = [utt for utt in batch if not self._cached(utt)]
+        failures = []
+        for rate in sorted({utt.sample_rate for utt in todo}):
+            group = [utt for utt in todo if utt.sample_rate == rate]
+            for utt, f0 in zip(group, yaapt_f0_batch([utt.audio for utt in group], rate, self.params, device)):
+                if isinstance(f0, Exception):
+                    failures.append(f0)
+                    continue
+                utt.features["f0"] = f0
+                if self.cache is not None:
+                    self.cache.store(utt.audio, f0, rate, self.params, self.backend)
+        if failures:
+            raise failures[0]  # the runner reruns the batch's utterances one by one to attribute it
+
+    def _cached(self, utt: Utterance) -> bool:
+        f0 = None if self.cache is None else self.cache.load(utt.audio, utt.sample_rate, self.params, self.backend)
+        if f0 is not None:
+            utt.features["f0"] = f0
+        return f0 is not None
 
     def process(self, utt: Utterance) -> None:
         from voxanon.models.f0 import yaapt_f0
 
         if self.cache is not None:
-            utt.features["f0"] = self.cache.f0(utt.audio, utt.sample_rate, self.params)
+            utt.features["f0"] = self.cache.f0(utt.audio, utt.sample_rate, self.params, self.backend)
         else:
-            utt.features["f0"] = yaapt_f0(utt.audio, utt.sample_rate, self.params)
+            utt.features["f0"] = yaapt_f0(utt.audio, utt.sample_rate, self.params, self.backend)
 
 
 class ContentStage(Stage):
