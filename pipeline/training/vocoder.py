@@ -7,7 +7,7 @@ consistency loss of the ICASSP 2023 zLLR-VC vocoder (anchors §6.3).
 
 Features are computed once, before training, by the same stages the anonymisation chain
 runs (:mod:`voxanon.pipeline.neural_stages`): the SSL-SAS input convention (peak 0.95, trim
-to a multiple of 320), pYAAPT F0 with the SSL-SAS settings, soft content from the model
+to a multiple of 320), YAAPT F0 with the SSL-SAS settings (the default backend), soft content from the model
 set's frozen content encoder and an ECAPA vector from its frozen speaker encoder. They are
 cached per utterance on disk (``<cache>/<tag>/<sha[:2]>/<sha>.npy``, keyed by the audio
 file's sha256 and, for content and speaker, by the encoder's weights; the input convention
@@ -53,6 +53,7 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.f0 import DEFAULT_BACKEND
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
                                             load_model)
@@ -172,7 +173,7 @@ def feature_tags(models: str) -> dict[str, str]:
     from voxanon.models.registry import load_model_set
 
     model_set = load_model_set(models, verify=False)
-    return {"audio": "vocoder-input-sslsas", "f0": "f0-yaapt-sslsas",
+    return {"audio": "vocoder-input-sslsas", "f0": f"f0-yaapt-sslsas-{DEFAULT_BACKEND}",
             "content": f"content-{_component_tag(model_set, 'content')}",
             "speaker": f"speaker-{_component_tag(model_set, 'speaker')}"}
 
