@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import soundfile
 from tqdm import tqdm
 
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
@@ -163,6 +164,9 @@ class CachedComputation:
             else:
                 results[key] = cached
         digests = dict(todo)
+        # Longest first, so each batch holds utterances of similar length: padded batches on a device waste little,
+        # and Whisper's windows of one batch end their beam searches together.
+        todo.sort(key=lambda item: -_seconds(files[item[0]]))
         batches = [[(key, files[key]) for key, _ in todo[start:start + self.batch_size]]
                    for start in range(0, len(todo), self.batch_size)]
         failed: dict[str, str] = {}
@@ -184,6 +188,15 @@ class CachedComputation:
         # In the files' order, whatever order the batches finished in.
         self.failures.update({key: failed[key] for key in files if key in failed})
         return {key: results[key] for key in files if key in results}
+
+
+def _seconds(path: Path) -> float:
+    """The file's duration from its header; 0 when it has none (loading it then reports why)."""
+    try:
+        info = soundfile.info(str(path))
+    except (RuntimeError, OSError):
+        return 0.0
+    return info.frames / info.samplerate if info.samplerate else 0.0
 
 
 def _computation_worker(computation: CachedComputation):

@@ -168,3 +168,24 @@ def test_cuda_without_a_cuda_device_is_one_error_before_any_work(name, tmp_path,
         main(argv + ["--device", "gpu"])
     assert exit_.value.code == 2
     assert "expected cpu, cuda, auto or cuda:N" in capsys.readouterr().err
+
+
+def test_computations_batch_utterances_of_similar_length(tmp_path):
+    """Whatever the files' order, each batch a model gets holds utterances of similar length (longest first)."""
+    import soundfile
+
+    from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
+
+    files = {}
+    for k, n in enumerate((4000, 16000, 4800, 15000, 8000, 9000)):
+        files[f"u{k}"] = tmp_path / f"u{k}.wav"
+        soundfile.write(files[f"u{k}"], 0.1 * np.ones(n, np.float32), 16000)
+    batches = []
+
+    def lengths(waves):
+        batches.append([len(w) for w in waves])
+        return [np.full(1, len(w)) for w in waves]
+
+    found = CachedComputation("lengths", lengths, batch_size=2, progress=False).run(files, ContentCache(None), "x")
+    assert batches == [[16000, 15000], [9000, 8000], [4800, 4000]]
+    assert list(found) == list(files) and [int(v[0]) for v in found.values()] == [4000, 16000, 4800, 15000, 8000, 9000]
