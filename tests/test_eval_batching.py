@@ -189,3 +189,23 @@ def test_computations_batch_utterances_of_similar_length(tmp_path):
     found = CachedComputation("lengths", lengths, batch_size=2, progress=False).run(files, ContentCache(None), "x")
     assert batches == [[16000, 15000], [9000, 8000], [4800, 4000]]
     assert list(found) == list(files) and [int(v[0]) for v in found.values()] == [4000, 16000, 4800, 15000, 8000, 9000]
+
+
+def test_benchmark_and_challenge_move_a_systems_models_only_where_they_are_not():
+    """--device reaches the systems they anonymise with, without touching a CPU run's configuration (its hash
+    names the finished outputs and the attacker trained on them)."""
+    from voxanon.pipeline.commands.evaluate import anonymisation_device_overrides
+    from voxanon.pipeline.systems import load_system_config
+
+    resynth = load_system_config("resynth")
+    assert anonymisation_device_overrides(load_system_config("b2"), "cuda") == []    # McAdams: no models
+    assert anonymisation_device_overrides(resynth, "cpu") == []
+    assert anonymisation_device_overrides(resynth, "auto") == []                     # no CUDA here: the CPU
+    moved = anonymisation_device_overrides(resynth, "cuda:0")
+    stages = [override.split(".")[0] for override in moved]
+    assert {"content", "speaker", "vocoder"} <= set(stages) and moved == [f"{s}.device=cuda:0" for s in stages]
+    on_gpu = load_system_config("resynth", moved)
+    assert anonymisation_device_overrides(on_gpu, "cuda:0") == []
+    assert anonymisation_device_overrides(on_gpu, "cpu") == [f"{stage}.device=cpu" for stage in stages]
+    # Under Ray each actor resolves auto for itself.
+    assert anonymisation_device_overrides(resynth, "auto", backend=object()) == [f"{s}.device=auto" for s in stages]
