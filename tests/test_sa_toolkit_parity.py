@@ -128,3 +128,37 @@ def test_core_hifigan_output_layer_reflects_one_sample():
         expected = theirs(frames)[0]
         assert expected.shape == (1, 1, 37 * 320 + 1)
         assert torch.allclose(ours.eval()(frames), expected, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_full_size_b5_and_b6_match_sa_toolkit(speech, tmp_path, monkeypatch):
+    """The published sizes (wav2vec2 large, 1024-wide TDNN-F, CoreHifiGan at 512 channels, 247 targets) on
+    random weights, one utterance each: BN within 1e-4 relative, waveform SNR >= 40 dB."""
+    from types import SimpleNamespace
+
+    import sa_toolkit_fixtures as fixtures
+
+    for front_end in ("wav2vec2", "fbank"):
+        torch.manual_seed(0)
+        asr = ref.build_asr(ref.asr_args(48), front_end, True)(output_dim=3280).eval()
+        fixtures._codebook_from_speech(asr, 0)
+        utt2spk = {f"{1000 + i}_000": str(1000 + i) for i in range(247)}
+        args = SimpleNamespace(asrbn_model="bn_tdnnf/final.pt", f0_transformation="")
+        reference = ref.build_hifigan(args)(utt2spk, asr).eval()
+        folder = tmp_path / front_end
+        folder.mkdir()
+        ref.save_final_pt(folder / "final.pt", reference, base_model_path="local/tuning/hifigan.py",
+                          base_model_params={"utt2spk": utt2spk}, base_model_args=vars(args),
+                          task_path="/egs/vc/libritts")
+        model_set = installed(tmp_path / front_end, monkeypatch, folder / "final.pt", "full")
+        extractor, (vocoder, speakers) = load_extractor(model_set), load_converter(model_set)
+        wave = speech[0]
+        f0 = sa_toolkit_f0(wave)
+        ours_bn = extractor.extract([wave])[0]
+        converted = vocoder.synthesise([conditioning(ours_bn, f0, speakers.index("1100"), len(speakers))])[0]
+        reference.set_f0(torch.from_numpy(f0)[None])
+        with torch.inference_mode():
+            theirs_bn = asr.extract_bn(torch.from_numpy(wave)[None].clone())[0]
+            theirs = reference.convert(torch.from_numpy(wave)[None], target=["1100"])[0].numpy()
+        assert relative_error(ours_bn, theirs_bn) <= BN_TOLERANCE
+        assert snr_db(converted, theirs) >= MIN_SNR_DB
