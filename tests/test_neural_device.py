@@ -302,7 +302,7 @@ def test_device_setting_is_checked_and_auto_resolves_where_it_runs(monkeypatch):
 
 def test_device_overrides_name_every_stage_that_has_the_setting():
     assert device_overrides(load_system_config("resynth"), "cuda") == [
-        "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
+        "f0.device=cuda", "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
     with pytest.raises(VoxanonError, match="no stage with a device setting"):
         device_overrides(load_system_config("b2"), "cuda")
 
@@ -360,8 +360,8 @@ def test_anonymise_device_option_sets_every_stage_that_has_one(tiny_ssl_sas, tmp
     assert main(["anonymise", "--system", "resynth", "--data", str(data.path), "--out", str(out), "--workers", "1",
                  "--quiet", "--device", "cpu", "--precision", "bfloat16"]) == 0
     config = json.loads((out / f"{data.name}_resynth" / "run.json").read_text())["config"]
-    assert [config[name]["device"] for name in ("content", "speaker", "vocoder")] == ["cpu"] * 3
-    assert config["content"]["precision"] == "bfloat16" and "device" not in config["f0"]
+    assert [config[name]["device"] for name in ("f0", "content", "speaker", "vocoder")] == ["cpu"] * 4
+    assert config["content"]["precision"] == "bfloat16" and "precision" not in config["f0"]
     assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(out), "--quiet",
                  "--device", "cuda"]) == 2
     assert "no stage with a device setting" in capsys.readouterr().err
