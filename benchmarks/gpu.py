@@ -12,7 +12,7 @@ The last lines say, per stage, whether bfloat16 and float16 were at least as fas
 batch size measured.
 
 Done once, not per measurement: the random model set (``voxanon models import ssl-sas --random-init``, in
-this process), the CPU stages (SSL-SAS input, pYAAPT F0) over every utterance in a pool of CPU processes,
+this process), the CPU stages (SSL-SAS input, F0 on the CPU) over every utterance in a pool of CPU processes,
 and one system per precision (its models loaded before the first row); each row then runs only the GPU
 stages, on copies of those utterances. A row is started only while less than ``--budget-s`` has passed
 since the start; a skipped row says so.
@@ -76,7 +76,7 @@ def random_model_home(size: str = "full"):
 
 
 def cpu_stages(wave: np.ndarray) -> tuple[np.ndarray, dict, float]:
-    """The resynth system's leading CPU stages (SSL-SAS input, pYAAPT F0) on one utterance: its audio, its
+    """The resynth system's leading CPU stages (SSL-SAS input, F0) on one utterance: its audio, its
     features and the seconds they took (one core)."""
     from voxanon.pipeline.systems import build_system, load_system_config
 
@@ -129,7 +129,7 @@ def main() -> int:
         print(f"resynth chain's GPU stages on {torch.cuda.get_device_name()}, {args.size} random SSL-SAS weights, "
               f"{len(audio)} utterances ({seconds:.0f} s), torch {torch.__version__}, cuDNN "
               f"{torch.backends.cudnn.version()}, cudnn.benchmark {args.cudnn_benchmark}")
-        print(f"CPU stages (SSL-SAS input, pYAAPT F0), one core per utterance: RTF {f0_rtf:.4f}; set-up "
+        print(f"CPU stages (SSL-SAS input, F0 on the CPU), one core per utterance: RTF {f0_rtf:.4f}; set-up "
               f"{time.perf_counter() - started:.1f} s")
 
         base = load_system_config("resynth")

@@ -16,7 +16,8 @@ Printed for each variant:
 * each queue's wait share (run.json's ``executor.queue_wait_share``: the share of the batches' lifetime
   spent waiting for the device, and for the writers).
 
-Variants (``--variants``): ``cold`` computes every F0 (pYAAPT on the CPU pool); ``warm`` first fills an F0
+Variants (``--variants``): ``cold`` computes every F0 (where the recipe's F0 stage runs: ``--device cuda``
+sets its device too); ``warm`` first fills an F0
 cache (``--set f0.cache_dir=...``) with one untimed run over the source set, then times the replicated set
 with every F0 already cached: the GPU path without F0. A run still going after ``--timeout-s`` is stopped,
 and the figure is taken over the audio written by then (said so).
@@ -217,7 +218,7 @@ def main() -> int:
                     print(f"F0 cache warmed by an untimed run over the {unique} source utterances: "
                           f"{time.perf_counter() - began:.1f} s (exit code {warmed['returncode']})")
                 result = timed_run(data, work / variant, variant_extra, args.timeout_s, sampler)
-                report("cold F0 (every F0 computed)" if variant == "cold" else "warm F0 cache (the GPU path alone)",
+                report("cold F0 cache (every F0 computed)" if variant == "cold" else "warm F0 cache (the GPU path alone)",
                        result, sampler)
                 shutil.rmtree(work / variant, ignore_errors=True)  # about 1.2 GB of output per 10 h
     finally:
