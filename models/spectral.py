@@ -5,7 +5,9 @@ HuBERT's positional convolution (kernel 128, 16 groups) here, through the FFT; t
 generator's wide residual convolutions through small DFT matrices (``voxanon.models.hifigan``).
 Both compute the same convolution to float rounding and apply only to float32 CPU tensors outside
 autograd and autocast (:func:`cpu_inference`), from weights precomputed per module; a plan is
-rebuilt when its module's weights change (:func:`weights_stamp`).
+rebuilt when its module's weights change (:func:`weights_stamp`). A model prepared for another device
+(:func:`voxanon.models.precision.prepared_for_device`: ``cpu_forms`` off) never uses them, nor builds
+their float64 plans: on a GPU the direct convolutions are cuDNN's.
 """
 from __future__ import annotations
 
