@@ -172,7 +172,8 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     if not _attacker_possibly_done(out, system, hparams, [anonymise.target(d) for d in train_sets]):
         # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
         # keeps every utterance's length; running them here fails before anything is anonymised.
-        prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False)
+        prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
+                              allow_missing=inputs.allow_missing)
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()
@@ -184,7 +185,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     identities = [data_identity(d) for d in anonymised_train]
     model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
     attacker = train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
-                         progress=inputs.progress, allow_pipes=inputs.allow_pipes)
+                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing)
     stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained}
     stages["train attacker"]["seconds"] = _since(stage_start)
 
