@@ -113,8 +113,8 @@ def yaapt_f0(audio: np.ndarray, sample_rate: int = 16000, params: YaaptParams = 
     import amfm_decompy.pYAAPT as pYAAPT
 
     with warnings.catch_warnings():
-        # Near-silent frames make pYAAPT divide by zero; it still returns a valid track.
-        warnings.simplefilter("ignore", RuntimeWarning)
+        # Near-silent frames make pYAAPT divide by zero, and short ones its median filters warn; the track is valid.
+        warnings.simplefilter("ignore")
         pitch = pYAAPT.yaapt(basic.SignalObj(signal, sample_rate), **params.yaapt_kwargs())
     return _checked_track(pitch.samp_values, len(audio), n_frames, backend)
 

@@ -7,7 +7,8 @@ harmonic products), each NCCF frame's sum, and the NCCF of every frame of both s
 range (frames in chunks, lags as one product per chunk). What depends on one utterance's earlier
 results, frame after frame — the spectral peaks, the spectral track and the lag ranges it sets, the
 means pYAAPT removes frame by frame, the NCCF peaks, the refinement and both dynamic programmes —
-runs on the CPU with :mod:`voxanon.models.yaapt`'s own functions, on the values brought back.
+runs on the CPU with :mod:`voxanon.models.yaapt`'s own functions, on the values brought back, one
+thread per core over the batch's utterances.
 
 The values agree with the CPU version's to float rounding (a different FFT, summation order and
 BLAS): the tracks are the same except where pYAAPT's dynamic programme meets two paths of equal
@@ -18,6 +19,9 @@ not silent, long enough); each result is a track or the exception pYAAPT raises 
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -26,8 +30,8 @@ from voxanon.models import yaapt as cpu
 
 SHC_CHUNK_FRAMES = 512
 """Voiced frames per batched 8192-point FFT (about 34 MB of spectrum)."""
-NCCF_CHUNK_VALUES = 1 << 24
-"""Frames x lags x samples per NCCF chunk (128 MB of float64 per product)."""
+NCCF_CHUNK_FRAMES = 4096
+"""NCCF frames computed at once (about 7.5 MB per lag-sized array of float64)."""
 
 
 def yaapt_samp_values_batch(signals: list[np.ndarray], fs: float, params, device: str | torch.device
@@ -44,41 +48,62 @@ def yaapt_samp_values_batch(signals: list[np.ndarray], fs: float, params, device
             host[b, :len(signal)] = signal
         x = torch.from_numpy(host).to(device)
         valid = torch.arange(x.shape[1], device=device) < torch.from_numpy(lengths).to(device)[:, None]
-        taps = torch.from_numpy(cpu.bandpass_taps(geo.fs)).to(device)
+        taps = cpu.bandpass_taps(geo.fs)
         filtered = [_fir(x, taps, valid), _fir(x * x, taps, valid)]
         energy = _nlfer(filtered[0], frames, geo).cpu().numpy()
         vuv = [energy[b, :frames[b]] > cpu.NLFER_THRESH1 for b in range(len(signals))]
         shc = _shc(filtered[1], vuv, geo)
         sums = [_unfolded(s, geo.tda_length, geo.frame_jump).sum(-1).cpu().numpy() for s in filtered]
-        results: list[np.ndarray | Exception | None] = [None] * len(signals)
-        tracks = {}
-        for b in range(len(signals)):
-            try:
-                n, voiced = frames[b], np.flatnonzero(vuv[b])
-                cand_pitch, cand_merit = cpu.spectral_candidates(shc[b], voiced, n, geo)
-                spec_pitch, pitch_std = cpu.spectral_track(cand_pitch, cand_merit, geo.f0_min)
-                tda_pitch = spec_pitch[:tda_frames[b]]
-                lags = cpu.nccf_lags(tda_pitch, pitch_std, geo)
-                means = [cpu.frame_means(s[b, :tda_frames[b]], geo) for s in sums]
-                tracks[b] = (spec_pitch, pitch_std, tda_pitch, lags, means)
-            except Exception as error:  # this utterance's own failure, as pYAAPT raises it
-                results[b] = error
+
+        def spectral(b: int):
+            voiced = np.flatnonzero(vuv[b])
+            cand_pitch, cand_merit = cpu.spectral_candidates(shc[b], voiced, frames[b], geo)
+            spec_pitch, pitch_std = cpu.spectral_track(cand_pitch, cand_merit, geo.f0_min)
+            tda_pitch = spec_pitch[:tda_frames[b]]
+            means = [cpu.frame_means(s[b, :tda_frames[b]], geo) for s in sums]
+            return spec_pitch, pitch_std, cpu.nccf_lags(tda_pitch, pitch_std, geo), means
+
+        results = _per_utterance(spectral, range(len(signals)))
+        tracks = {b: result for b, result in enumerate(results) if not isinstance(result, Exception)}
         candidates = {b: [] for b in tracks}
         for index, signal in enumerate(filtered):
-            found = _nccf_candidates(signal, {b: (t[3], t[4][index]) for b, t in tracks.items()}, geo)
+            found = _nccf_candidates(signal, {b: (t[2], t[3][index]) for b, t in tracks.items()}, geo)
             for b in tracks:
                 candidates[b].append(found[b])
-        for b, (spec_pitch, pitch_std, _, _, _) in tracks.items():
-            try:
-                results[b] = cpu.final_track(energy[b, :frames[b]], vuv[b], spec_pitch, pitch_std, candidates[b])
-            except Exception as error:
-                results[b] = error
+
+        def final(b: int):
+            spec_pitch, pitch_std = tracks[b][:2]
+            return cpu.final_track(energy[b, :frames[b]], vuv[b], spec_pitch, pitch_std, candidates[b])
+
+        for b, track in zip(tracks, _per_utterance(final, list(tracks))):
+            results[b] = track
     return results
 
 
-def _fir(x: torch.Tensor, taps: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``lfilter(taps, 1, x)`` per row, each row cut to its own length (pYAAPT filters the unpadded signal)."""
-    y = F.conv1d(x[:, None], taps.flip(0)[None, None], padding=len(taps) - 1)[:, 0, :x.shape[1]]
+def _per_utterance(work, utterances) -> list:
+    """``work(b)`` for each utterance, in threads (the compiled kernels release the interpreter lock): its
+    result, or the exception pYAAPT raises for that utterance. The caller's :func:`voxanon.models.yaapt.quiet`
+    holds for the threads too (warning filters are the process's)."""
+    def guarded(b):
+        try:
+            return work(b)
+        except Exception as error:  # this utterance's own failure; the others go on
+            return error
+
+    utterances = list(utterances)
+    if len(utterances) < 2:
+        return [guarded(b) for b in utterances]
+    with ThreadPoolExecutor(min(len(utterances), os.cpu_count() or 1)) as pool:
+        return list(pool.map(guarded, utterances))
+
+
+def _fir(x: torch.Tensor, taps: np.ndarray, valid: torch.Tensor) -> torch.Tensor:
+    """``lfilter(taps, 1, x)`` per row, each row cut to its own length (pYAAPT filters the unpadded signal):
+    one multiply-add of the whole batch per tap (float64 convolutions are slow on both CPUs and GPUs)."""
+    delayed = F.pad(x, (len(taps) - 1, 0))
+    y = torch.zeros_like(x)
+    for k, tap in enumerate(taps):
+        y.add_(delayed[:, len(taps) - 1 - k:len(taps) - 1 - k + x.shape[1]], alpha=float(tap))
     return torch.where(valid, y, 0.0)
 
 
@@ -152,19 +177,26 @@ def _nccf_candidates(signal: torch.Tensor, frames: dict[int, tuple[tuple[np.ndar
     lag_min = np.concatenate([frames[b][0][0] for b in utterances]) if counts else np.zeros(0, dtype=np.int64)
     lag_max = np.concatenate([frames[b][0][1] for b in utterances]) if counts else np.zeros(0, dtype=np.int64)
     pitch, merit = np.zeros((cpu.NCCF_MAXCANDS, len(owner))), np.zeros((cpu.NCCF_MAXCANDS, len(owner)))
-    span = int(lag_max.max(initial=1) - lag_min.min(initial=0))  # the widest lag window a chunk can need
-    per_chunk = max(1, NCCF_CHUNK_VALUES // (length * span))
+    per_chunk = NCCF_CHUNK_FRAMES
     positions = torch.arange(length, device=device)
     for start in range(0, len(owner), per_chunk):
         stop = min(start + per_chunk, len(owner))
         low, high = int(lag_min[start:stop].min()), int(lag_max[start:stop].max())
         y = windows[start:stop]
-        head_mask = positions < torch.from_numpy(length - lag_max[start:stop]).to(device)[:, None]
-        head = torch.where(head_mask, y, 0.0)
+        heads = torch.from_numpy(length - lag_max[start:stop]).to(device)
+        head = torch.where(positions < heads[:, None], y, 0.0)
         power = (head * head).sum(1)
-        lagged = F.pad(y, (0, high)).unfold(1, length, 1)[:, low:high]
-        numerators = torch.einsum("fli,fi->fl", lagged, head)
-        energies = torch.einsum("fli,fi->fl", lagged * lagged, head_mask.to(y.dtype))
+        # Numerators one head sample at a time: a product of all lags' windows at once would copy each
+        # frame (high - low) times.
+        padded = F.pad(y, (0, high))
+        numerators = torch.zeros(len(y), high - low, dtype=y.dtype, device=device)
+        for i in range(length - int(lag_max[start:stop].min())):
+            numerators.addcmul_(padded[:, low + i:high + i], head[:, i:i + 1])
+        # Each lag's window energy from running sums: a window of exact zeros still gives exactly 0 (and a
+        # NaN NCCF, as in pYAAPT), others agree to rounding.
+        running = F.pad(torch.cumsum(y * y, 1), (1, high))
+        starts = torch.arange(low, high, device=device)
+        energies = running.gather(1, starts + heads[:, None]) - running[:, low:high]
         phi = (numerators / torch.sqrt(energies * power[:, None])).cpu().numpy()
         cpu.time_candidates_from_phi(phi, low, (lag_min[start:stop], lag_max[start:stop]), geo,
                                      pitch[:, start:stop], merit[:, start:stop])
