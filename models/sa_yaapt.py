@@ -568,8 +568,9 @@ def _nccf_candidate(plan: _Plan, frames: torch.Tensor, lag_min: torch.Tensor, la
 _NCCF_TOLERANCE = 1e-4
 """Far above the rounding of the batched NCCF (2.4e-6 at most on the demo corpus, faint frames apart), far below
 the gaps between NCCF values."""
-_FAINT_ENERGY = 1e-15
-"""Below this frame energy, squares and their products (as low as 1e-30) near float32's subnormal range."""
+_FAINT_ENERGY = 1e-17
+"""Below this energy (of the head or of a lagged window) the port's energy product, 1e-34 or more above it, nears
+float32's subnormal range (below 1.2e-38), where its precision goes: such frames are computed as the port does."""
 
 
 def _nccf_decision(phi: torch.Tensor, inner: torch.Tensor, center: int, params: SaToolkitYaaptParams,

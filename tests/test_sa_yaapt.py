@@ -77,8 +77,8 @@ def test_frame_count_is_one_per_hop_centred_on_the_unpadded_input():
 
 
 def test_parity_with_sa_toolkit_on_demo_speech():
-    waves = demo_utterances(per_speaker=2)
-    assert_parity([reference_f0(wave) for wave in waves], sa_toolkit_f0(waves), min_voiced=1000)
+    waves = demo_utterances(per_speaker=1)  # all 13 voices; the whole corpus is the slow test below
+    assert_parity([reference_f0(wave) for wave in waves], sa_toolkit_f0(waves), min_voiced=600)
 
 
 @pytest.mark.slow
