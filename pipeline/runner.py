@@ -378,21 +378,25 @@ def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool,
         results.put(prepared)
 
 
-def _init_forked_worker(device_models: bool) -> None:
-    """A forked worker: one torch thread (the pool gives the parallelism), gone with its parent, and, with
-    ``device_models``, the device models its parent could not load for it (a fault is kept, and raised by
-    the worker's first batch: an initializer's exception would only break the pool, without its message)."""
+def _init_forked_worker(device_models: bool, stages: tuple[int, int] | None = None) -> None:
+    """A forked worker: one torch thread (the pool gives the parallelism), gone with its parent, and the
+    models its parent did not load for it: with ``device_models``, those of its system's stages on another
+    device than the CPU (a CUDA context does not survive a fork); with ``stages`` (a range), every model of
+    those stages. A fault is kept, and raised by the worker's first batch: an initializer's exception would
+    only break the pool, without its message."""
     _die_with_parent()
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     _reuse_freed_memory(single_threaded=True)
-    if device_models:
-        system = _worker_state["system"]
-        try:
+    system = _worker_state["system"]
+    try:
+        if stages is not None:
+            load_stage_models(system, system.stages[slice(*stages)], False)
+        if device_models:
             load_stage_models(system, [stage for stage in system.stages if stage.device != "cpu"], True)
-        except RunFault as fault:
-            _worker_state["fault"] = fault
+    except RunFault as fault:
+        _worker_state["fault"] = fault
 
 
 def _init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None = None) -> None:

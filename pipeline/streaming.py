@@ -331,9 +331,11 @@ class LocalLanes:
         self._pools: list[ProcessPoolExecutor] = []
         try:
             if runner.fork_safe():
-                runner.load_stage_models(system, system.stages[:self.start], device_models=False)
+                # Forked at once, each worker loading its stages' models itself (pYAAPT's imports), so that
+                # the device process, on the way to the first batch, starts without waiting for them.
                 runner._worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
-                self._cpu = self._pool(self.cpu_workers, "fork", runner._init_forked_worker, (False,))
+                self._cpu = self._pool(self.cpu_workers, "fork", runner._init_forked_worker,
+                                       (False, (0, self.start)))
             else:
                 self._cpu = self._pool(self.cpu_workers, "spawn", runner._init_spawned_worker,
                                        (system.config, allow_pipes, (0, self.start)))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import make_corpus
+from test_run_faults import ON_CPU, random_home  # noqa: F401  (fixture)
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
@@ -283,22 +284,12 @@ def test_one_actor_pool_serves_every_call_of_a_command(cluster, monkeypatch):
         assert all(len(values) <= 1 for values in built.values()), built
 
 
-@pytest.fixture(scope="module")
-def tiny_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("raymodels")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VOXANON_HOME", str(home))
-        assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
-    return home
+ON_CPU_DEVICE = [*ON_CPU, "--set", "batch_seconds=3"]
 
 
-ON_CPU_DEVICE = ["--set", "content.device=cpu:0", "--set", "speaker.device=cpu:0", "--set", "vocoder.device=cpu:0",
-                 "--set", "batch_seconds=3"]
-
-
-def test_streaming_under_ray_gives_the_local_bytes(cluster, tiny_home, tmp_path, monkeypatch):
+def test_streaming_under_ray_gives_the_local_bytes(cluster, random_home, tmp_path, monkeypatch):
     """CPU actors load, prepare and write; a device actor runs the model stages, on the same planned batches."""
-    monkeypatch.setenv("VOXANON_HOME", str(tiny_home))
+    monkeypatch.setenv("VOXANON_HOME", str(random_home))
     data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.6)
     common = ["anonymise", "--system", "resynth", "--data", str(data.path), "--quiet", *ON_CPU_DEVICE]
     assert main(common + ["--out", str(tmp_path / "local"), "--workers", "2"]) == 0
@@ -311,9 +302,9 @@ def test_streaming_under_ray_gives_the_local_bytes(cluster, tiny_home, tmp_path,
 
 
 @pytest.mark.parametrize("case", ["truncated", "truncated-streaming", "cuda"])
-def test_a_model_fault_under_ray_stops_once(case, cluster, tiny_home, tmp_path, monkeypatch, capsys):
+def test_a_model_fault_under_ray_stops_once(case, cluster, random_home, tmp_path, monkeypatch, capsys):
     home = tmp_path / "home"
-    subprocess.run(["cp", "-r", str(tiny_home), str(home)], check=True)
+    subprocess.run(["cp", "-r", str(random_home), str(home)], check=True)
     content = home / "models" / "ssl-sas" / "content.safetensors"
     if case.startswith("truncated"):
         content.write_bytes(content.read_bytes()[:content.stat().st_size // 2])
