@@ -31,6 +31,7 @@ as the Ray backend does.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -548,6 +549,13 @@ def _run_parallel(system: System, batches: list[list[Job]], workers: int, allow_
     return _PoolRun(pool, batches, workers)
 
 
+class _NoWork(contextlib.nullcontext):
+    """The outcomes of no batch."""
+
+    def __init__(self):
+        super().__init__(())
+
+
 class _InProcess:
     """Batches run one after the other in this process, its models loaded (and checked) first."""
 
@@ -786,8 +794,9 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     failures: list[Outcome] = []
     audio_seconds = 0.0
     try:
-        # The backend starts its processes before the progress bar starts a thread.
-        with backend.outcomes(system, batches, allow_pipes, wav_dir, options) as outcomes:
+        # The backend starts its processes (nothing to start, no models to load, for a finished set) before
+        # the progress bar starts a thread.
+        with backend.outcomes(system, batches, allow_pipes, wav_dir, options) if batches else _NoWork() as outcomes:
             audio_seconds = _journal_outcomes(outcomes, jobs, backend, journal_path, current_hash, finished,
                                               failures, data, system, progress, started)
             if hasattr(outcomes, "stats"):
