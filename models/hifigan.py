@@ -460,8 +460,7 @@ class ConditioningLayout:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def frames(self, content: torch.Tensor, f0: torch.Tensor, speaker: torch.Tensor) -> torch.Tensor:
-        """One utterance: content (Tc, content_dim), f0 (Tf,), speaker (speaker_dim,) -> (channels, Tf)."""
+    def _check(self, content: torch.Tensor, f0: torch.Tensor, speaker: torch.Tensor) -> None:
         if content.ndim != 2 or content.shape[1] != self.content_dim:
             raise ValueError(f"content must be (frames, {self.content_dim}), got {tuple(content.shape)}")
         if speaker.shape != (self.speaker_dim,):
@@ -469,6 +468,10 @@ class ConditioningLayout:
         if f0.ndim != 1 or f0.shape[0] != content.shape[0] * self.content_repeat:
             raise ValueError(f"misaligned conditioning: {content.shape[0]} content frames x{self.content_repeat} "
                              f"!= {f0.shape[0]} F0 frames")
+
+    def frames(self, content: torch.Tensor, f0: torch.Tensor, speaker: torch.Tensor) -> torch.Tensor:
+        """One utterance: content (Tc, content_dim), f0 (Tf,), speaker (speaker_dim,) -> (channels, Tf)."""
+        self._check(content, f0, speaker)
         if self.standardise_content:
             # torch.std is the unbiased estimate, as in the ICASSP 2023 code.
             content = (content - content.mean(dim=0)) / (content.std(dim=0) + 1e-6)
@@ -484,18 +487,55 @@ class ConditioningLayout:
                    "speaker": speaker[:, None].to(content.dtype).expand(-1, n_frames)}
         return torch.cat([streams[name] for name in self.order], dim=0)
 
-    def batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], length: int | None = None,
-              rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Several utterances -> zero-padded (B, channels, T) frames and their lengths (B,): T the longest
-        item's frames or ``length``, B the items or ``rows`` (rows past the items: all-zero frames of length T)."""
+    def batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Several utterances -> zero-padded (B, channels, T_max) frames and their lengths (B,)."""
         frames = [self.frames(*item) for item in items]
-        length = max(f.shape[1] for f in frames) if length is None else length
-        rows = len(frames) if rows is None else rows
-        lengths = torch.tensor([f.shape[1] for f in frames] + [length] * (rows - len(frames)))
-        padded = torch.zeros(rows, self.channels, length, dtype=frames[0].dtype)
+        lengths = torch.tensor([f.shape[1] for f in frames])
+        padded = torch.zeros(len(frames), self.channels, int(lengths.max()), dtype=frames[0].dtype)
         for i, f in enumerate(frames):
             padded[i, :, :f.shape[1]] = f
         return padded, lengths
+
+    def device_batch(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], length: int, rows: int,
+                     device: torch.device) -> tuple[torch.Tensor, list[int]]:
+        """Several utterances' frames, as :meth:`batch` gives them (to float rounding), built on ``device`` as one
+        (rows, channels, length) float32 tensor, and each item's frame count. Only the content (at its own,
+        lower, frame rate), the F0 and the speaker vectors cross from the CPU (from pinned memory, without
+        waiting); the normalisations run batched, each over its own item's frames. Frames past an item's
+        count are not zero (the generator masks its input); rows past the items are silence of ``length``."""
+        from voxanon.models.precision import to_device
+
+        for item in items:
+            self._check(*item)
+        repeat = self.content_repeat
+        content_length = -(-length // repeat)
+        content = torch.zeros(rows, content_length, self.content_dim)
+        f0 = torch.zeros(rows, length)
+        speaker = torch.zeros(rows, self.speaker_dim)
+        counts, lengths = [content_length] * rows, [length] * rows
+        for row, (item_content, item_f0, item_speaker) in enumerate(items):
+            content[row, :len(item_content)], f0[row, :len(item_f0)], speaker[row] = item_content, item_f0, item_speaker
+            counts[row], lengths[row] = len(item_content), len(item_f0)
+        device = torch.device(device)
+        content, f0, speaker = (to_device(tensor, device) for tensor in (content, f0, speaker))
+        frames = to_device(torch.tensor(counts, dtype=torch.float32), device)[:, None, None]
+        valid = torch.arange(content_length, device=device)[None, :, None] < frames
+        if self.standardise_content:
+            mean = (content * valid).sum(dim=1, keepdim=True) / frames
+            std = ((((content - mean) * valid) ** 2).sum(dim=1, keepdim=True) / (frames - 1)).sqrt()
+            content = (content - mean) / (std + 1e-6)
+        if self.l2_normalise_speaker:
+            speaker = F.normalize(speaker, dim=1)
+        if self.layer_norm_content:
+            elements = frames * self.content_dim
+            mean = (content * valid).sum(dim=(1, 2), keepdim=True) / elements
+            variance = (((content - mean) * valid) ** 2).sum(dim=(1, 2), keepdim=True) / elements
+            content = (content - mean) * torch.rsqrt(variance + self.eps)
+        if self.layer_norm_speaker:
+            speaker = F.layer_norm(speaker, speaker.shape[1:], eps=self.eps)
+        streams = {"content": content.transpose(1, 2).repeat_interleave(repeat, dim=2)[..., :length],
+                   "f0": f0[:, None, :], "speaker": speaker[:, :, None].expand(-1, -1, length)}
+        return torch.cat([streams[name] for name in self.order], dim=1), lengths
 
 
 @dataclass
@@ -558,18 +598,19 @@ class Vocoder:
         """:meth:`synthesise` on whatever device the generator is on, in the precision of its weights, as
         padded, length-masked batches of utterances of similar length (:func:`~voxanon.models.precision.device_groups`,
         at most ``max_items`` each, padded to the grid's lengths and row counts so that shapes repeat): the GPU
-        path. On CPU it computes the same values (how it is tested). The conditioning frames are built on
-        the CPU in float32 and go from pinned memory without waiting; every group is queued before the
-        host waits for the first waveform."""
+        path. On CPU it computes the same values (how it is tested). The conditioning frames are built on the
+        device, in float32 (:meth:`ConditioningLayout.device_batch`); every group is queued before the host
+        waits for the first waveform."""
         from voxanon.models.precision import device_groups, to_device
 
         device = next(self.generator.parameters()).device
         hop, lead = self.generator.config.hop_length, self.generator.leading_samples
         queued = []
         for group in device_groups([int(item[1].shape[0]) for item in items], max_items):
-            frames, lengths = self.layout.batch([items[i] for i in group.indices], group.length, group.rows)
-            audio = self.generator(to_device(frames, device), to_device(lengths, device))[:, 0]
-            queued.append((group.indices, lengths.tolist(), audio))
+            frames, lengths = self.layout.device_batch([items[i] for i in group.indices], group.length, group.rows,
+                                                       device)
+            audio = self.generator(frames, to_device(torch.tensor(lengths), device))[:, 0]
+            queued.append((group.indices, lengths, audio))
         waves: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
         for indices, lengths, audio in queued:
             audio = audio.float().cpu().numpy()

@@ -271,6 +271,22 @@ def test_batched_speaker_vectors_equal_one_at_a_time(tiny_ssl_sas):
         assert not np.allclose(speaker(padded)[1].numpy(), alone[3], atol=1e-3)
 
 
+@pytest.mark.parametrize("layout", [ConditioningLayout(content_dim=8, speaker_dim=4),
+                                    ConditioningLayout(content_dim=8, speaker_dim=4, standardise_content=True,
+                                                       l2_normalise_speaker=True, layer_norm_speaker=False,
+                                                       order=("f0", "speaker", "content"))])
+def test_conditioning_frames_built_on_the_device_equal_the_cpus(layout):
+    torch.manual_seed(0)
+    items = [(torch.randn(n, 8) * 3 + 1, torch.rand(2 * n) * 200, torch.randn(4)) for n in (37, 30, 12)]
+    frames, lengths = layout.device_batch(items, 80, 4, torch.device("cpu"))
+    assert frames.shape == (4, layout.channels, 80) and lengths == [74, 60, 24, 80]
+    for row, item in enumerate(items):
+        np.testing.assert_allclose(frames[row, :, :lengths[row]], layout.frames(*item), atol=2e-5, rtol=1e-5)
+    assert torch.isfinite(frames).all()  # padding rows and frames: finite, masked by the generator
+    with pytest.raises(ValueError, match="misaligned conditioning"):
+        layout.device_batch([(torch.randn(5, 8), torch.rand(9), torch.randn(4))], 16, 1, torch.device("cpu"))
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_padded_vocoder_batches_equal_windowed_one_at_a_time():
     torch.manual_seed(0)
