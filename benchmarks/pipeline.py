@@ -44,6 +44,9 @@ seconds per second of audio.
    same files in its warmed process (its start-up not counted), in ``--cli-rounds`` alternating
    rounds; medians printed. Then the neural start-up: the command over one 1 s utterance.
    ``--compare-with DIR`` times another checkout's command in the same rounds.
+4. B5 and B6 (``--parts asrbn``): the stage table of part 1 for the ``b5`` and ``b6`` systems, random
+   weights in the layouts of SA-toolkit's tags (``voxanon models import sa-toolkit --random-init``; at full
+   size, wav2vec2 large for B5), batches of 1 and 4, on the same utterances.
 
 Where our float32 time goes: every network runs near this CPU's float32 peak on one core (about
 100 GFLOP/s; the reference's two threads are as efficient), so the gains are arithmetic not done and
@@ -97,7 +100,7 @@ gain once the heap is kept: the difference was page faults); the head start at t
 
     .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
-                                            [--parts table head-to-head command] [--cli-rounds 3]
+                                            [--parts table head-to-head command asrbn] [--cli-rounds 3]
                                             [--cli-seconds 160] [--compare-with DIR]
 """
 from __future__ import annotations
@@ -246,6 +249,31 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
 def stage_table(system, waves: list[np.ndarray], batch_size: int) -> tuple[dict[str, float], list[np.ndarray]]:
     timings, done = stage_seconds(system.stages, utterance_batches(system, waves, batch_size))
     return timings, [u.audio for u in done]
+
+
+ASRBN_SYSTEMS = {"b5": "hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "b6": "hifigan_bn_tdnnf_600h_vq_48_v1"}
+
+
+def asrbn_stage_table(size: str, waves: list[np.ndarray]) -> None:
+    """Part 4: each stage of ``b5`` and ``b6`` in one process, random weights in their tags' layouts."""
+    import torch
+
+    from voxanon.pipeline.systems import build_system, load_system_config
+
+    seconds = sum(len(w) for w in waves) / 16000
+    print(f"\n4. B5/B6 stage real-time factors in one process ({torch.get_num_threads()} torch threads), {size} random "
+          f"weights in SA-toolkit's layouts, {len(waves)} utterances ({seconds:.0f} s), after a pass over them")
+    for name, tag in ASRBN_SYSTEMS.items():
+        subprocess.run(voxanon_command("models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", size),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        system = build_system(load_system_config(name))
+        stage_seconds(system.stages, utterance_batches(system, waves, 1))  # load the models, build the kernels
+        names = [stage.name for stage in system.stages]
+        print(f"{name:<4}{'batch':<7}" + "".join(f"{n:>15}" for n in names) + f"{'chain':>9}")
+        for batch_size in (1, 4):
+            timings, _ = stage_seconds(system.stages, utterance_batches(system, waves, batch_size))
+            print(f"{'':<4}{batch_size:<7}" + "".join(f"{timings[n] / seconds:>15.4f}" for n in names)
+                  + f"{sum(timings.values()) / seconds:>9.4f}")
 
 
 def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,
@@ -401,8 +429,9 @@ def main() -> None:
     parser.add_argument("--parallel-batch-size", type=int, default=1)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
-    parser.add_argument("--parts", nargs="+", choices=("table", "head-to-head", "command"),
-                        default=["table", "head-to-head", "command"], help="which parts to run (default: all)")
+    parser.add_argument("--parts", nargs="+", choices=("table", "head-to-head", "command", "asrbn"),
+                        default=["table", "head-to-head", "command", "asrbn"],
+                        help="which parts to run (default: all)")
     parser.add_argument("--cli-rounds", type=int, default=3, help="rounds of part 3 (medians are printed)")
     parser.add_argument("--cli-seconds", type=float, default=160.0, help="seconds of audio in part 3")
     parser.add_argument("--compare-with", type=Path, metavar="DIR",
@@ -564,6 +593,8 @@ def main() -> None:
               f"worst SNR {snrs[runs.index(bf16_run) - 1]:.1f} dB against the reference)")
     if "command" in args.parts:
         cli_head_to_head(args, work, reference_pool)
+    if "asrbn" in args.parts:
+        asrbn_stage_table(args.size, table_waves)
     if "head-to-head" in args.parts or "command" in args.parts:
         reference_pool.shutdown()
     print(f"load average (1, 5, 15 min) after: {load_average()}")

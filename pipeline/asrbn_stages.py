@@ -30,12 +30,14 @@ Target selection (``selection``; the VPC 2024 recipe's ``anon_level``), seeded t
   once per run, dealt to the set's speakers in sorted order;
 * ``constant``: every utterance gets ``constant`` (the recipe's ``target_constant_spkid``, ``6081``).
 
-Batching: ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N`` for the device code path on the CPU) on the BN
-and converter stages. On the CPU each utterance runs alone (the converter in windows, as the SSL-SAS
-vocoder); elsewhere wav2vec2 and the converter run padded, length-masked batches of similar length, each
-utterance's result equal to its one-at-a-time result to float rounding. ``precision`` (``float32``;
-``bfloat16`` or ``float16`` under autocast, as SA-toolkit runs both networks under float16 autocast on
-CUDA) on the same two stages.
+Batching: ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N`` for the device code path on the CPU; ``voxanon
+anonymise --device`` sets it) on the F0, BN and converter stages. On the CPU the BN and converter stages run
+each utterance alone (the converter in windows, as the SSL-SAS vocoder); elsewhere wav2vec2 and the
+converter run padded, length-masked batches of similar length in the direct form
+(:func:`~voxanon.models.precision.prepared_for_device`), each utterance's result equal to its one-at-a-time
+result to float rounding. F0 is batched on any device, each track the same whatever the batch.
+``precision`` (``float32``; ``bfloat16`` or ``float16``: SA-toolkit runs both networks under float16
+autocast on CUDA) on the BN and converter stages; the TDNN-F layers, the quantiser and the F0 stay float32.
 """
 from __future__ import annotations
 
@@ -197,13 +199,26 @@ class AsrBnTargetStage(Stage):
 
 
 class AsrBnF0Stage(Stage):
-    """F0 by SA-toolkit's YAAPT port with B5/B6's settings (on the CPU, a batch's utterances together)."""
+    """F0 by SA-toolkit's YAAPT port with B5/B6's settings, a batch's utterances together. ``device``
+    (``cpu``, ``cuda``, ``auto``, ``cpu:N``): where the batched port runs (:func:`~voxanon.models.sa_yaapt.sa_toolkit_f0`;
+    each track the same whatever the batch); only on the CPU is the stage model-free (the streaming executor's
+    CPU lane runs it)."""
 
     name = "asrbn_f0"
     model_free = True
 
+    def __init__(self, device: str = "cpu"):
+        self.device = _checked_device(self.name, device)
+        self.model_free = self.device == "cpu"
+
     def load_models(self) -> None:
-        import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio: once, before the runner forks)
+        if self.device == "cpu":
+            import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio: once, before the runner forks)
+
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            import voxanon.models.sa_yaapt  # noqa: F401
 
     def process_batch(self, batch: list[Utterance]) -> None:
         from voxanon.models.sa_yaapt import sa_toolkit_f0
@@ -213,7 +228,7 @@ class AsrBnF0Stage(Stage):
         rates = {utt.sample_rate for utt in batch}
         if rates != {16000}:
             raise VoxanonError(f"asrbn_f0 needs 16 kHz audio (the system's sample_rate), got {sorted(rates)} Hz")
-        for utt, f0 in zip(batch, sa_toolkit_f0([utt.audio for utt in batch])):
+        for utt, f0 in zip(batch, sa_toolkit_f0([utt.audio for utt in batch], device=resolve_device(self.device))):
             utt.features["f0"] = f0
 
 

@@ -84,10 +84,11 @@ def test_anonymise_is_deterministic_resumable_and_reports_bad_files(system, home
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_device_code_path_gives_the_cpu_output(home_and_data, tmp_path, monkeypatch):
-    """``cpu:0`` runs the GPU code path on the CPU: wav2vec2 and the converter in padded, masked batches."""
+    """``cpu:0`` runs the GPU code path on the CPU: F0, wav2vec2 and the converter in padded, masked batches, in
+    the streaming executor's device process."""
     home, data = home_and_data
     monkeypatch.setenv("VOXANON_HOME", str(home))
-    devices = ["--set", "asrbn_bn.device=cpu:0", "--set", "asrbn_vocoder.device=cpu:0"]
+    devices = ["--set", "asrbn_f0.device=cpu:0", "--set", "asrbn_bn.device=cpu:0", "--set", "asrbn_vocoder.device=cpu:0"]
     anonymise("b5", data, tmp_path / "cpu")
     anonymise("b5", data, tmp_path / "device", *devices)
     cpu, device = outputs(tmp_path / "cpu"), outputs(tmp_path / "device")
