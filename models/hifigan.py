@@ -503,20 +503,20 @@ class ConditioningLayout:
         lower, frame rate), the F0 and the speaker vectors cross from the CPU (from pinned memory, without
         waiting); the normalisations run batched, each over its own item's frames. Frames past an item's
         count are not zero (the generator masks its input); rows past the items are silence of ``length``."""
-        from voxanon.models.precision import to_device
+        from voxanon.models.precision import staging_zeros, to_device
 
         for item in items:
             self._check(*item)
         repeat = self.content_repeat
         content_length = -(-length // repeat)
-        content = torch.zeros(rows, content_length, self.content_dim)
-        f0 = torch.zeros(rows, length)
-        speaker = torch.zeros(rows, self.speaker_dim)
+        device = torch.device(device)
+        content = staging_zeros(rows, content_length, self.content_dim, device=device)
+        f0 = staging_zeros(rows, length, device=device)
+        speaker = staging_zeros(rows, self.speaker_dim, device=device)
         counts, lengths = [content_length] * rows, [length] * rows
         for row, (item_content, item_f0, item_speaker) in enumerate(items):
             content[row, :len(item_content)], f0[row, :len(item_f0)], speaker[row] = item_content, item_f0, item_speaker
             counts[row], lengths[row] = len(item_content), len(item_f0)
-        device = torch.device(device)
         content, f0, speaker = (to_device(tensor, device) for tensor in (content, f0, speaker))
         frames = to_device(torch.tensor(counts, dtype=torch.float32), device)[:, None, None]
         valid = torch.arange(content_length, device=device)[None, :, None] < frames

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, strip_prefix
-from voxanon.models.precision import device_groups, float32_normalisations, to_device
+from voxanon.models.precision import device_groups, float32_normalisations, staging_zeros, to_device
 from voxanon.models.spectral import fft_form
 
 CONV_KERNELS = (10, 3, 3, 3, 3, 2, 2)
@@ -490,7 +490,7 @@ def encode_on_device(encoder: nn.Module, waves: list[np.ndarray], *, max_items: 
     pad = encoder.input_padding
     queued = []
     for group in device_groups([len(w) + 2 * pad for w in waves], max_items, multiple=320):
-        padded = torch.zeros(group.rows, group.length)
+        padded = staging_zeros(group.rows, group.length, device=device)
         lengths = torch.full((group.rows,), group.length)  # padding rows: silence of the full length
         for row, i in enumerate(group.indices):
             padded[row, pad:pad + len(waves[i])] = torch.from_numpy(np.asarray(waves[i], dtype=np.float32))

@@ -189,9 +189,15 @@ def device_groups(lengths: list[int], max_items: int | None = None, multiple: in
     return groups
 
 
+def staging_zeros(*shape: int, device: torch.device) -> torch.Tensor:
+    """A CPU tensor of zeros to fill and send to ``device`` with :func:`to_device`: in pinned memory where
+    ``device`` is a GPU, so that the send needs no copy of its own."""
+    return torch.zeros(*shape, pin_memory=device.type == "cuda")
+
+
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``tensor`` (on the CPU) on ``device``; to a GPU from pinned memory without waiting: a plain copy
     from pageable memory synchronises the stream, so the host would wait for every queued kernel."""
     if device.type != "cuda":
         return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
+    return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)

@@ -33,7 +33,7 @@ import torch
 
 from voxanon.models.checkpoints import CheckpointError, safe_load
 from voxanon.models.ecapa import EcapaTdnn, Fbank, FrameCounts, sentence_mean_normalised
-from voxanon.models.precision import built_with_weights, device_groups, to_device
+from voxanon.models.precision import built_with_weights, device_groups, staging_zeros, to_device
 
 EMBEDDING_FILE = "embedding_model.ckpt"
 EMBEDDING_NORM_FILE = "mean_var_norm_emb.ckpt"
@@ -202,7 +202,7 @@ class EcapaEncoder(torch.nn.Module):
         vectors = np.zeros((len(waves), self.config.lin_neurons), dtype=np.float32)
         queued = []
         for group in device_groups([len(w) for w in waves], max_items, multiple=self.fbank.hop_length):
-            padded = torch.zeros(group.rows, group.length)
+            padded = staging_zeros(group.rows, group.length, device=device)
             lengths = [group.length] * group.rows  # padding rows: silence of the full length
             for row, i in enumerate(group.indices):
                 padded[row, :len(waves[i])] = torch.from_numpy(np.asarray(waves[i], dtype=np.float32))
