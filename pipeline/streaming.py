@@ -34,6 +34,7 @@ batch's time spent waiting in each queue (for the device; for the writers).
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
@@ -48,6 +49,8 @@ from voxanon.pipeline import runner
 from voxanon.pipeline.runner import Batch, Job, Outcome
 from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SECONDS = 200.0
 MAX_PADDING = 0.25
@@ -245,6 +248,7 @@ class StreamingRun:
         if not isinstance(error, Lost):
             raise error
         batch.attempts += 1
+        log.warning("a worker lost a device batch of %d (attempt %d): %s", len(batch.jobs), batch.attempts, error)
         if batch.attempts < ATTEMPTS:
             self._start(batch)
             return

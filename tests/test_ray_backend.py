@@ -122,11 +122,11 @@ def test_killed_driver_resumes_to_the_same_bytes(cluster, tmp_path):
     assert not list(out.rglob("*.tmp"))
 
 
-def _run_in_thread(data, out: Path, address: str) -> dict:
+def _run_in_thread(data, out: Path, address: str, config: dict | None = None) -> dict:
     result = {}
     backend = RayBackend(RayOptions(address=address, workers=2))
     thread = threading.Thread(target=lambda: result.update(
-        set=anonymise_set(data, load_system_config("b2"), out, progress=False, backend=backend)))
+        set=anonymise_set(data, config or load_system_config("b2"), out, progress=False, backend=backend)))
     thread.start()
     result["thread"] = thread
     return result
@@ -319,3 +319,21 @@ def test_a_model_fault_under_ray_stops_once(case, cluster, random_home, tmp_path
     assert len(errors) == 1 and all(word in errors[0] for word in words), errors
     out = tmp_path / "out" / "toy_resynth"
     assert not list(out.rglob("*.wav")) and not (out / FAILURES).exists()
+
+
+def test_a_lost_actor_under_streaming_loses_and_repeats_nothing(cluster, random_home, tmp_path, monkeypatch):
+    """A killed actor (CPU or device) loses its task: the batch is tried again from its start, on the same
+    planned members, so the bytes are those of the local streaming executor."""
+    monkeypatch.setenv("VOXANON_HOME", str(random_home))
+    data = make_corpus(tmp_path, n_speakers=4, n_utts=6, seconds=0.6)
+    config = load_system_config("resynth", [item for item in ON_CPU_DEVICE if item != "--set"])
+    assert anonymise_set(data, config, tmp_path / "reference", workers=2, progress=False).ok
+    run = _run_in_thread(data, tmp_path / "ray", cluster.address, config)
+    _wait_for_journal(tmp_path / "ray", 2)
+    os.kill(_an_actor_process(cluster), signal.SIGKILL)
+    killed_at = len(_journal_utts(tmp_path / "ray"))
+    run["thread"].join(180)
+    assert not run["thread"].is_alive()
+    assert killed_at < 24, "the kill must land mid-run"
+    assert run["set"].ok and run["set"].processed == 24
+    _check_complete(tmp_path / "ray", tmp_path / "reference", 24)
