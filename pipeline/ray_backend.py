@@ -49,7 +49,7 @@ SHARED_ENVIRONMENT = ("VOXANON_HOME", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"
 ATTEMPTS = 3
 IN_FLIGHT = 2          # tasks queued on one actor at a time
 CONNECT_TIMEOUT_S = 10.0
-WORKS_KEPT = 4         # work functions an actor keeps built
+WORKS_KEPT = 2         # work functions an actor keeps built (evaluate alternates an embedder and a transcriber)
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) -> None:
