@@ -83,8 +83,8 @@ NAN_LAG_MESSAGE = "cannot convert float NaN to integer"
 SHORT_TDA_MESSAGE = ("ERROR: Negative index in the cross correlation calculation of the pYAAPT time domain "
                      "analysis. Please try to increase the value of the \"tda_frame_length\" parameter.")
 
-SHC_FRAMES_PER_FFT = 256
-"""Voiced frames per batched 8192-point FFT (bounds the spectrum's memory at about 17 MB)."""
+SHC_FRAMES_PER_FFT = 64
+"""Voiced frames per batched 8192-point FFT (its input 4 MB, its output 8 MB)."""
 
 _jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
 
@@ -144,6 +144,8 @@ def geometry(fs: float, frame_length_ms: float, frame_space_ms: float, tda_frame
     window = int(np.fix(SHC_WINDOW_HZ / delta))
     half_window = int(np.fix(float(window) / 2))
     window += 1 - window % 2
+    if window > 128:
+        raise ValueError(f"a {SHC_WINDOW_HZ} Hz SHC window of {window} bins at {fs} Hz is wider than handled here")
     shc_max = int(np.fix((f0_max_hz + SHC_PWIDTH_HZ * 2) / delta))
     shc_min = int(np.ceil(f0_min_hz / delta))
     # The highest magnitude index the SHC reads (the product is over 4 = SHC_NUMHARMS + 1 multiples);
@@ -220,30 +222,24 @@ def nlfer(filtered: np.ndarray, geo: Geometry) -> tuple[np.ndarray, np.ndarray]:
     return energy, energy > NLFER_THRESH1
 
 
-def shc_frames(nonlinear: np.ndarray, geo: Geometry) -> np.ndarray:
-    """The nonlinear signal followed by the zeros ``spec_track`` appends (every SHC frame fits)."""
-    n_frames = geo.n_frames(len(nonlinear))
-    return np.append(nonlinear, np.zeros(geo.shc_frame + (n_frames - 1) * geo.frame_jump - len(nonlinear)))
-
-
-def shc_magnitudes(slices: np.ndarray, geo: Geometry) -> np.ndarray:
-    """``spec_track``'s ``magnitude`` of windowed, mean-removed SHC frames: ``shc_half_window`` zeros, then
-    |8192-point spectrum| up to the highest bin the SHC reads."""
-    magnitude = np.zeros((len(slices), geo.shc_half_window + geo.shc_bins))
-    np.abs(np.fft.rfft(slices, FFT_LENGTH)[:, :geo.shc_bins], out=magnitude[:, geo.shc_half_window:])
+def shc_magnitudes(padded_slices: np.ndarray, geo: Geometry) -> np.ndarray:
+    """``spec_track``'s ``magnitude`` of SHC frames already windowed, mean-removed and zero-padded to the FFT
+    length (numpy pads the same way, in a copy): ``shc_half_window`` zeros, then the magnitude of the
+    8192-point spectrum up to the highest bin the SHC reads."""
+    magnitude = np.zeros((len(padded_slices), geo.shc_half_window + geo.shc_bins))
+    np.abs(np.fft.rfft(padded_slices)[:, :geo.shc_bins], out=magnitude[:, geo.shc_half_window:])
     return magnitude
 
 
 def shc_numpy(nonlinear: np.ndarray, voiced: np.ndarray, geo: Geometry) -> np.ndarray:
     """pYAAPT's SHC (``max_SHC`` values, the first ``min_SHC - 1`` zero) of each frame in ``voiced``."""
-    data = shc_frames(nonlinear, geo)
     window = shc_window(geo.shc_frame)
     shc = np.zeros((len(voiced), geo.shc_max))
+    slices = np.zeros((min(len(voiced), SHC_FRAMES_PER_FFT), FFT_LENGTH))
     for start in range(0, len(voiced), SHC_FRAMES_PER_FFT):
         chunk = voiced[start:start + SHC_FRAMES_PER_FFT]
-        slices = data[chunk[:, None] * geo.frame_jump + np.arange(geo.shc_frame)] * window
-        slices -= np.mean(slices, axis=1, keepdims=True)
-        _shc_from_magnitudes(shc_magnitudes(slices, geo), geo.shc_min, geo.shc_max, geo.shc_window,
+        _shc_slices(nonlinear, chunk, geo.frame_jump, window, slices)
+        _shc_from_magnitudes(shc_magnitudes(slices[:len(chunk)], geo), geo.shc_min, geo.shc_max, geo.shc_window,
                              shc[start:start + len(chunk)])
     return shc
 
@@ -610,6 +606,21 @@ def _last_argmin(a):
 
 
 @_jit
+def _shc_slices(nonlinear, frames, jump, window, out):
+    """``spec_track``'s frames of the nonlinear signal (followed by zeros) at ``frames``: windowed, their mean
+    (numpy's pairwise sum) removed, into the first ``len(window)`` values of the rows of ``out``."""
+    size = len(window)
+    for row in range(len(frames)):
+        start = frames[row] * jump
+        for i in range(size):
+            value = nonlinear[start + i] if start + i < len(nonlinear) else 0.0
+            out[row, i] = value * window[i]
+        mean = _pairwise_sum(out[row], 0, size) / size
+        for i in range(size):
+            out[row, i] -= mean
+
+
+@_jit
 def _shc_from_magnitudes(magnitude, shc_min, shc_max, window, out):
     """SHC rows: for each k, the sum over c < window of prod over h = 1..4 of ``magnitude[h k + c]``
     (pYAAPT's product over its four strided views, then its sum, in numpy's order)."""
@@ -619,7 +630,7 @@ def _shc_from_magnitudes(magnitude, shc_min, shc_max, window, out):
         for k in range(shc_min, shc_max + 1):
             for c in range(window):
                 terms[c] = ((row[k + c] * row[2 * k + c]) * row[3 * k + c]) * row[4 * k + c]
-            out[v, k - 1] = _pairwise_sum(terms, 0, window)
+            out[v, k - 1] = _block_sum(terms, 0, window)  # window <= 128 (geometry)
 
 
 @_jit
@@ -728,7 +739,10 @@ def _nccf_from_signal(data, n_frames, length, jump, lag_min, lag_max, fs, center
     phi = np.zeros(length)
     squares = np.empty(length)
     energies = np.empty(length)
-    windows = np.empty(length * length)
+    largest = 0
+    for f in range(n_frames):
+        largest = max(largest, (lag_max[f] - lag_min[f]) * (length - lag_max[f]))
+    windows = np.empty(largest)
     for f in range(n_frames):
         start = f * jump
         mean = _pairwise_sum(data, start, length) / length

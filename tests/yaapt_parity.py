@@ -24,7 +24,9 @@ class Agreement:
     identical_tracks: int
     tracks: int
     worst_voicing: float
+    worst_within_1hz: float
     worst_name: str
+    """The utterance of lowest voicing agreement, then of lowest 1-Hz agreement, and its two figures."""
 
     @property
     def voicing(self) -> float:
@@ -39,7 +41,7 @@ class Agreement:
 
 def agreement(references: dict[str, np.ndarray], tracks: dict[str, np.ndarray]) -> Agreement:
     counts = np.zeros(5, dtype=np.int64)
-    worst = (2.0, "")
+    worst = (2.0, 2.0, "")
     for name, reference in references.items():
         track = tracks[name]
         if track.shape != reference.shape:
@@ -48,7 +50,8 @@ def agreement(references: dict[str, np.ndarray], tracks: dict[str, np.ndarray]) 
         both = (reference > 0) & (track > 0)
         counts += [len(reference), same_voicing.sum(), both.sum(), (np.abs(reference - track)[both] <= 1.0).sum(),
                    (reference == track).sum()]
-        worst = min(worst, (float(same_voicing.mean()), name))
+        within = (np.abs(reference - track)[both] <= 1.0).mean() if both.any() else 1.0
+        worst = min(worst, (float(same_voicing.mean()), float(within), name))
     identical = sum(np.array_equal(references[name], tracks[name]) for name in references)
     return Agreement(*map(int, counts), identical, len(references), *worst)
 
