@@ -235,7 +235,7 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
         audio = load_audio(source, 16000).samples
         audio = audio[:len(audio) // 320 * 320]
         audio = audio / np.max(np.abs(audio)) * 0.95
-        f0 = yaapt_f0(audio)
+        f0 = yaapt_f0(audio, backend="pyaapt")  # SSL-SAS's own F0: pYAAPT, whatever our default
         with torch.no_grad():
             wave = torch.from_numpy(audio)[None]
             frames = models["layout"].frames(models["content"](wave)[0], torch.from_numpy(f0),
