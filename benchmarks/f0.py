@@ -17,13 +17,15 @@
 3. The batched torch version on CUDA (``yaapt_f0_batch``): audio seconds per wall second over the whole
    set in batches of ``--batch-sizes`` utterances, after one warm batch (target >= 3000x real time), and its
    parity with pYAAPT. Without CUDA the line says NOT MEASURED; ``--torch-cpu`` then checks the torch
-   version's parity on the CPU instead (slow: it is written for a GPU).
+   version's parity on the CPU instead (slow: it is written for a GPU). ``--device cuda`` runs this part
+   alone (pYAAPT's references computed on every core), in well under a minute: what
+   ``benchmarks/device.py`` runs on a GPU machine.
 4. ``--resynth N`` (default 16): the resynth system (random full-size SSL-SAS weights, ``--size``) on N
    demo utterances with each backend's F0; the SNR of the fast-F0 output against the pYAAPT-F0 output
    (identical F0 gives identical audio: counted apart).
 
-    .venv/bin/python benchmarks/f0.py [--every 1] [--batch-sizes 32 128] [--torch-cpu] [--cold]
-                                      [--resynth 16] [--size full]
+    .venv/bin/python benchmarks/f0.py [--every 1] [--device cpu|cuda] [--batch-sizes 32 128] [--torch-cpu]
+                                      [--cold] [--resynth 16] [--size full]
 """
 from __future__ import annotations
 
@@ -126,9 +128,49 @@ def resynth_snr(speech: dict[str, np.ndarray], size: str) -> list[float]:
     return snrs
 
 
+def gpu_figures(sets: dict[str, dict[str, np.ndarray]], references: dict[str, dict], batch_sizes: list[int]) -> None:
+    """Part 3 on CUDA: speed of the batched torch version over all of ``sets`` per batch size, and its parity."""
+    import torch
+
+    audio_seconds = sum(len(audio) for speech in sets.values() for audio in speech.values()) / 16000
+    warm = dict(list(sets["demo corpus"].items())[:max(batch_sizes)])
+    began = time.perf_counter()
+    torch_batches(warm, max(batch_sizes), "cuda")
+    print(f"torch on {torch.cuda.get_device_name()}: first batch (CUDA start, cuFFT plans) "
+          f"{time.perf_counter() - began:.1f} s; {os.cpu_count()} CPU threads for the per-utterance decisions")
+    for batch_size in batch_sizes:
+        tracks, seconds = {}, 0.0
+        for label, speech in sets.items():
+            tracks[label], spent = torch_batches(speech, batch_size, "cuda")
+            seconds += spent
+        speed = audio_seconds / seconds
+        print(f"batches of {batch_size}: {audio_seconds:.0f} s of audio in {seconds:.2f} s, {speed:.0f}x real time "
+              f"(target >= {GPU_TARGET:.0f}x: {'MET' if speed >= GPU_TARGET else 'NOT MET'})")
+    for label in sets:
+        print(parity_row(f"torch CUDA, {label}", agreement(references[label], tracks[label])))
+
+
+def pyaapt_tracks(speech: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """pYAAPT's tracks, computed on every core (forked before CUDA starts)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(os.cpu_count() or 1, mp_context=get_context("fork")) as pool:
+        return dict(zip(speech, pool.map(partial(yaapt_f0, backend="pyaapt"), speech.values())))
+
+
+def parity_header() -> str:
+    return (f"\n{'parity against pYAAPT':<34}{'voicing%':>9}{'<=1Hz%':>9}{'frames=%':>10}{'tracks=':>11}"
+            f"{'worst utterance: voicing%/<=1Hz%':>34}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=1, help="every N-th demo utterance (default: all 182)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: only part 3 (the references by pYAAPT on every core), in under a minute, for "
+                             "benchmarks/device.py; without CUDA it says so and exits with code 2")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="CUDA batch sizes")
     parser.add_argument("--torch-cpu", action="store_true", help="without CUDA: the torch version's parity on the CPU")
     parser.add_argument("--cold", action="store_true", help="also time compiling the kernels into an empty cache")
@@ -136,12 +178,22 @@ def main() -> int:
     parser.add_argument("--size", choices=("full", "tiny"), default="full", help="random SSL-SAS set for --resynth")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    sets = {"demo corpus": demo_speech(args.every), "synthetic stress voices": synthetic_speech()}
+    if args.device == "cuda":
+        from gpu import cuda_or_exit  # benchmarks/gpu.py
+
+        code = cuda_or_exit("benchmarks/f0.py --device cuda")  # counts the devices; no CUDA context yet
+        if code is not None:
+            return code
+        references = {label: pyaapt_tracks(speech) for label, speech in sets.items()}
+        print(parity_header())
+        gpu_figures(sets, references, args.batch_sizes)
+        return 0
     import torch
 
     torch.set_num_threads(1)
     yaapt_f0(np.sin(np.arange(3200) * 0.06), backend="fast")  # kernels loaded before the clock starts
 
-    sets = {"demo corpus": demo_speech(args.every), "synthetic stress voices": synthetic_speech()}
     print(f"YAAPT F0, SSL-SAS settings; {os.cpu_count()} CPUs, one thread; numpy {np.__version__}, "
           f"torch {torch.__version__}")
     print(f"{'speed on one core':<26}{'audio s':>8}{'pYAAPT CPU s/s':>16}{'fast CPU s/s':>14}{'ratio':>8}"
@@ -159,10 +211,18 @@ def main() -> int:
     print(speed_row("all", totals["audio"], totals["pyaapt"], totals["fast"])
           + f"   target >= {SPEED_TARGET:.0f}x per core: {'MET' if ratio >= SPEED_TARGET else 'NOT MET'}")
 
-    print(f"\n{'parity against pYAAPT':<34}{'voicing%':>9}{'<=1Hz%':>9}{'frames=%':>10}{'tracks=':>11}"
-          f"{'worst utterance: voicing%/<=1Hz%':>34}")
+    print(parity_header())
     for label in sets:
         print(parity_row(f"fast, {label}", agreement(references[label], fast_tracks[label])))
+    if torch.cuda.is_available():
+        torch.set_num_threads(os.cpu_count() or 1)
+        gpu_figures(sets, references, args.batch_sizes)
+    else:
+        print(f"torch on CUDA, batched: NOT MEASURED (no CUDA device here; target >= {GPU_TARGET:.0f}x real time)")
+        if args.torch_cpu:
+            for label, speech in sets.items():
+                tracks, _ = torch_batches(speech, 16, "cpu")
+                print(parity_row(f"torch CPU, {label}", agreement(references[label], tracks)))
 
     cached = first_call_seconds("fast")
     line = f"\nfirst call in a fresh interpreter: fast {cached:.2f} s (kernels from numba's cache)"
@@ -170,27 +230,6 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as empty:
             line += f", {first_call_seconds('fast', empty):.1f} s compiling them into an empty cache"
     print(line + f"; pYAAPT {first_call_seconds('pyaapt'):.2f} s")
-
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name()
-        warm = sets["demo corpus"]
-        torch_batches(dict(list(warm.items())[:max(args.batch_sizes)]), max(args.batch_sizes), "cuda")
-        for batch_size in args.batch_sizes:
-            tracks, seconds = {}, 0.0
-            for label, speech in sets.items():
-                tracks[label], spent = torch_batches(speech, batch_size, "cuda")
-                seconds += spent
-            speed = totals["audio"] / seconds
-            print(f"torch on {device}, batches of {batch_size}: {speed:.0f}x real time "
-                  f"(target >= {GPU_TARGET:.0f}x: {'MET' if speed >= GPU_TARGET else 'NOT MET'})")
-        for label in sets:
-            print(parity_row(f"torch CUDA, {label}", agreement(references[label], tracks[label])))
-    else:
-        print(f"torch on CUDA, batched: NOT MEASURED (no CUDA device here; target >= {GPU_TARGET:.0f}x real time)")
-        if args.torch_cpu:
-            for label, speech in sets.items():
-                tracks, _ = torch_batches(speech, 16, "cpu")
-                print(parity_row(f"torch CPU, {label}", agreement(references[label], tracks)))
 
     if args.resynth:
         chosen = dict(list(sets["demo corpus"].items())[::max(1, len(sets["demo corpus"]) // args.resynth)]
