@@ -103,6 +103,10 @@ class ZeroLLRStage(Stage):
     def needs(self) -> list[str]:
         return [f"flow:{self.flow}"]
 
+    def load_models(self) -> None:
+        # A flow that cannot be read is the run's fault, found before any utterance.
+        load_sex_flow(self.flow)
+
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 

@@ -138,6 +138,10 @@ class PseudoSpeakerStage(Stage):
             self._loaded_selector = _selectors[key]
         return self._loaded_selector
 
+    def load_models(self) -> None:
+        # The pool is read and checked before any utterance: a broken or changed pool is the run's fault.
+        self._selector()
+
     def process(self, utt: Utterance) -> None:
         if self.source_vectors is None:
             raise VoxanonError("pseudo_speaker needs the source speakers' vectors, which the runner computes "
@@ -178,11 +182,18 @@ class GlobalSpeakerStage(Stage):
         # The pool's digest enters the configuration hash: outputs made with another pool are redone.
         return {"pool_manifest_sha256": _pool_key(self.pool, False)[1]}
 
-    def process(self, utt: Utterance) -> None:
+    def load_models(self) -> None:
+        # Read and checked before any utterance: a broken or changed pool is the run's fault, not each one's.
+        self._global_vector()
+
+    def _global_vector(self) -> np.ndarray:
         if self._vector is None:
             if self.pool_manifest_sha256 not in (None, _pool_key(self.pool, False)[1]):
                 raise VoxanonError(f"pool {self.pool!r} changed since the run started (its pool.json differs); "
                                    "rerun to redo the set with the new pool")
             self._vector = _pool(self.pool).global_vector.astype(np.float32)
-        utt.features["speaker"] = self._vector
+        return self._vector
+
+    def process(self, utt: Utterance) -> None:
+        utt.features["speaker"] = self._global_vector()
         utt.record["global_speaker"] = {"pool": self.pool}

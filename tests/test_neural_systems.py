@@ -93,3 +93,28 @@ def test_systems_command_names_missing_installs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "MISSING: pool 'libritts-other-500' is not installed" in out and "voxanon pool build" in out
     assert "MISSING: flow 'sex' is not installed" in out and "voxanon train sex-flow" in out
+
+
+@pytest.mark.parametrize("system, broken, workers", [
+    ("zllr", "flows/sex/flow.safetensors", 1), ("zllr", "flows/sex/flow.safetensors", 2),
+    ("global", "pools/libritts-other-500/global.npy", 2), ("b1", "pools/libritts-other-500/speakers.npy", 1)])
+def test_a_broken_flow_or_pool_stops_the_run_once(system, broken, workers, installed_home, tmp_path, monkeypatch,
+                                                  capsys):
+    """Issue 25 §3: a flow or pool that cannot be read is the run's fault, found before any utterance (it failed
+    every utterance, one failures.tsv line each, when the stage first read it)."""
+    import shutil
+
+    home, data = installed_home
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    target = copy / broken
+    target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    monkeypatch.setenv("VOXANON_HOME", str(copy))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    code = main(["anonymise", "--system", system, "--data", str(data.path), "--out", str(tmp_path / "out"),
+                 "--workers", str(workers), "--quiet", *(SMALL_POOL if system == "b1" else [])])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if "error" in line.lower()]) == 1, err
+    out = next((tmp_path / "out").iterdir())
+    assert not list(out.rglob("*.wav")) and not (out / "failures.tsv").exists()
