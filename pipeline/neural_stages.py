@@ -241,11 +241,11 @@ class F0Stage(Stage):
 
     def load_models(self) -> None:
         # Once, before the runner forks its workers, instead of in every worker at its first utterance:
-        # pYAAPT's imports (SciPy's signal processing, about 0.7 s), or the fast version's compiled kernels.
-        # A GPU is left to the process that runs the stage (a CUDA context does not survive a fork).
+        # pYAAPT's imports (SciPy's signal processing, about 0.7 s), or the fast version's compiled kernels
+        # (its GPU version takes its decisions with them too; they start no CUDA context).
         if self.backend == "pyaapt":
             import amfm_decompy.pYAAPT  # noqa: F401
-        elif self.device == "cpu":
+        else:
             from voxanon.models.yaapt import warm_up
 
             warm_up()
