@@ -592,12 +592,10 @@ def ecapa_from_state(state, source: str):
     if not isinstance(state, dict):
         raise CheckpointError(f"{source}: expected a state dict, got {type(state).__name__}")
     try:
-        speaker = EcapaEncoder(EcapaConfig.from_state(state))
+        config = EcapaConfig.from_state(state)
     except CheckpointError as error:
         raise CheckpointError(f"{source}: {error}") from None
-    check_state_fits(speaker.embedding_model, state, "not the speechbrain ECAPA_TDNN its shapes describe", source)
-    speaker.load_embedding_state(state)
-    return speaker
+    return EcapaEncoder.with_weights(config, state, source=source)
 
 
 def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = None, *,
@@ -626,7 +624,7 @@ def import_ssl_sas(release_dir: str | Path, hubert_path: str | Path | None = Non
 
 def import_ssl_sas_files(generator_path: Path, *, config_path: Path, soft_model_path: Path, embedding_path: Path,
                          hubert_path: str | Path | None = None, layout: dict | None = None,
-                         release: str = "ssl-sas") -> tuple[dict, dict]:
+                         release: str = "ssl-sas", read=None) -> tuple[dict, dict]:
     """Components and config from a ``g_*`` file and the files beside it in the release.
 
     The ``g_*``'s ``latent_encoder.*`` (fine-tuned HuBERT + centroids) and ``xv_model.*`` (ECAPA)
@@ -634,31 +632,32 @@ def import_ssl_sas_files(generator_path: Path, *, config_path: Path, soft_model_
     speaker front-end state must equal speechbrain's, and a zLLR-VC ``g_*`` may also hold the sex flow
     (:func:`split_ssl_sas_generator`). ``hubert_base_ls960.pt``, when given, is checked to be a
     fairseq HuBERT whose shapes match. Every component is loaded strictly into our modules; nothing
-    is written.
+    is written. ``read`` reads a file (default :func:`safe_load`; ``models check`` passes one that reads
+    each file once for its inspection and this import).
     """
     from voxanon.models.hifigan import ConditioningLayout, HifiganGenerator, Vocoder
+    from voxanon.models.precision import built_with_weights
 
     if release not in RELEASES:
         raise VoxanonError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
+    read = read or safe_load
     conditioning = ConditioningLayout(**(layout or {}))
-    parts = split_ssl_sas_generator(safe_load(generator_path), str(generator_path), sex_flow=release == "zllr-vc")
+    parts = split_ssl_sas_generator(read(generator_path), str(generator_path), sex_flow=release == "zllr-vc")
     generator_config = read_vocoder_config(Path(config_path))
     if parts["content"]:
         content = soft_content_from_state(parts["content"], f"{generator_path} (latent_encoder.*)")
     else:
-        content = soft_content_from_state(safe_load(soft_model_path), str(soft_model_path))
+        content = soft_content_from_state(read(soft_model_path), str(soft_model_path))
     if parts["speaker"]:
         speaker = ecapa_from_state(parts["speaker"], f"{generator_path} (xv_model.*)")
     else:
-        speaker = ecapa_from_state(safe_load(embedding_path), str(embedding_path))
+        speaker = ecapa_from_state(read(embedding_path), str(embedding_path))
 
-    generator = HifiganGenerator(generator_config)
-    check_state_fits(generator, parts["generator"], f"generator shapes do not match its config {config_path}",
-                     str(generator_path))
-    generator.load_state_dict(parts["generator"])
+    generator = built_with_weights(lambda: HifiganGenerator(generator_config), parts["generator"], str(generator_path),
+                                   f"generator shapes do not match its config {config_path}")
     Vocoder(generator, conditioning)
     if hubert_path is not None:
-        base = safe_load(hubert_path)
+        base = read(hubert_path)
         if not isinstance(base, dict) or not isinstance(base.get("model"), dict):
             raise CheckpointError(f"{hubert_path}: not a fairseq checkpoint (no 'model' entry)")
         try:

@@ -633,3 +633,14 @@ class Vocoder:
             kept = slice(begin, lead + (window.keep_to - window.start) * hop)
             wave[begin + window.start * hop:lead + window.keep_to * hop] = audio[kept].float().numpy()
         return wave
+
+
+def load_vocoder(model_set, cpu_plans: bool = True) -> Vocoder:
+    """An installed SSL-SAS-layout set's vocoder: its generator, loaded strictly, with the conditioning layout it
+    was trained on; ``cpu_plans``: the spectral convolutions of CPU synthesis planned here (once, before a
+    runner forks its workers, which share them)."""
+    config = GeneratorConfig.from_dict(model_set.config["generator"])
+    generator = model_set.build("generator", lambda: HifiganGenerator(config))
+    if cpu_plans:
+        plan_spectral_convolutions(generator)
+    return Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))

@@ -346,19 +346,13 @@ class SoftContentEncoder(nn.Module):
         """From ``soft_model.pt`` or the ``latent_encoder.*`` part of a ``g_*`` file: ``W`` + ``ssl_model.*``."""
         if "W" not in state:
             raise CheckpointError("SSL-SAS soft content state has no centroid matrix 'W'")
-        fairseq_state = strip_prefix(state, "ssl_model.")
-        encoder = cls(SoftContentConfig.from_fairseq_state(state["W"], fairseq_state, **quirks))
-        encoder.load_converted(state["W"], fairseq_hubert_to_hf(fairseq_state))
-        return encoder
+        from voxanon.models.precision import built_with_weights
 
-    def load_converted(self, centroids: torch.Tensor, hf_state: dict[str, torch.Tensor]) -> None:
-        missing, unexpected = self.hubert.load_state_dict(hf_state, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(f"HuBERT weights do not fit the backbone: missing {missing[:4]}, "
-                                  f"unexpected {unexpected[:4]}")
-        if centroids.shape != self.W.shape:
-            raise CheckpointError(f"centroids have shape {tuple(centroids.shape)}, expected {tuple(self.W.shape)}")
-        self.W.data.copy_(centroids)
+        fairseq_state = strip_prefix(state, "ssl_model.")
+        config = SoftContentConfig.from_fairseq_state(state["W"], fairseq_state, **quirks)
+        converted = {"W": state["W"], **{f"hubert.{k}": v for k, v in fairseq_hubert_to_hf(fairseq_state).items()}}
+        return built_with_weights(lambda: cls(config), converted, "soft content weights",
+                                  "do not fit the HuBERT backbone and centroids their shapes describe")
 
     def features(self, wave: torch.Tensor) -> torch.Tensor:
         """Last-layer HuBERT features (1, frames, hidden) for one (1, samples) waveform."""

@@ -84,15 +84,12 @@ class HubertSoftEncoder(nn.Module):
     @classmethod
     def from_bshall_state(cls, state: dict[str, torch.Tensor]) -> "HubertSoftEncoder":
         """From the ``"hubert"`` entry of ``hubert-soft-*.pt`` (prefixed or not)."""
+        from voxanon.models.precision import built_with_weights
+
         backbone, head = bshall_hubert_to_hf(state)
-        encoder = cls(HubertSoftConfig.from_hf_state(backbone, head))
-        missing, unexpected = encoder.hubert.load_state_dict(backbone, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(f"HuBERT-soft weights do not fit the backbone: missing {missing[:4]}, "
-                                  f"unexpected {unexpected[:4]}")
-        encoder.proj.load_state_dict({"weight": head["proj.weight"], "bias": head["proj.bias"]})
-        encoder.label_embedding.load_state_dict({"weight": head["label_embedding.weight"]})
-        return encoder.eval()
+        config = HubertSoftConfig.from_hf_state(backbone, head)
+        return built_with_weights(lambda: cls(config), {**{f"hubert.{k}": v for k, v in backbone.items()}, **head},
+                                  "HuBERT-soft weights", "do not fit the backbone and head their shapes describe")
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         """(1, L) -> (1, L/320, units_dim) for L a multiple of 320."""
@@ -126,13 +123,13 @@ def _model_set_config(content: HubertSoftConfig) -> dict:
             "layout": ConditioningLayout(content_dim=content.units_dim).to_dict()}
 
 
-def import_hubert_soft(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+def import_hubert_soft(path: str | Path, read=safe_load) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
     """Components and config of the ``hubert-soft`` model set from ``hubert-soft-35d9f29f.pt``.
 
     The config records ``content_kind: hubert-soft`` and the layout of a vocoder trained on
-    these units (449 channels); the set itself holds only the ``content`` component.
+    these units (449 channels); the set itself holds only the ``content`` component. ``read`` reads the file.
     """
-    checkpoint = safe_load(path)
+    checkpoint = read(path)
     if not isinstance(checkpoint, dict) or "hubert" not in checkpoint:
         raise CheckpointError(f"{path}: expected a dict with a 'hubert' entry (bshall hubert-soft layout), got "
                               f"{sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
@@ -161,10 +158,9 @@ def content_encoder(model_set) -> nn.Module:
     """The content encoder a model set describes: HuBERT-soft units when its config says
     ``content_kind: hubert-soft``, else the SSL-SAS 200-centroid soft content. Both have ``encode(waves)``."""
     from voxanon.models.hubert import SoftContentEncoder
-    from voxanon.models.precision import built_with_weights
 
     if model_set.config.get("content_kind") == CONTENT_KIND:
         config = HubertSoftConfig.from_dict(model_set.config["content"])
-        return built_with_weights(lambda: HubertSoftEncoder(config), model_set.tensors("content"))
+        return model_set.build("content", lambda: HubertSoftEncoder(config))
     config = SoftContentConfig.from_dict(model_set.config["content"])
-    return built_with_weights(lambda: SoftContentEncoder(config), model_set.tensors("content"))
+    return model_set.build("content", lambda: SoftContentEncoder(config))

@@ -115,16 +115,21 @@ def float32_normalisations(model: nn.Module):
             handle.remove()
 
 
-def built_with_weights(build, state: dict[str, torch.Tensor]) -> nn.Module:
+def built_with_weights(build, state: dict[str, torch.Tensor], source: str = "weights", what: str = "") -> nn.Module:
     """``build()`` made on the meta device (no parameter initialisation), then given ``state``'s tensors
-    themselves (``load_state_dict(assign=True)``, strict): a full-size HuBERT skips about 2 s of random
-    initialisation and a copy. Every parameter and buffer must come from ``state``; each keeps the
-    module's own dtype (a half-precision checkpoint still gives a float32 model), as a copying load would."""
+    themselves (``load_state_dict(assign=True)``): a full-size HuBERT skips about 2 s of random initialisation
+    and a copy. The load is strict: a missing, unexpected or mis-shaped key is a
+    :class:`~voxanon.models.checkpoints.CheckpointError` naming ``source`` (the file) and the keys
+    (:func:`~voxanon.models.checkpoints.check_state_fits`, the same check every importer makes). Each tensor
+    keeps the module's own dtype (a half-precision checkpoint still gives a float32 model), as a copying load
+    would."""
+    from voxanon.models.checkpoints import check_state_fits
+
     with torch.device("meta"):
         module = build()
+    check_state_fits(module, state, what or f"not the {type(module).__name__} its configuration describes", source)
     expected = module.state_dict()
-    module.load_state_dict({key: value.to(expected[key].dtype) if key in expected else value
-                            for key, value in state.items()}, assign=True)
+    module.load_state_dict({key: value.to(expected[key].dtype) for key, value in state.items()}, assign=True)
     left = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
     if left:
         raise RuntimeError(f"{type(module).__name__}: no weights given for {left[:4]}")

@@ -95,7 +95,17 @@ class ModelSet:
     def tensors(self, component: str) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
-        return load_file(self.path / f"{component}.safetensors")
+        return load_file(self.weights_file(component))
+
+    def weights_file(self, component: str) -> Path:
+        return self.path / f"{component}.safetensors"
+
+    def build(self, component: str, build, what: str = ""):
+        """``build()`` holding the component's weights, loaded strictly: every key and shape must fit, or a
+        CheckpointError names the file and the keys (:func:`voxanon.models.precision.built_with_weights`)."""
+        from voxanon.models.precision import built_with_weights
+
+        return built_with_weights(build, self.tensors(component), str(self.weights_file(component)), what)
 
 
 def write_model_set(name: str, components: dict[str, dict[str, torch.Tensor]], config: dict, *, source: str,

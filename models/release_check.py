@@ -1,11 +1,16 @@
-"""``voxanon models check``: what an unpacked release, or one checkpoint file, holds, and whether it imports.
+"""``voxanon models check``: what an unpacked release, or one checkpoint file, holds, and whether it imports;
+and whether an installed model set is intact and loads.
 
 Every file is read with :func:`~voxanon.models.checkpoints.safe_load` (tensors and plain
 containers only, nothing executed), and the import is run as ``voxanon models import`` runs it
 (:func:`~voxanon.models.checkpoints.import_ssl_sas_files`, :func:`~voxanon.models.sa_toolkit.import_sa_toolkit`
 for an SA-toolkit ``final.pt`` or its tag's folder, and the other importers), writing
 nothing. The report lists the components found with their key counts, the keys no component
-holds, the vocoder's ``config.json``, and the import's outcome.
+holds, the vocoder's ``config.json``, and the import's outcome. A release is read once per check: the
+inspection and the trial import share each file (:class:`OnceReader`).
+
+An installed set (``voxanon models check NAME``, :func:`check_installed`) has every file checked against
+its manifest's sha256 and every component built as a run builds it, strictly (each key and shape).
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import (FAIRSEQ_PRETRAINING_ONLY, SEX_FLOW_PREFIX, SSL_SAS_VOCODER_DIR,
                                         ZLLR_VC_LAYOUT, CheckpointError, ecapa_from_state, fairseq_hubert_to_hf,
@@ -20,6 +26,7 @@ from voxanon.models.checkpoints import (FAIRSEQ_PRETRAINING_ONLY, SEX_FLOW_PREFI
                                         import_ssl_sas_files, is_fairseq_hubert_key, key_list, read_vocoder_config,
                                         safe_load, soft_content_from_state, speaker_input_size,
                                         unknown_soft_content_keys)
+from voxanon.models.registry import MANIFEST, MODEL_SET_NAME, load_model_set, models_dir
 from voxanon.models.sa_toolkit import import_sa_toolkit
 
 SOFT_MODEL = Path("HuBERT_soft") / "soft_model.pt"
@@ -54,6 +61,8 @@ class CheckReport:
     """(the import tried, None when it would succeed or the error it stops with)"""
     successes: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    action: str = "import"
+    """What the trial runs are: the ``import`` of a release, or the ``load`` of an installed set."""
 
     def all_problems(self) -> list[str]:
         return self.problems + [problem for report in self.files for problem in report.problems] + \
@@ -72,9 +81,10 @@ class CheckReport:
                 lines.append(f"    unknown keys: {key_list(report.unknown) if report.unknown else 'none'}")
             lines += [f"    {note}" for note in report.notes]
         if self.imports:
-            lines.append("import:")
+            lines.append(f"{self.action}:")
             for what, error in self.imports:
-                outcome = f"would succeed ({self.successes[what]})" if error is None else f"import would FAIL: {error}"
+                outcome = (f"would succeed ({self.successes[what]})" if error is None
+                           else f"{self.action} would FAIL: {error}")
                 lines.append(f"    {what}: " + outcome.replace("\n", "\n        "))
         problems = self.all_problems()
         if problems:
@@ -85,24 +95,42 @@ class CheckReport:
 
 
 def check(path: str | Path) -> CheckReport:
-    """Inspect an unpacked release folder or one checkpoint file (see the module doc)."""
+    """Inspect an unpacked release folder or one checkpoint file (see the module doc), or an installed model
+    set by its name (:func:`check_installed`)."""
     path = Path(path)
+    read = OnceReader()
     if path.is_dir() and (path / "final.pt").is_file() and not (path / "HiFi-GAN").is_dir():
-        return check_file(path / "final.pt")  # an SA-toolkit tag's folder (torch.hub's checkpoints/<tag>/)
+        return check_file(path / "final.pt", read)  # an SA-toolkit tag's folder (torch.hub's checkpoints/<tag>/)
     if path.is_dir():
-        return check_release(path)
+        return check_release(path, read)
     if path.is_file():
-        return check_file(path)
-    raise VoxanonError(f"{path}: no such file or folder")
+        return check_file(path, read)
+    if MODEL_SET_NAME.fullmatch(str(path)) and (models_dir() / str(path) / MANIFEST).is_file():
+        return check_installed(str(path))
+    raise VoxanonError(f"{path}: no such file or folder, nor an installed model set (voxanon models list)")
+
+
+class OnceReader:
+    """:func:`~voxanon.models.checkpoints.safe_load` for one check: each file is read once, and the inspection
+    and the trial import share what was read (a release's ``g_*`` file alone can be 1 GB)."""
+
+    def __init__(self):
+        self._read: dict[Path, object] = {}
+
+    def __call__(self, path: str | Path):
+        key = Path(path).resolve()
+        if key not in self._read:
+            self._read[key] = safe_load(path)
+        return self._read[key]
 
 
 def _keys(label: str, n: int, detail: str = "") -> str:
     return f"{label}: {n} key{'' if n == 1 else 's'}{detail}"
 
 
-def _read(path: Path, report: FileReport):
+def _read(path: Path, report: FileReport, read: OnceReader):
     try:
-        return safe_load(path)
+        return read(path)
     except CheckpointError as error:
         report.problems.append(str(error))
         return None
@@ -224,7 +252,8 @@ def _try_import(report: CheckReport, what: str, run) -> None:
     report.successes[what] = _parameters(components)
 
 
-def check_release(root: Path) -> CheckReport:
+def check_release(root: Path, read: OnceReader | None = None) -> CheckReport:
+    read = read or OnceReader()
     report = CheckReport(root)
     folders = sorted({path.parent for path in root.glob("HiFi-GAN/*/g_*")})
     if not folders:
@@ -241,7 +270,7 @@ def check_release(root: Path) -> CheckReport:
         except (ValueError, UnicodeDecodeError):
             config = {}
         placeholder = FileReport(str(relative / g_path.name), "")
-        checkpoint = _read(g_path, placeholder)
+        checkpoint = _read(g_path, placeholder, read)
         release = _release_kind(checkpoint, config if isinstance(config, dict) else {})
         if checkpoint is None:
             placeholder.kind, placeholder.keyed = "unreadable", False
@@ -262,16 +291,16 @@ def check_release(root: Path) -> CheckReport:
         _try_import(report, command, lambda: import_ssl_sas_files(
             g_path, config_path=config_path, soft_model_path=root / SOFT_MODEL, embedding_path=root / EMBEDDING_MODEL,
             hubert_path=hubert if hubert.is_file() else None, release=release,
-            layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None)[0])
+            layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None, read=read)[0])
     for relative, inspect in ((SOFT_MODEL, inspect_soft_content), (EMBEDDING_MODEL, _inspect_ecapa_state)):
         if (root / relative).is_file():
             file_report = FileReport(str(relative), "")
-            state = _read(root / relative, file_report)
+            state = _read(root / relative, file_report, read)
             report.files.append(inspect(str(relative), state) if state is not None else
                                 _unreadable(file_report))
     if hubert.is_file():
         file_report = FileReport(HUBERT_BASE, "")
-        checkpoint = _read(hubert, file_report)
+        checkpoint = _read(hubert, file_report, read)
         report.files.append(_inspect_fairseq(HUBERT_BASE, checkpoint) if checkpoint is not None else
                             _unreadable(file_report))
     for flow in sorted(root.rglob("xv_disentanglement_model/*.pt")):
@@ -299,13 +328,14 @@ def _inspect_fairseq(name: str, checkpoint) -> FileReport:
     return report
 
 
-def check_file(path: Path) -> CheckReport:
+def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
     """One checkpoint file: a ``g_*`` (with the files beside it in its release), ``soft_model.pt``,
     ``embedding_model.ckpt``, a fairseq HuBERT or a bshall HuBERT-soft checkpoint."""
+    read = read or OnceReader()
     report = CheckReport(path)
     name = str(path)
     file_report = FileReport(name, "")
-    checkpoint = _read(path, file_report)
+    checkpoint = _read(path, file_report, read)
     if checkpoint is None:
         report.files.append(_unreadable(file_report))
         return report
@@ -324,7 +354,7 @@ def check_file(path: Path) -> CheckReport:
             report.files.append(summarise_config(str(config_path), config_path))
         _try_import(report, f"import of {path.name} as {release}", lambda: import_ssl_sas_files(
             path, config_path=config_path, soft_model_path=root / SOFT_MODEL, embedding_path=root / EMBEDDING_MODEL,
-            release=release, layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None)[0])
+            release=release, layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None, read=read)[0])
     elif isinstance(checkpoint.get("model") if entries else None, dict):
         report.files.append(_inspect_fairseq(name, checkpoint))
         _try_import(report, "fairseq HuBERT key conversion", lambda: _named(name, fairseq_hubert_to_hf,
@@ -333,7 +363,7 @@ def check_file(path: Path) -> CheckReport:
         from voxanon.models.hubert_soft import import_hubert_soft
 
         report.files.append(inspect_state(name, checkpoint["hubert"], "bshall HuBERT-soft checkpoint", "hubert"))
-        _try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path)[0])
+        _try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path, read)[0])
     elif "W" in entries or any(str(key).startswith("ssl_model.") for key in entries):
         report.files.append(inspect_soft_content(name, checkpoint))
         _try_import(report, "SSL-SAS soft content model", lambda: {
@@ -344,7 +374,7 @@ def check_file(path: Path) -> CheckReport:
             "speaker": ecapa_from_state(checkpoint, name).embedding_model.state_dict()})
     elif "base_model_state_dict" in entries:
         report.files.append(inspect_sa_toolkit(name, checkpoint))
-        _try_import(report, f"voxanon models import sa-toolkit {path}", lambda: import_sa_toolkit(path)[0])
+        _try_import(report, f"voxanon models import sa-toolkit {path}", lambda: import_sa_toolkit(path, read)[0])
     elif {"mpd", "msd"} <= entries:
         report.files.append(FileReport(name, "HiFi-GAN discriminators and optimiser states (do_*)", keyed=False,
                                        notes=["used only to resume training; the import does not read it"]))
@@ -382,3 +412,53 @@ def _named(source: str, convert, state) -> dict:
         return {"content": convert(state)}
     except CheckpointError as error:
         raise CheckpointError(f"{source}: {error}") from None
+
+
+def check_installed(name: str, root: Path | None = None) -> CheckReport:
+    """An installed model set: every file against its manifest's sha256, then every component built as a run
+    builds it (:func:`component_loaders`: strictly, each key and shape against the set's config)."""
+    folder = (root or models_dir()) / name
+    report = CheckReport(folder, action="load")
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        files = dict(manifest["files"])
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        report.problems.append(f"{folder / MANIFEST}: not a readable model set manifest ({type(error).__name__}: "
+                               f"{error})")
+        return report
+    for filename, digest in sorted(files.items()):
+        path = folder / filename
+        file_report = FileReport(filename, "listed in the manifest", keyed=False)
+        if not path.is_file():
+            file_report.problems.append(f"{path}: missing")
+        elif sha256_file(path) != digest:
+            file_report.problems.append(f"{path}: does not match its manifest checksum (a partial copy or an edit)")
+        else:
+            file_report.notes.append("sha256 matches the manifest")
+        report.files.append(file_report)
+    if report.all_problems():
+        report.problems.append(f"reinstall model set {name!r} (voxanon models import ...)")
+        return report
+    model_set = load_model_set(name, root, verify=False)
+    for component, load in component_loaders(model_set).items():
+        _try_import(report, f"{component} ({model_set.weights_file(component).name})",
+                    lambda load=load, component=component: {component: load().state_dict()})
+    return report
+
+
+def component_loaders(model_set) -> dict:
+    """Component name -> how a run builds it from an installed set (each loads strictly)."""
+    if model_set.config.get("release") == "sa-toolkit":
+        from voxanon.models.sa_toolkit import load_converter, load_extractor
+
+        loaders = {"extractor": lambda: load_extractor(model_set)}
+        if model_set.config.get("kind") == "converter":
+            loaders["generator"] = lambda: load_converter(model_set, cpu_plans=False)[0].generator
+        return loaders
+    from voxanon.models.hifigan import load_vocoder
+    from voxanon.models.hubert_soft import content_encoder
+    from voxanon.models.speaker import EcapaEncoder
+
+    loaders = {"content": lambda: content_encoder(model_set), "speaker": lambda: EcapaEncoder.from_model_set(model_set),
+               "generator": lambda: load_vocoder(model_set, cpu_plans=False).generator}
+    return {component: load for component, load in loaders.items() if component in model_set.config}

@@ -87,11 +87,12 @@ def _fail(source: str, message: str):
     return CheckpointError(f"{source}: {message}")
 
 
-def read_final_pt(path: str | Path) -> dict:
-    """A ``final.pt``'s entries, read as data; any entry besides SA-toolkit's six is an error naming it."""
+def read_final_pt(path: str | Path, read=None) -> dict:
+    """A ``final.pt``'s entries, read as data (``read``, default :func:`~voxanon.models.checkpoints.safe_load`);
+    any entry besides SA-toolkit's six is an error naming it."""
     from voxanon.models.checkpoints import key_list, safe_load
 
-    checkpoint = safe_load(path)
+    checkpoint = (read or safe_load)(path)
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("base_model_state_dict"), dict):
         found = key_list(map(str, checkpoint)) if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise _fail(str(path), f"not an SA-toolkit final.pt (a dict with base_model_state_dict); it holds {found}")
@@ -305,8 +306,9 @@ def _check_asr_options(name: str, config, output_dim: int, checkpoint: dict, sou
                             f"{output_dim} rows")
 
 
-def import_sa_toolkit(path: str | Path) -> tuple[dict, dict]:
-    """Components (name -> state dict) and config of one ``final.pt`` (an anonymisation or an ASR-BN extractor tag)."""
+def import_sa_toolkit(path: str | Path, read=None) -> tuple[dict, dict]:
+    """Components (name -> state dict) and config of one ``final.pt`` (an anonymisation or an ASR-BN extractor tag);
+    ``read`` as :func:`read_final_pt`'s."""
     import torch
 
     from voxanon.models.checkpoints import (GENERATOR_KEY, CheckpointError, check_state_fits, fold_weight_norm,
@@ -314,7 +316,7 @@ def import_sa_toolkit(path: str | Path) -> tuple[dict, dict]:
     from voxanon.models.core_hifigan import CoreHifiGan, generator_config
 
     source = str(path)
-    checkpoint = read_final_pt(path)
+    checkpoint = read_final_pt(path, read)
     state = checkpoint["base_model_state_dict"]
     bad = [str(key) for key, value in state.items() if not isinstance(key, str) or not isinstance(value, torch.Tensor)]
     if bad:
@@ -481,11 +483,10 @@ def _signal_preserving(generator):
 def load_extractor(model_set):
     """The set's :class:`~voxanon.models.asr_bn.AsrBnExtractor`, built without random initialisation."""
     from voxanon.models.asr_bn import AsrBnConfig, AsrBnExtractor
-    from voxanon.models.precision import built_with_weights
 
     _require_release(model_set)
     config = AsrBnConfig.from_dict(model_set.config["extractor"])
-    return built_with_weights(lambda: AsrBnExtractor(config), model_set.tensors("extractor"))
+    return model_set.build("extractor", lambda: AsrBnExtractor(config))
 
 
 def load_converter(model_set, cpu_plans: bool = True):
@@ -493,14 +494,13 @@ def load_converter(model_set, cpu_plans: bool = True):
     its sorted target speakers); ``cpu_plans``: the spectral convolutions of CPU synthesis planned here."""
     from voxanon.models.core_hifigan import CoreHifiGan, conditioning_layout
     from voxanon.models.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
-    from voxanon.models.precision import built_with_weights
 
     _require_release(model_set)
     if model_set.config.get("kind") != "converter":
         raise VoxanonError(f"model set {model_set.name!r} is an SA-toolkit BN extractor ({model_set.config.get('kind')})"
                            ", not an anonymisation model: import a hifigan_bn_* tag")
     settings = GeneratorConfig.from_dict(model_set.config["generator"])
-    generator = built_with_weights(lambda: CoreHifiGan(settings), model_set.tensors("generator"))
+    generator = model_set.build("generator", lambda: CoreHifiGan(settings))
     if cpu_plans:
         plan_spectral_convolutions(generator)  # here, so that forked workers share them
     speakers = list(model_set.config["speakers"])

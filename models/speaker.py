@@ -131,17 +131,20 @@ class EcapaEncoder(torch.nn.Module):
 
     @classmethod
     def with_weights(cls, config: EcapaConfig, state: dict[str, torch.Tensor],
-                     embedding_mean: torch.Tensor | None = None) -> "EcapaEncoder":
-        """The encoder holding ``state``'s tensors themselves (strict; no random initialisation, no copy: about
-        30 ms less start-up for the SSL-SAS size)."""
-        try:
-            model = built_with_weights(lambda: ecapa_tdnn(config), state)
-        except RuntimeError as error:
-            raise CheckpointError(f"ECAPA weights do not fit channels {list(config.channels)}: "
-                                  f"{str(error).splitlines()[0]}") from None
+                     embedding_mean: torch.Tensor | None = None, source: str = "ECAPA weights") -> "EcapaEncoder":
+        """The encoder holding ``state``'s tensors themselves (strict, naming ``source``; no random
+        initialisation, no copy: about 30 ms less start-up for the SSL-SAS size)."""
+        model = built_with_weights(lambda: ecapa_tdnn(config), state, source,
+                                   f"not the speechbrain ECAPA_TDNN of channels {list(config.channels)}")
         encoder = cls(config, model)
         encoder._set_embedding_mean(embedding_mean)
         return encoder
+
+    @classmethod
+    def from_model_set(cls, model_set) -> "EcapaEncoder":
+        """An installed set's speaker encoder."""
+        return cls.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]), model_set.tensors("speaker"),
+                                source=str(model_set.weights_file("speaker")))
 
     def load_embedding_state(self, state: dict[str, torch.Tensor], embedding_mean: torch.Tensor | None = None) -> None:
         try:
@@ -177,7 +180,7 @@ class EcapaEncoder(torch.nn.Module):
             if "glob_mean" not in stats:
                 raise CheckpointError(f"{directory / EMBEDDING_NORM_FILE}: no 'glob_mean' entry")
             mean = stats["glob_mean"]
-        return cls.with_weights(config, state, mean)
+        return cls.with_weights(config, state, mean, source=str(directory / EMBEDDING_FILE))
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         """(B, samples) of equal length -> (B, lin_neurons)."""

@@ -365,7 +365,7 @@ def wav2vec2_config_from_state(state: dict):
 
 def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str = "wav2vec2.ckpt"):
     """Our copy of speechbrain's wav2vec2 wrapper, with ``directory/checkpoint`` loaded key for key."""
-    from voxanon.models.checkpoints import CheckpointError, safe_load
+    from voxanon.models.checkpoints import safe_load
 
     options = arguments(hparams, node)
     source = str(options.get("source", ""))
@@ -392,14 +392,9 @@ def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str 
         if preprocessor is not None else True
     from voxanon.models.precision import built_with_weights
 
-    try:
-        # Built without random initialisation, holding the checkpoint's tensors themselves: loaded once.
-        module = built_with_weights(lambda: _wav2vec2_module(config, bool(options.get("output_norm", False)),
-                                                             normalize_wav), state)
-    except RuntimeError as error:
-        raise CheckpointError(f"{path}: does not fit the wav2vec2 configuration of {source or 'its shapes'}: "
-                              f"{str(error).splitlines()[0]} ...") from None
-    return module
+    # Built without random initialisation, holding the checkpoint's tensors themselves: loaded once.
+    return built_with_weights(lambda: _wav2vec2_module(config, bool(options.get("output_norm", False)), normalize_wav),
+                              state, str(path), f"does not fit the wav2vec2 configuration of {source or 'its shapes'}")
 
 
 def _wav2vec2_module(config, output_norm: bool, normalize_wav: bool):

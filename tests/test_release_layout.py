@@ -293,3 +293,65 @@ def test_check_of_single_files(tmp_path, capsys, monkeypatch):
     assert main(["models", "check", str(tmp_path / "junk.pt")]) == 1
     assert "junk.pt" in capsys.readouterr().out
     assert main(["models", "check", str(tmp_path / "absent")]) == 2
+
+
+def test_check_reads_each_file_of_a_release_once(tmp_path, monkeypatch, capsys):
+    """Issue 25 §5: the inspection and the trial import read the g_*, soft model and ECAPA files again each."""
+    import voxanon.models.release_check as release_check
+
+    write_release(tmp_path / "release")
+    reads: list[str] = []
+    real = release_check.safe_load
+    monkeypatch.setattr(release_check, "safe_load", lambda path: reads.append(str(path)) or real(path))
+    assert main(["models", "check", str(tmp_path / "release")]) == 0
+    assert "would succeed" in capsys.readouterr().out
+    assert len(reads) == len(set(reads)) >= 3, reads
+
+
+def _install_random_set(home, monkeypatch) -> "Path":
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    return home / "models" / "ssl-sas"
+
+
+def test_check_verifies_an_installed_set(tmp_path, monkeypatch, capsys):
+    """Issue 25 §3: `models check NAME` checks an installed set's checksums and loads every component as a
+    run does."""
+    folder = _install_random_set(tmp_path, monkeypatch)
+    capsys.readouterr()
+    assert main(["models", "check", "ssl-sas"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("sha256 matches the manifest") == 4    # three weights files and config.json
+    for component in ("content", "speaker", "generator"):
+        assert f"{component} ({component}.safetensors): would succeed" in out
+    content = folder / "content.safetensors"
+    content.write_bytes(content.read_bytes()[: content.stat().st_size // 2])
+    assert main(["models", "check", "ssl-sas"]) == 1
+    out = capsys.readouterr().out
+    assert f"{content}: does not match its manifest checksum" in out and "NOT OK" in out
+
+
+def test_check_names_the_file_and_keys_of_an_installed_set_that_does_not_load(tmp_path, monkeypatch, capsys):
+    """A set whose config no longer fits its weights (checksums re-made, as a hand edit would): the load fails
+    with the file and the mis-shaped keys named, in the check and in a run alike."""
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.checkpoints import CheckpointError
+    from voxanon.models.registry import CONFIG, MANIFEST
+
+    folder = _install_random_set(tmp_path, monkeypatch)
+    config = json.loads((folder / CONFIG).read_text())
+    config["generator"]["upsample_initial_channel"] *= 2
+    (folder / CONFIG).write_text(json.dumps(config))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"][CONFIG] = sha256_file(folder / CONFIG)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["models", "check", "ssl-sas"]) == 1
+    out = capsys.readouterr().out
+    assert "generator (generator.safetensors): load would FAIL" in out
+    assert f"{folder / 'generator.safetensors'}: not the HifiganGenerator its configuration describes: shapes differ:" \
+        in out and "conv_pre.weight (32, 393, 7) (expected (64, 393, 7))" in out
+    from voxanon.models.hifigan import load_vocoder
+
+    with pytest.raises(CheckpointError, match=r"generator\.safetensors: .*shapes differ:.*conv_pre\.weight"):
+        load_vocoder(load_model_set("ssl-sas"))

@@ -54,15 +54,18 @@ def add_parser(subparsers) -> None:
                            help="with --random-init: 'tiny' writes small models for plumbing tests")
     importing.add_argument("--seed", type=int, default=0, help="with --random-init: the torch seed")
     importing.set_defaults(run=run_import)
-    checking = actions.add_parser("check", help="inspect an unpacked release or one checkpoint file",
+    checking = actions.add_parser("check", help="inspect an unpacked release, one checkpoint file or an installed set",
                                   description="Report what a release folder (pretrained_models_anon_xv) or a "
                                               "checkpoint file holds: its components and their key counts, keys "
                                               "no component holds, the vocoder config, and whether voxanon models "
                                               "import would succeed (run as the import runs it, writing nothing; "
-                                              "files are read safely, no code in them is run). Exit 0 when all is "
-                                              "well, 1 when something is wrong.")
+                                              "files are read safely, no code in them is run). Given the name of an "
+                                              "installed model set: every file against its manifest checksum, and "
+                                              "every component loaded as a run loads it (each key and shape). "
+                                              "Exit 0 when all is well, 1 when something is wrong.")
     checking.add_argument("path", help="the unpacked release folder, or a g_*, soft_model.pt, embedding_model.ckpt, "
-                                       "hubert_base_ls960.pt or hubert-soft checkpoint file")
+                                       "hubert_base_ls960.pt, hubert-soft checkpoint or SA-toolkit final.pt file, or "
+                                       "the name of an installed model set")
     checking.set_defaults(run=run_check)
     fetching = actions.add_parser("fetch", help="download a published release (needs internet)",
                                   description="Download into $VOXANON_HOME/downloads/NAME, resuming partial "
