@@ -169,19 +169,12 @@ def _built(model_set, name: str, component: str, cpu_plans: bool):
 
         return content_encoder(model_set)
     if component == "speaker":
-        from voxanon.models.speaker import EcapaConfig, EcapaEncoder
+        from voxanon.models.speaker import EcapaEncoder
 
-        return EcapaEncoder.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]),
-                                         model_set.tensors("speaker"))
-    from voxanon.models.hifigan import (ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder,
-                                        plan_spectral_convolutions)
-    from voxanon.models.precision import built_with_weights
+        return EcapaEncoder.from_model_set(model_set)
+    from voxanon.models.hifigan import load_vocoder
 
-    config = GeneratorConfig.from_dict(model_set.config["generator"])
-    generator = built_with_weights(lambda: HifiganGenerator(config), model_set.tensors("generator"))
-    if cpu_plans:
-        plan_spectral_convolutions(generator)
-    return Vocoder(generator, ConditioningLayout.from_dict(model_set.config["layout"]))
+    return load_vocoder(model_set, cpu_plans)
 
 
 def load_ssl_sas_models(name: str = "ssl-sas"):
