@@ -21,8 +21,9 @@
    alone (pYAAPT's references computed on every core), in well under a minute: what
    ``benchmarks/device.py`` runs on a GPU machine.
 4. ``--resynth N`` (default 16): the resynth system (random full-size SSL-SAS weights, ``--size``) on N
-   demo utterances with each backend's F0; the SNR of the fast-F0 output against the pYAAPT-F0 output
-   (identical F0 gives identical audio: counted apart).
+   demo utterances spread over the corpus, and on every one whose two F0 tracks differ, with each
+   backend's F0; the SNR of the fast-F0 output against the pYAAPT-F0 output (identical F0 gives identical
+   audio: counted apart).
 
     .venv/bin/python benchmarks/f0.py [--every 1] [--device cpu|cuda] [--batch-sizes 32 128] [--torch-cpu]
                                       [--cold] [--resynth 16] [--size full]
@@ -232,14 +233,17 @@ def main() -> int:
     print(line + f"; pYAAPT {first_call_seconds('pyaapt'):.2f} s")
 
     if args.resynth:
-        chosen = dict(list(sets["demo corpus"].items())[::max(1, len(sets["demo corpus"]) // args.resynth)]
-                      [:args.resynth])
-        snrs = np.array(resynth_snr(chosen, args.size))
+        demo = sets["demo corpus"]
+        differing = [name for name in demo if not np.array_equal(references["demo corpus"][name],
+                                                                  fast_tracks["demo corpus"][name])]
+        chosen = list(demo)[::max(1, len(demo) // args.resynth)][:args.resynth]
+        chosen += [name for name in differing if name not in chosen]
+        snrs = np.array(resynth_snr({name: demo[name] for name in chosen}, args.size))
         finite = snrs[np.isfinite(snrs)]
         print(f"\nresynth output ({args.size} random SSL-SAS weights), fast F0 against pYAAPT F0, {len(snrs)} "
-              f"utterances: {len(snrs) - len(finite)} identical"
-              + (f"; the others: median {np.median(finite):.1f} dB, worst {np.min(finite):.1f} dB SNR"
-                 if len(finite) else ""))
+              f"demo utterances ({args.resynth} spread over the corpus, and every one whose F0 tracks differ): "
+              f"{len(snrs) - len(finite)} identical"
+              + (f"; the others: {', '.join(f'{x:.1f}' for x in sorted(finite))} dB SNR" if len(finite) else ""))
     return 0
 
 
