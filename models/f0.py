@@ -9,8 +9,8 @@ sample 160·k of the unpadded input — the 100 Hz rate the SSL-SAS vocoder cons
 Two backends compute it (:data:`BACKENDS`):
 
 - ``fast`` (the default): :mod:`voxanon.models.yaapt`, pYAAPT's algorithm vectorised over frames
-  with compiled per-frame decisions, about 5x faster per core. On the demo corpus it returns
-  pYAAPT's track bit for bit on all but about 3 % of utterances, which differ on a frame or two
+  with compiled per-frame decisions, 4-5x faster per core. On the demo corpus it returns
+  pYAAPT's track bit for bit on all but 3 of 182 utterances, which differ on a frame or two
   where pYAAPT's dynamic programme meets two equally cheap paths (``benchmarks/f0.py``).
   :func:`yaapt_f0_batch` runs whole batches on a GPU (:mod:`voxanon.models.yaapt_torch`).
 - ``pyaapt``: amfm-decompy's pYAAPT itself, the reference.

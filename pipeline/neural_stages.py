@@ -208,7 +208,7 @@ class F0Stage(Stage):
     """YAAPT F0 (SSL-SAS settings), optionally cached on disk per utterance content (and backend).
 
     ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.yaapt`;
-    about 5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
+    4-5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
     (amfm-decompy's pYAAPT itself). ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when the process
     running the stage sees one): on the CPU each utterance runs the numpy/numba version; on a CUDA
     device the whole batch goes to the torch version (:func:`voxanon.models.f0.yaapt_f0_batch`), where

@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="worker processes for the F0 tracker (default: the number of cores)")
     parser.add_argument("--f0-backend", choices=BACKENDS, default=DEFAULT_BACKEND,
-                        help="YAAPT version: fast (default: pYAAPT's algorithm reimplemented, about 5x faster, the "
+                        help="YAAPT version: fast (default: pYAAPT's algorithm reimplemented, 4-5x faster, the "
                              "same track on almost every frame) or pyaapt (amfm-decompy's pYAAPT itself); the F0 "
                              "cache keeps the two apart")
     cache = parser.add_mutually_exclusive_group()
