@@ -1,10 +1,10 @@
 """YAAPT F0 (pYAAPT's algorithm) for a batch of utterances at once, with the dense work in torch on a GPU.
 
 :mod:`voxanon.models.yaapt` reproduces pYAAPT on the CPU. Here the per-frame arithmetic of a whole
-padded batch runs on a torch device, in float64: the two FIR filterings (a convolution), the NLFER
-energies (a DFT matrix product), the SHC of the NLFER-voiced frames (batched 8192-point FFTs and the
-harmonic products), each NCCF frame's sum, and the NCCF of every frame of both signals over its lag
-range (frames in chunks, lags as one product per chunk). What depends on one utterance's earlier
+padded batch runs on a torch device, in float64: the two FIR filterings (one multiply-add of the batch
+per tap), the NLFER energies (a DFT matrix product), the SHC of the NLFER-voiced frames (batched
+8192-point FFTs and the harmonic products), each NCCF frame's sum, and the NCCF of every frame of both
+signals over its lag range (frames in chunks of 4096, all lags of a chunk at once). What depends on one utterance's earlier
 results, frame after frame — the spectral peaks, the spectral track and the lag ranges it sets, the
 means pYAAPT removes frame by frame, the NCCF peaks, the refinement and both dynamic programmes —
 runs on the CPU with :mod:`voxanon.models.yaapt`'s own functions, on the values brought back, one
