@@ -113,7 +113,8 @@ def test_torch_version_on_the_cpu_agrees_with_numpy(demo_subset):
 
     from voxanon.models import yaapt_torch
 
-    speech = dict(list(demo_subset.items())[:5] + list(synthetic_speech().items())[:4])
+    voices = synthetic_speech()
+    speech = dict(list(demo_subset.items())[:4] + [(name, voices[name]) for name in ("creak", "silences", "clipped")])
     signals = [np.pad(audio.astype(np.float64), (160, 160)) for audio in speech.values()]
     geo = yaapt.geometry_of(16000, SSL_SAS_YAAPT)
     taps = yaapt.bandpass_taps(16000.0)
