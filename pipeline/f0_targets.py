@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from voxanon.data_prep.corpus import DataDir, merge_labelled_sets
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.f0 import DEFAULT_BACKEND
 
 SAMPLE_RATE = 16000
 
@@ -63,7 +64,7 @@ class F0Targets:
     utterances: int
     source: list[str]
     excluded: dict[str, object] = field(default_factory=dict)
-    f0_backend: str = "fast"
+    f0_backend: str = DEFAULT_BACKEND
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -116,7 +117,8 @@ def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[Utteranc
 
 
 def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str | os.PathLike | None = None,
-                       allow_pipes: bool = False, progress: bool = True, backend: str = "fast") -> F0Targets:
+                       allow_pipes: bool = False, progress: bool = True,
+                       backend: str = DEFAULT_BACKEND) -> F0Targets:
     """Balanced F0 target moments over the utterances of ``sets`` (see the module doc); ``backend``: the
     YAAPT version (:data:`voxanon.models.f0.BACKENDS`)."""
     from voxanon.models.balanced_average import balanced_average

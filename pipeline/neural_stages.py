@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.f0 import DEFAULT_BACKEND
 from voxanon.pipeline.stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320
@@ -220,7 +221,7 @@ class F0Stage(Stage):
     model_free = True
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
-                 backend: str = "fast", device: str = "cpu"):
+                 backend: str = DEFAULT_BACKEND, device: str = "cpu"):
         from voxanon.models.f0 import F0Cache, YaaptParams, check_backend
 
         self.params = YaaptParams(f0_min_hz=float(f0_min_hz), f0_max_hz=float(f0_max_hz))
