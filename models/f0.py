@@ -15,6 +15,11 @@ Two backends compute it (:data:`BACKENDS`):
   :func:`yaapt_f0_batch` runs whole batches on a GPU (:mod:`voxanon.models.yaapt_torch`).
 - ``pyaapt``: amfm-decompy's pYAAPT itself, the reference.
 
+A third backend is another algorithm, for other systems: ``sa-toolkit`` is SA-toolkit's own TorchScript
+port of YAAPT (:mod:`voxanon.models.sa_yaapt`), which VoicePrivacy 2024's B5/B6 were trained on, with
+their settings (35 ms frames every 20 ms: ``ceil(n / 320)`` frames at 16 kHz); its parameters are a
+:class:`~voxanon.models.sa_yaapt.SaToolkitYaaptParams` (:func:`backend_params`).
+
 :class:`F0Cache` stores tracks on disk keyed by the audio content, the parameters and the
 backend, so training and repeated runs compute each utterance once.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +39,9 @@ from voxanon.data_prep.paths import contained_path
 MIN_SAMPLES = 640
 """pYAAPT indexes past the end of its arrays below four frames (2 × 20 ms after padding)."""
 
-BACKENDS = ("fast", "pyaapt")
+PYAAPT_BACKENDS = ("fast", "pyaapt")
+"""The backends that compute pYAAPT's own track (the SSL-SAS systems' F0)."""
+BACKENDS = (*PYAAPT_BACKENDS, "sa-toolkit")
 DEFAULT_BACKEND = "fast"
 
 
@@ -65,6 +72,16 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"F0 backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     return backend
+
+
+def backend_params(backend: str, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0):
+    """The parameters ``backend`` runs with: SSL-SAS's pYAAPT settings (:class:`YaaptParams`), or B5/B6's for
+    ``sa-toolkit``; both with the given F0 range."""
+    if check_backend(backend) == "sa-toolkit":
+        from voxanon.models.sa_yaapt import SA_TOOLKIT_B5_B6
+
+        return replace(SA_TOOLKIT_B5_B6, f0_min=float(f0_min_hz), f0_max=float(f0_max_hz))
+    return YaaptParams(f0_min_hz=float(f0_min_hz), f0_max_hz=float(f0_max_hz))
 
 
 def _prepared(audio: np.ndarray, sample_rate: int, params: YaaptParams) -> tuple[np.ndarray | None, int]:
@@ -99,9 +116,14 @@ def yaapt_f0(audio: np.ndarray, sample_rate: int = 16000, params: YaaptParams = 
     is returned as all-zero F0 without running YAAPT, whose normalisation divides by
     the signal's standard deviation. Inputs shorter than :data:`MIN_SAMPLES` raise
     ``ValueError`` (pYAAPT cannot analyse them); NaN or infinite samples give what
-    pYAAPT gives (an unvoiced track). ``backend``: one of :data:`BACKENDS`.
+    pYAAPT gives (an unvoiced track). ``backend``: one of :data:`BACKENDS` (``sa-toolkit``: its own
+    parameters, :func:`backend_params`, and its own handling of bad input,
+    :func:`~voxanon.models.sa_yaapt.sa_toolkit_f0`).
     """
-    check_backend(backend)
+    if check_backend(backend) == "sa-toolkit":
+        from voxanon.models.sa_yaapt import sa_toolkit_f0
+
+        return sa_toolkit_f0(audio, sample_rate, _sa_toolkit_params(params))
     signal, n_frames = _prepared(audio, sample_rate, params)
     if signal is None:
         return np.zeros(n_frames, dtype=np.float32)
@@ -120,14 +142,19 @@ def yaapt_f0(audio: np.ndarray, sample_rate: int = 16000, params: YaaptParams = 
 
 
 def yaapt_f0_batch(audios: list[np.ndarray], sample_rate: int = 16000, params: YaaptParams = SSL_SAS_YAAPT,
-                   device: str = "cuda") -> list[np.ndarray | Exception]:
-    """:func:`yaapt_f0` (``fast``) of each utterance, the whole batch at once on ``device`` (a torch device).
+                   device: str = "cuda", backend: str = DEFAULT_BACKEND) -> list[np.ndarray | Exception]:
+    """:func:`yaapt_f0` (``fast`` or ``sa-toolkit``) of each utterance, the whole batch at once on ``device``
+    (a torch device).
 
     Each item is the track or the exception :func:`yaapt_f0` raises for that utterance, so one bad
     utterance does not stop the others. Silence, too-short and non-finite inputs are settled as
-    :func:`yaapt_f0` settles them (the last by the CPU version: they are rare and pYAAPT's outcome
-    for them follows from its NaN arithmetic step by step).
+    :func:`yaapt_f0` settles them (for ``fast``, the last by the CPU version: they are rare and pYAAPT's
+    outcome for them follows from its NaN arithmetic step by step).
     """
+    if check_backend(backend) == "sa-toolkit":
+        return _sa_toolkit_batch(audios, sample_rate, params, device)
+    if backend != "fast":
+        raise ValueError(f"F0 backend {backend!r} has no batched version (fast or sa-toolkit)")
     from voxanon.models.yaapt import yaapt_samp_values
 
     results: list[np.ndarray | Exception | None] = [None] * len(audios)
@@ -156,6 +183,33 @@ def yaapt_f0_batch(audios: list[np.ndarray], sample_rate: int = 16000, params: Y
                     results[index] = _checked_track(track, len(audios[index]), n_frames, "fast")
                 except RuntimeError as error:
                     results[index] = error
+    return results
+
+
+def _sa_toolkit_params(params):
+    """SA-toolkit's port runs with its own frames: given SSL-SAS's :class:`YaaptParams`, only their F0 range."""
+    if isinstance(params, YaaptParams):
+        return backend_params("sa-toolkit", params.f0_min_hz, params.f0_max_hz)
+    return params
+
+
+def _sa_toolkit_batch(audios: list[np.ndarray], sample_rate: int, params, device: str) -> list[np.ndarray | Exception]:
+    """SA-toolkit's port over the utterances it can take, in one call (it batches them itself); the error of
+    each one it refuses (empty, multi-channel, not float, non-finite) in its place."""
+    from voxanon.models.sa_yaapt import check_waveform, sa_toolkit_f0
+
+    results: list[np.ndarray | Exception | None] = [None] * len(audios)
+    usable = []
+    for index, audio in enumerate(audios):
+        try:
+            check_waveform(audio, index)
+            usable.append(index)
+        except ValueError as error:
+            results[index] = error
+    if usable:
+        for index, track in zip(usable, sa_toolkit_f0([audios[i] for i in usable], sample_rate,
+                                                      _sa_toolkit_params(params), device=device)):
+            results[index] = track
     return results
 
 

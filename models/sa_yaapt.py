@@ -211,6 +211,12 @@ def sa_toolkit_f0(audio, sample_rate: int = 16000, params: SaToolkitYaaptParams 
 
 
 def _as_tensor(wave, index: int) -> torch.Tensor:
+    return torch.from_numpy(check_waveform(wave, index).astype(np.float32))
+
+
+def check_waveform(wave, index: int = 0) -> np.ndarray:
+    """``wave`` as an array, if the port can take it: a non-empty mono float waveform of finite samples;
+    else ``ValueError`` naming its position ``index``."""
     if isinstance(wave, torch.Tensor):
         wave = wave.detach().cpu().numpy()
     wave = np.asarray(wave)
@@ -220,7 +226,7 @@ def _as_tensor(wave, index: int) -> torch.Tensor:
         raise ValueError(f"audio {index}: expected float samples in [-1, 1], got {wave.dtype}")
     if not np.isfinite(wave).all():
         raise ValueError(f"audio {index}: the waveform contains NaN or infinite samples")
-    return torch.from_numpy(wave.astype(np.float32))
+    return wave
 
 
 @torch.no_grad()

@@ -5,8 +5,9 @@ utterance and the VPC 2024 recipe (``anonymization/modules/asrbn/anonymise_dir.p
 
 1. ``asrbn_target``: the target speaker, one of the converter's training speakers (sorted), chosen by
    ``selection`` (:data:`SELECTIONS`) [``target``: its index]; recorded in the run journal.
-2. ``asrbn_f0``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms frames every 20 ms,
-   :func:`voxanon.models.sa_yaapt.sa_toolkit_f0`) [``f0``].
+2. ``f0`` with ``backend: sa-toolkit``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms
+   frames every 20 ms, :func:`voxanon.models.sa_yaapt.sa_toolkit_f0`; the F0 stage of every system, its cache
+   keyed by backend) [``f0``].
 3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.asr_bn.AsrBnExtractor`)
    [``bn``].
 4. ``asrbn_vocoder``: ``CoreHifiGan`` on [BN | F0 normalised over the utterance | one-hot target]
@@ -31,7 +32,8 @@ Target selection (``selection``; the VPC 2024 recipe's ``anon_level``), seeded t
 * ``constant``: every utterance gets ``constant`` (the recipe's ``target_constant_spkid``, ``6081``).
 
 Batching: ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N`` for the device code path on the CPU; ``voxanon
-anonymise --device`` sets it) on the F0, BN and converter stages. On the CPU the BN and converter stages run
+anonymise --device`` sets it) on the F0 (:class:`~voxanon.pipeline.neural_stages.F0Stage`), BN and converter
+stages. On the CPU the BN and converter stages run
 each utterance alone (the converter in windows, as the SSL-SAS vocoder); elsewhere wav2vec2 and the
 converter run padded, length-masked batches of similar length in the direct form
 (:func:`~voxanon.models.precision.prepared_for_device`), each utterance's result equal to its one-at-a-time
@@ -198,40 +200,6 @@ class AsrBnTargetStage(Stage):
         utt.record["target_speaker"] = target
 
 
-class AsrBnF0Stage(Stage):
-    """F0 by SA-toolkit's YAAPT port with B5/B6's settings, a batch's utterances together. ``device``
-    (``cpu``, ``cuda``, ``auto``, ``cpu:N``): where the batched port runs (:func:`~voxanon.models.sa_yaapt.sa_toolkit_f0`;
-    each track the same whatever the batch); only on the CPU is the stage model-free (the streaming executor's
-    CPU lane runs it)."""
-
-    name = "asrbn_f0"
-    model_free = True
-
-    def __init__(self, device: str = "cpu"):
-        self.device = _checked_device(self.name, device)
-        self.model_free = self.device == "cpu"
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio: once, before the runner forks)
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            import voxanon.models.sa_yaapt  # noqa: F401
-
-    def process_batch(self, batch: list[Utterance]) -> None:
-        from voxanon.models.sa_yaapt import sa_toolkit_f0
-
-        if not batch:
-            return
-        rates = {utt.sample_rate for utt in batch}
-        if rates != {16000}:
-            raise VoxanonError(f"asrbn_f0 needs 16 kHz audio (the system's sample_rate), got {sorted(rates)} Hz")
-        for utt, f0 in zip(batch, sa_toolkit_f0([utt.audio for utt in batch], device=resolve_device(self.device))):
-            utt.features["f0"] = f0
-
-
 class _ModelStage(Stage):
     """A stage whose models come from an SA-toolkit set, on ``device`` in ``precision``."""
 
@@ -298,7 +266,7 @@ class AsrBnVocoderStage(_ModelStage):
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]
         if missing:
             raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
-                               "asrbn_target, asrbn_f0 and asrbn_bn stages before it)")
+                               "asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it)")
         items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
         waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()
                  else vocoder.synthesise_padded(items))

@@ -1,7 +1,7 @@
 """Sex-neutral F0 target moments of a corpus (spec §9.7 step 3; [S4] §5.4) and the targets file.
 
 For every utterance: YAAPT F0 with the SSL-SAS settings (the ``fast`` version by default, or
-``pyaapt`` itself: :data:`voxanon.models.f0.BACKENDS`), on the audio as the SSL-SAS chain sees it
+``pyaapt`` itself: :data:`voxanon.models.f0.PYAAPT_BACKENDS`), on the audio as the SSL-SAS chain sees it
 (16 kHz, trimmed to a multiple of 320 samples, peak 0.95: the ``ssl_sas_input`` stage), so the
 per-utterance F0 cache is shared with anonymisation runs; then the mean and population
 std of its voiced frames. The utterance values are averaged per speaker, per sex and over
@@ -120,11 +120,13 @@ def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str 
                        allow_pipes: bool = False, progress: bool = True,
                        backend: str = DEFAULT_BACKEND) -> F0Targets:
     """Balanced F0 target moments over the utterances of ``sets`` (see the module doc); ``backend``: the
-    YAAPT version (:data:`voxanon.models.f0.BACKENDS`)."""
+    YAAPT version (:data:`voxanon.models.f0.PYAAPT_BACKENDS`)."""
     from voxanon.models.balanced_average import balanced_average
-    from voxanon.models.f0 import check_backend
+    from voxanon.models.f0 import PYAAPT_BACKENDS
 
-    check_backend(backend)
+    if backend not in PYAAPT_BACKENDS:
+        raise VoxanonError(f"f0-targets computes the SSL-SAS chain's F0: its backend must be one of "
+                           f"{', '.join(PYAAPT_BACKENDS)}, got {backend!r}")
     utt2spk, sex_of_speaker = merge_labelled_sets(sets)
     jobs = [F0Job(utt, data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)), allow_pipes,
                   None if cache_dir is None else str(cache_dir), backend)

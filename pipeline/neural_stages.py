@@ -206,15 +206,17 @@ class SslSasInputStage(Stage):
 
 
 class F0Stage(Stage):
-    """YAAPT F0 (SSL-SAS settings), optionally cached on disk per utterance content (and backend).
+    """YAAPT F0, optionally cached on disk per utterance content (and backend).
 
     ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.yaapt`;
     4-5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
-    (amfm-decompy's pYAAPT itself). ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when the process
-    running the stage sees one): on the CPU each utterance runs the numpy/numba version; on a CUDA
-    device the whole batch goes to the torch version (:func:`voxanon.models.f0.yaapt_f0_batch`), where
-    an utterance it cannot analyse fails alone. ``pyaapt`` runs on the CPU only. Only the CPU path is
-    model-free (the runner may run it in a process forked before torch loads).
+    (amfm-decompy's pYAAPT itself), with the SSL-SAS settings; or ``sa-toolkit``, SA-toolkit's YAAPT port
+    with B5/B6's settings (another algorithm, 20 ms frames: the B5/B6 systems' F0). ``device`` (``cpu``,
+    ``cuda``, ``auto``: CUDA when the process running the stage sees one): on the CPU each utterance runs the
+    numpy/numba version; on a CUDA device the whole batch goes to the torch version
+    (:func:`voxanon.models.f0.yaapt_f0_batch`), where an utterance it cannot analyse fails alone.
+    ``sa-toolkit`` takes the batch at once on either device (its port batches); ``pyaapt`` runs on the CPU
+    only. Only the CPU path is model-free (the runner may run it in a process forked before the models load).
     """
 
     name = "f0"
@@ -222,16 +224,21 @@ class F0Stage(Stage):
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
-        from voxanon.models.f0 import F0Cache, YaaptParams, check_backend
+        from voxanon.models.f0 import F0Cache, backend_params
 
-        self.params = YaaptParams(f0_min_hz=float(f0_min_hz), f0_max_hz=float(f0_max_hz))
+        self.params = backend_params(backend, f0_min_hz, f0_max_hz)
         self.cache = F0Cache(cache_dir) if cache_dir else None
-        self.backend = check_backend(backend)
+        self.backend = backend
         self.device = _checked_device("f0", device)
         if self.backend == "pyaapt" and self.device != "cpu":
             raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
                              "set f0.device=cpu, or f0.backend=fast for the GPU version")
         self.model_free = self.device == "cpu"
+
+    @classmethod
+    def takes_stage_wide(cls, setting: str, options: dict) -> bool:
+        # --device cuda puts F0 on the GPU where its backend has a GPU version; pYAAPT stays on the CPU.
+        return not (setting == "device" and options.get("backend") == "pyaapt")
 
     def load_models(self) -> None:
         # Once, before the runner forks its workers, instead of in every worker at its first utterance:
@@ -239,6 +246,8 @@ class F0Stage(Stage):
         # (its GPU version takes its decisions with them too; they start no CUDA context).
         if self.backend == "pyaapt":
             import amfm_decompy.pYAAPT  # noqa: F401
+        elif self.backend == "sa-toolkit":
+            import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio)
         else:
             from voxanon.models.yaapt import warm_up
 
@@ -246,7 +255,7 @@ class F0Stage(Stage):
 
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
-        if device == "cpu":
+        if device == "cpu" and self.backend != "sa-toolkit":
             for utt in batch:
                 self.process(utt)
             return
@@ -256,7 +265,8 @@ class F0Stage(Stage):
         failures = []
         for rate in sorted({utt.sample_rate for utt in todo}):
             group = [utt for utt in todo if utt.sample_rate == rate]
-            for utt, f0 in zip(group, yaapt_f0_batch([utt.audio for utt in group], rate, self.params, device)):
+            for utt, f0 in zip(group, yaapt_f0_batch([utt.audio for utt in group], rate, self.params, device,
+                                                     self.backend)):
                 if isinstance(f0, Exception):
                     failures.append(f0)
                     continue

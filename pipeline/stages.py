@@ -90,6 +90,12 @@ class Stage:
         whether long set-level work may show a progress bar (``--quiet`` turns it off)."""
         return {}
 
+    @classmethod
+    def takes_stage_wide(cls, setting: str, options: dict) -> bool:
+        """Whether a command-line flag that sets ``setting`` on every stage that has it (``--device``,
+        ``--precision``) sets it on this stage, configured with ``options`` (its recipe section)."""
+        return True
+
     def load_models(self) -> None:
         """Load in this process what ``process_batch`` will need on the CPU (the runner calls it once before
         it forks its workers, which then share what was loaded). Models for another device are left to

@@ -62,7 +62,6 @@ STAGES = StageRegistry({
     "f0_neutral": "voxanon.pipeline.protection_stages:F0NeutralStage",
     "tdpsola": "voxanon.pipeline.protection_stages:TdPsolaStage",
     "asrbn_target": "voxanon.pipeline.asrbn_stages:AsrBnTargetStage",
-    "asrbn_f0": "voxanon.pipeline.asrbn_stages:AsrBnF0Stage",
     "asrbn_bn": "voxanon.pipeline.asrbn_stages:AsrBnStage",
     "asrbn_vocoder": "voxanon.pipeline.asrbn_stages:AsrBnVocoderStage",
 })
@@ -144,7 +143,8 @@ STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
 def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]:
     """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting`` (see STAGE_WIDE_SETTINGS)."""
     stages = [name for name in config.get("stages", [])
-              if name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters]
+              if name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters
+              and STAGES[name].takes_stage_wide(setting, config.get(name) or {})]
     if not stages:
         raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (only "
                            f"{STAGE_WIDE_SETTINGS[setting]} have one)")

@@ -88,7 +88,7 @@ def test_device_code_path_gives_the_cpu_output(home_and_data, tmp_path, monkeypa
     the streaming executor's device process."""
     home, data = home_and_data
     monkeypatch.setenv("VOXANON_HOME", str(home))
-    devices = ["--set", "asrbn_f0.device=cpu:0", "--set", "asrbn_bn.device=cpu:0", "--set", "asrbn_vocoder.device=cpu:0"]
+    devices = ["--set", "f0.device=cpu:0", "--set", "asrbn_bn.device=cpu:0", "--set", "asrbn_vocoder.device=cpu:0"]
     anonymise("b5", data, tmp_path / "cpu")
     anonymise("b5", data, tmp_path / "device", *devices)
     cpu, device = outputs(tmp_path / "cpu"), outputs(tmp_path / "device")

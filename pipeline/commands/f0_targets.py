@@ -8,7 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import read_data_dir
-from voxanon.models.f0 import BACKENDS, DEFAULT_BACKEND
+from voxanon.models.f0 import DEFAULT_BACKEND, PYAAPT_BACKENDS
 
 SHOWN_IDS = 10
 
@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, metavar="FILE.json", help="also write the targets to this file")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="worker processes for the F0 tracker (default: the number of cores)")
-    parser.add_argument("--f0-backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+    parser.add_argument("--f0-backend", choices=PYAAPT_BACKENDS, default=DEFAULT_BACKEND,
                         help="YAAPT version: fast (default: pYAAPT's algorithm reimplemented, 4-5x faster, the "
                              "same track on almost every frame) or pyaapt (amfm-decompy's pYAAPT itself); the F0 "
                              "cache keeps the two apart")
