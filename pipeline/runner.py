@@ -606,7 +606,8 @@ class LocalBackend:
         if streaming is not None:
             from voxanon.pipeline.streaming import LocalLanes, StreamingRun
 
-            return StreamingRun(LocalLanes(system, allow_pipes, self.workers), batches, streaming)
+            return StreamingRun(LocalLanes(system, allow_pipes, self.workers, streaming.device_processes), batches,
+                                streaming)
         if self.workers > 1 and len(batches) > 1:
             return _run_parallel(system, batches, self.workers, allow_pipes)
         return _InProcess(system, batches, allow_pipes)
@@ -726,14 +727,15 @@ def warn_random_model_sets(system: System) -> None:
 
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
                   allow_pipes: bool = False, progress: bool = True, backend=None, executor: str = "auto",
-                  queue_seconds: float | None = None) -> SetResult:
+                  queue_seconds: float | None = None, device_processes: int | None = None) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
     :class:`voxanon.pipeline.ray_backend.RayBackend` for a cluster); whichever it is, this
     process alone writes the journal, ``failures.tsv``, ``run.json`` and the metadata.
     ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
-    caps the audio the streaming executor holds (:class:`voxanon.pipeline.streaming.StreamingOptions`).
+    caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
+    runs locally (default one per GPU: :class:`voxanon.pipeline.streaming.StreamingOptions`).
     """
     backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
@@ -748,11 +750,12 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     out_dir = Path(out_dir)
     with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
         return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress,
-                                 streaming, queue_seconds)
+                                 streaming, queue_seconds, device_processes)
 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
-                      allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None) -> SetResult:
+                      allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
+                      device_processes: int | None) -> SetResult:
     from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
@@ -770,7 +773,8 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     started = time.time()
     options = None
     if streaming:
-        options = StreamingOptions(float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS)), queue_seconds, started)
+        options = StreamingOptions(float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS)), queue_seconds, started,
+                                   device_processes)
         plan = plan_batches(_jobs(data, data.utterances, wav_dir), options.batch_seconds)
         batches = batches_to_run(plan, set(finished), with_companions=not batch_invariant(config))
         jobs = [job for batch in batches for job in batch if not job.companion]

@@ -6,9 +6,10 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
 - **CPU lane**: a pool of processes loads each utterance (read, resample) and runs the system's leading
   model-free CPU stages on it (``ssl_sas_input``, pYAAPT's F0: :func:`cpu_stage_count`); the same pool writes
   the results (16-bit WAV encoding, the atomic write, sha256), off the device's path.
-- **Device lane**: one process (locally; one actor per GPU under Ray) holds the only copy of the models and
-  the only CUDA context. It runs the remaining stages (content, speaker, vocoder, and any stage after them)
-  on one *device batch* at a time.
+- **Device lane**: one process per GPU (:func:`visible_gpus`; one for a stage on ``cuda:N`` or ``cpu:N``;
+  one actor per GPU under Ray), each holding its GPU's only copy of the models and the only CUDA context
+  there. Each runs the remaining stages (content, speaker, vocoder, and any stage after them) on one *device
+  batch* at a time; a batch goes to the device process with the fewest batches in hand.
 - **Device batches** are planned before the run, from the job list alone (:func:`plan_batches`): the set's
   utterances, longest first (ties by id), cut into batches of at most ``batch_seconds`` of padded audio
   (the longest member's length times the member count) and at most 25 % padding. Their composition is
@@ -60,10 +61,12 @@ ATTEMPTS = 3
 @dataclass(frozen=True)
 class StreamingOptions:
     """How the streaming executor runs; none of it changes the output but ``batch_seconds``, which is the
-    system's ``batch_seconds`` setting (and so in the configuration hash)."""
+    system's ``batch_seconds`` setting (and so in the configuration hash). ``device_processes``: how many
+    device processes run locally (default: one per visible GPU, :func:`device_process_count`)."""
     batch_seconds: float = DEFAULT_BATCH_SECONDS
     queue_seconds: float | None = None    # audio released and not yet written; default 4 batches' worth
     run_started: float = field(default_factory=time.time)
+    device_processes: int | None = None
 
     @property
     def queue_cap(self) -> float:
@@ -75,6 +78,28 @@ def cpu_stage_count(system: System) -> int:
     that stay on the CPU. The rest run in the device process."""
     return next((i for i, stage in enumerate(system.stages) if not (stage.model_free and stage.device == "cpu")),
                 len(system.stages))
+
+
+def visible_gpus(driver_listing: str = "/proc/driver/nvidia/gpus") -> list[str]:
+    """The GPUs this process may use, each as its CUDA_VISIBLE_DEVICES entry, found without starting CUDA
+    (a CUDA context does not survive a fork, and the CPU lane is forked from this process): the entries of
+    ``CUDA_VISIBLE_DEVICES`` where it is set, else one per GPU the NVIDIA driver lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip() and entry.strip() != "-1"]
+    try:
+        return [str(index) for index in range(len(os.listdir(driver_listing)))]
+    except OSError:
+        return []
+
+
+def device_process_count(system: System) -> int:
+    """Local device processes for ``system``: one per visible GPU where a stage asks for ``cuda`` or ``auto``
+    (which GPU each process gets is its own CUDA_VISIBLE_DEVICES); one for a named device (``cuda:N``,
+    ``cpu:N``)."""
+    if not any(stage.device in ("cuda", "auto") for stage in system.stages):
+        return 1
+    return max(1, len(visible_gpus()))
 
 
 def plan_batches(jobs: list[Job], batch_seconds: float, max_padding: float = MAX_PADDING) -> list[list[Job]]:
@@ -302,10 +327,13 @@ def _write_task(batch: Batch) -> tuple[list[Outcome], dict]:
     return write(runner._worker_system(), batch)
 
 
-def _init_device_process(config: dict, allow_pipes: bool, start: int) -> None:
-    """The device process: gone with the run's driver, then the system with its device stages' models
-    loaded and checked (device included) before it takes any work."""
+def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str | None) -> None:
+    """A device process: gone with the run's driver, then (on its own GPU ``gpu``, where several share the
+    run) the system with its device stages' models loaded and checked (device included) before it takes any
+    work."""
     runner._die_with_parent()
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch loads: "cuda" is this process's GPU
     _lane_state["started"] = time.time()
     runner._init_spawned_worker(config, allow_pipes, (start, len(config["stages"])))
 
@@ -322,16 +350,18 @@ def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch
 
 class LocalLanes:
     """The streaming executor's lanes on this machine: ``cpu_workers`` processes for the CPU lane (forked
-    from this process once the CPU stages' models are loaded, where that is safe; else spawned) and one
-    spawned device process, started at once so that it loads its models while the CPU lane works."""
+    from this process once the CPU stages' models are loaded, where that is safe; else spawned) and
+    ``device_processes`` spawned device processes (default :func:`device_process_count`: one per GPU),
+    started at once so that they load their models while the CPU lane works."""
 
-    device_workers = 1
-
-    def __init__(self, system: System, allow_pipes: bool, cpu_workers: int):
+    def __init__(self, system: System, allow_pipes: bool, cpu_workers: int, device_processes: int | None = None):
         self.system, self.cpu_workers = system, max(1, cpu_workers)
+        self.device_workers = device_processes or device_process_count(system)
+        gpus = visible_gpus() if self.device_workers > 1 and device_processes is None else []
         self.max_seconds = system.max_seconds or 120.0
         self.start = cpu_stage_count(system)
         self._pending: dict[Future, Tag] = {}
+        self._device_of: dict[Future, int] = {}
         self._pools: list[ProcessPoolExecutor] = []
         try:
             if runner.fork_safe():
@@ -346,8 +376,12 @@ class LocalLanes:
             # A first task starts the CPU workers (a forked pool forks them all at once), before the device
             # process's pool starts a thread here that a fork would copy.
             self._cpu.submit(os.getpid)
-            self._device = self._pool(1, "spawn", _init_device_process, (system.config, allow_pipes, self.start))
-            self._pending[self._device.submit(_device_ready)] = Tag(-1, 0, "ready")
+            self._devices = [self._pool(1, "spawn", _init_device_process,
+                                        (system.config, allow_pipes, self.start, gpus[i] if gpus else None))
+                             for i in range(self.device_workers)]
+            self._in_hand = [0] * self.device_workers
+            for device in self._devices:
+                self._pending[device.submit(_device_ready)] = Tag(-1, 0, "ready")
         except BaseException:
             self.close()
             raise
@@ -362,7 +396,11 @@ class LocalLanes:
         self._pending[self._cpu.submit(_prepare_task, jobs, self.start)] = tag
 
     def device(self, tag: Tag, jobs: list[Job], parts: list[Batch]) -> None:
-        self._pending[self._device.submit(_device_task, jobs, self.start, parts)] = tag
+        """To the device process with the fewest batches in hand (the first of them on a tie)."""
+        chosen = min(range(self.device_workers), key=lambda index: self._in_hand[index])
+        future = self._devices[chosen].submit(_device_task, jobs, self.start, parts)
+        self._in_hand[chosen] += 1
+        self._pending[future], self._device_of[future] = tag, chosen
 
     def write(self, tag: Tag, batch: Batch) -> None:
         self._pending[self._cpu.submit(_write_task, batch)] = tag
@@ -374,6 +412,8 @@ class LocalLanes:
         results = []
         for future in done:
             tag = self._pending.pop(future)
+            if future in self._device_of:
+                self._in_hand[self._device_of.pop(future)] -= 1
             try:
                 value = future.result()
             except BrokenProcessPool as error:

@@ -220,3 +220,41 @@ def test_the_queue_holds_at_most_its_cap(home, tmp_path, monkeypatch):
     assert executor["queue_seconds"] == cap and executor["max_queued_seconds"] <= cap
     assert executor["held_back_share"] > 0 and executor["device_busy_share"] > 0.5
     assert executor["first_device_batch_seconds"] > 0 and set(executor["queue_wait_share"]) == {"device", "write"}
+
+
+def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypatch):
+    """Issue 23: one device process per GPU, batches to whichever has fewest in hand; the bytes are those of
+    one device process (two on cpu:0 here stand for two GPUs)."""
+    home, data = home
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
+    runs = {}
+    for processes in (1, 2):
+        result = anonymise_set(data, config, tmp_path / f"devices{processes}", workers=2, progress=False,
+                               device_processes=processes)
+        assert result.ok
+        executor = json.loads((result.out_dir / RUN_MANIFEST).read_text())["executor"]
+        assert executor["device_workers"] == processes and executor["device_batches"] > 2
+        runs[processes] = _files(result.out_dir)
+    assert runs[2] == runs[1]
+
+
+def test_the_gpus_a_run_sees_are_counted_without_starting_cuda(tmp_path, monkeypatch):
+    from voxanon.pipeline.streaming import device_process_count, visible_gpus
+    from voxanon.pipeline.systems import build_system
+
+    listing = tmp_path / "gpus"
+    for address in ("0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"):
+        (listing / address).mkdir(parents=True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_gpus(str(listing)) == ["0", "1", "2"]
+    assert visible_gpus(str(tmp_path / "no-driver")) == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
+    assert visible_gpus(str(listing)) == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus(str(listing)) == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,7")
+    on = {device: build_system(load_system_config("resynth", [f"{s}.device={device}" for s in
+                                                              ("content", "speaker", "vocoder")]))
+          for device in ("cuda", "cuda:1", "cpu:0")}
+    assert [device_process_count(on[device]) for device in ("cuda", "cuda:1", "cpu:0")] == [2, 1, 1]
+    assert "torch" not in sys.modules or not sys.modules["torch"].cuda.is_initialized()
