@@ -143,6 +143,21 @@ def _an_actor_process(cluster) -> int:
     raise AssertionError("no actor process found")
 
 
+def _kill_an_actor_mid_run(cluster, data, tmp_path: Path, name: str, after: int, expected: int, timeout: float,
+                           config: dict | None = None) -> None:
+    """Kill one actor's process once ``after`` utterances are journaled: the run still ends with every one of
+    the ``expected`` utterances written once, as in ``tmp_path / "reference"``."""
+    run = _run_in_thread(data, tmp_path / name, cluster.address, config)
+    _wait_for_journal(tmp_path / name, after)
+    os.kill(_an_actor_process(cluster), signal.SIGKILL)
+    killed_at = len(_journal_utts(tmp_path / name))
+    run["thread"].join(timeout)
+    assert not run["thread"].is_alive()
+    assert killed_at < expected, "the kill must land mid-run"
+    assert run["set"].ok and run["set"].processed == expected
+    _check_complete(tmp_path / name, tmp_path / "reference", expected)
+
+
 def _check_complete(out: Path, reference: Path, expected: int) -> None:
     utts = _journal_utts(out)
     assert len(utts) == len(set(utts)) == expected, "every utterance journaled exactly once"
@@ -170,15 +185,7 @@ def test_a_lost_node_or_worker_process_loses_and_repeats_nothing(cluster, tmp_pa
     _check_complete(tmp_path / "node", tmp_path / "reference", 32)
 
     # A worker process is killed: its actor restarts in place, the batch is redone elsewhere.
-    run = _run_in_thread(data, tmp_path / "process", cluster.address)
-    _wait_for_journal(tmp_path / "process", 3)
-    os.kill(_an_actor_process(cluster), signal.SIGKILL)
-    killed_at = len(_journal_utts(tmp_path / "process"))
-    run["thread"].join(120)
-    assert not run["thread"].is_alive()
-    assert killed_at < 32, "the kill must land mid-run"
-    assert run["set"].ok and run["set"].processed == 32
-    _check_complete(tmp_path / "process", tmp_path / "reference", 32)
+    _kill_an_actor_mid_run(cluster, data, tmp_path, "process", 3, 32, 120)
 
 
 def test_a_corrupt_file_is_a_failure_and_the_rest_finish(cluster, tmp_path):
@@ -328,12 +335,4 @@ def test_a_lost_actor_under_streaming_loses_and_repeats_nothing(cluster, random_
     data = make_corpus(tmp_path, n_speakers=4, n_utts=6, seconds=0.6)
     config = load_system_config("resynth", [item for item in ON_CPU_DEVICE if item != "--set"])
     assert anonymise_set(data, config, tmp_path / "reference", workers=2, progress=False).ok
-    run = _run_in_thread(data, tmp_path / "ray", cluster.address, config)
-    _wait_for_journal(tmp_path / "ray", 2)
-    os.kill(_an_actor_process(cluster), signal.SIGKILL)
-    killed_at = len(_journal_utts(tmp_path / "ray"))
-    run["thread"].join(180)
-    assert not run["thread"].is_alive()
-    assert killed_at < 24, "the kill must land mid-run"
-    assert run["set"].ok and run["set"].processed == 24
-    _check_complete(tmp_path / "ray", tmp_path / "reference", 24)
+    _kill_an_actor_mid_run(cluster, data, tmp_path, "ray", 2, 24, 180, config)
