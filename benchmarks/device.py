@@ -5,20 +5,22 @@ print (with a header naming the machine, the GPU, torch and the commit, and each
 exit code) to ``--out`` (default ``device-figures.txt``; written as ``<out>.partial`` while it runs, so
 that a run cut short leaves what it measured):
 
-1. ``benchmarks/gpu.py``: the GPU stages (content, speaker, vocoder) at batch sizes 1-64 in float32,
-   bfloat16 and float16, with SNRs against float32 (its own budget 55 s; limit 80 s);
-2. ``benchmarks/gpu_pipeline.py``: ``voxanon anonymise --system resynth --device cuda`` over 10 h of audio,
-   every F0 computed and then with a warm F0 cache (each timed run stopped at 105 s; limit 250 s);
-3. ``benchmarks/f0.py``: the F0 benchmark (its GPU part where CUDA is present: with ``--device cuda`` where its
+1. ``benchmarks/gpu.py``: the resynth chain's GPU stages (content, speaker, vocoder) at batch sizes 1-64 in
+   float32, bfloat16 and float16, with SNRs against float32 (its own budget 50 s; limit 75 s);
+2. ``benchmarks/gpu.py --systems b5 b6``: the same for B5's and B6's GPU stages (BN extractor, converter) at
+   batch sizes 8 and 32 (budget 45 s; limit 75 s);
+3. ``benchmarks/gpu_pipeline.py``: ``voxanon anonymise --system resynth --device cuda`` over 10 h of audio,
+   every F0 computed and then with a warm F0 cache (each timed run stopped at 80 s; limit 200 s);
+4. ``benchmarks/f0.py``: the F0 benchmark (its GPU part where CUDA is present: with ``--device cuda`` where its
    ``--help`` lists that option), where that script exists (limit 45 s);
-4. ``benchmarks/train_asv.py --device cuda``: ASV attacker training against the bare speechbrain step
-   (batch 256, 20 batches per epoch; limit 100 s).
+5. ``benchmarks/train_asv.py --device cuda``: ASV attacker training against the bare speechbrain step
+   (batch 256, 20 batches per epoch; limit 85 s).
 
-The limits add up to 475 s, and no part runs past 8 minutes from the start. On a machine without CUDA
+The limits add up to 480 s, and no part runs past 8 minutes from the start. On a machine without CUDA
 it prints one line saying so and exits with code 2; otherwise the exit code is 0 when every part ran to
 its end with exit code 0, else 1.
 
-    python benchmarks/device.py [--out device-figures.txt] [--parts gpu gpu_pipeline f0 train_asv]
+    python benchmarks/device.py [--out device-figures.txt] [--parts gpu gpu_asrbn gpu_pipeline f0 train_asv]
 """
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TOTAL_S = 480.0
 PARTS = {  # name: (script, arguments, limit in seconds)
-    "gpu": ("gpu.py", ["--budget-s", "55"], 80.0),
-    "gpu_pipeline": ("gpu_pipeline.py", ["--timeout-s", "105"], 250.0),
+    "gpu": ("gpu.py", ["--budget-s", "50"], 75.0),
+    "gpu_asrbn": ("gpu.py", ["--systems", "b5", "b6", "--batch-sizes", "8", "32", "--budget-s", "45"], 75.0),
+    "gpu_pipeline": ("gpu_pipeline.py", ["--timeout-s", "80"], 200.0),
     "f0": ("f0.py", [], 45.0),  # --device cuda added where its --help lists --device
-    "train_asv": ("train_asv.py", ["--device", "cuda", "--batches", "20"], 100.0),
+    "train_asv": ("train_asv.py", ["--device", "cuda", "--batches", "20"], 85.0),
 }
 
 

@@ -1,4 +1,8 @@
-"""Speed and accuracy of the neural resynth chain's GPU stages on CUDA (``--device cuda``), in about a minute.
+"""Speed and accuracy of the neural systems' GPU stages on CUDA (``--device cuda``), in about a minute.
+
+``--systems`` (default ``resynth``): ``resynth`` (the SSL-SAS chain: content, speaker and vocoder on the GPU),
+``b5`` and ``b6`` (VoicePrivacy 2024's ASR-BN systems: the BN extractor, wav2vec2 large or filterbanks +
+TDNN-F + VQ, and SA-toolkit's CoreHifiGan on the GPU; the target draw and SA-toolkit's F0 on the CPU).
 
 For batch sizes 1, 8, 32 and 64 (utterances handed to each stage at once; content, speaker and vocoder run
 them as padded groups of similar length, on models in their direct form: weights cast once at load, no
@@ -11,11 +15,13 @@ second, and the SNR of the output waveforms against float32's at the same batch 
 The last lines say, per stage, whether bfloat16 and float16 were at least as fast as float32 at every
 batch size measured.
 
-Done once, not per measurement: the random model set (``voxanon models import ssl-sas --random-init``, in
-this process), the CPU stages (SSL-SAS input, F0 on the CPU) over every utterance in a pool of CPU processes,
-and one system per precision (its models loaded before the first row); each row then runs only the GPU
-stages, on copies of those utterances. A row is started only where, taking as long as the row before it,
-it would end within ``--budget-s`` (default 55 s) of the start; a skipped row says so.
+Done once per system, not per measurement: its random model set (``voxanon models import ssl-sas
+--random-init``, or ``sa-toolkit --random-init --tag TAG``, in this process), its CPU stages (SSL-SAS input and
+F0, or the target draw and F0) over every utterance in a pool of CPU processes, and one system per precision
+(its models loaded before the first row); each row then runs only the GPU stages, on copies of those
+utterances. A row is started only where, taking as long as the row before it, it would end within the
+system's share of ``--budget-s`` (default 55 s, shared evenly by the systems) of the system's start; a
+skipped row says so.
 
 Weights are random with the published shapes; utterances are 6/8/10 s voiced pulse trains, as in
 ``benchmarks/pipeline.py``. ``--cudnn-benchmark`` times the rows with cuDNN's autotuner on (voxanon leaves
@@ -23,16 +29,17 @@ it off: it tunes every new shape again).
 
 On a machine without CUDA it prints one line saying so and exits with code 2.
 
-    python benchmarks/gpu.py [--utterances 64] [--batch-sizes 1 8 32 64] [--size full] [--budget-s 55]
-                             [--cudnn-benchmark]
+    python benchmarks/gpu.py [--systems resynth b5 b6] [--utterances 64] [--batch-sizes 1 8 32 64] [--size full]
+                             [--budget-s 55] [--cudnn-benchmark]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import io
+import functools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +51,11 @@ import numpy as np
 
 NO_CUDA_EXIT = 2
 PRECISIONS = ("float32", "bfloat16", "float16")
-GPU_STAGES = ("content", "speaker", "vocoder")
+SYSTEMS = {  # system: (the random model set's import arguments, its GPU stages)
+    "resynth": (["ssl-sas"], ("content", "speaker", "vocoder")),
+    "b5": (["sa-toolkit", "--tag", "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"], ("asrbn_bn", "asrbn_vocoder")),
+    "b6": (["sa-toolkit", "--tag", "hifigan_bn_tdnnf_600h_vq_48_v1"], ("asrbn_bn", "asrbn_vocoder")),
+}
 
 
 def cuda_or_exit(script: str) -> int | None:
@@ -59,32 +70,33 @@ def cuda_or_exit(script: str) -> int | None:
 
 
 @contextlib.contextmanager
-def random_model_home(size: str = "full"):
-    """A temporary ``VOXANON_HOME`` holding the random SSL-SAS model set of ``size`` (installed in this process,
-    quietly); removed at exit (the full set is 0.5 GB)."""
-    from voxanon.pipeline.cli import main as voxanon
-
+def random_model_home(size: str = "full", systems: tuple[str, ...] = ("resynth",)):
+    """A temporary ``VOXANON_HOME`` holding the random model sets of ``systems`` at ``size``; removed at exit
+    (the full SSL-SAS set is 0.5 GB, B5's 1.3 GB). Installed by another process, so that this one starts no
+    torch thread pool before it forks its CPU workers (a forked child inherits those threads' locks)."""
     home = tempfile.mkdtemp(prefix="voxanon-device-")
     os.environ["VOXANON_HOME"] = home
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            if voxanon(["models", "import", "ssl-sas", "--random-init", "--size", size]) != 0:
-                raise SystemExit("the random model set could not be installed")
+        for system in systems:
+            done = subprocess.run([sys.executable, "-m", "voxanon.pipeline.cli", "models", "import",
+                                   *SYSTEMS[system][0], "--random-init", "--size", size], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"the random model set of {system} could not be installed: {done.stderr[-500:]}")
         yield Path(home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def cpu_stages(wave: np.ndarray) -> tuple[np.ndarray, dict, float]:
-    """The resynth system's leading CPU stages (SSL-SAS input, F0) on one utterance: its audio, its
-    features and the seconds they took (one core)."""
+def cpu_stages(name: str, wave: np.ndarray) -> tuple[np.ndarray, dict, float]:
+    """System ``name``'s leading CPU stages on one utterance: its audio, its features and the seconds they
+    took (one core)."""
     from voxanon.pipeline.systems import build_system, load_system_config
 
-    system = build_system(load_system_config("resynth"))
+    system = build_system(load_system_config(name))
     utt = system.new_utterance("u", "spk", None, wave)
     began = time.perf_counter()
     for stage in system.stages:
-        if stage.name in GPU_STAGES:
+        if stage.name in SYSTEMS[name][1]:
             break
         stage.process_batch([utt])
     return utt.audio, utt.features, time.perf_counter() - began
@@ -97,6 +109,7 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--systems", nargs="+", choices=tuple(SYSTEMS), default=["resynth"])
     parser.add_argument("--utterances", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
@@ -113,79 +126,91 @@ def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pipeline import synthetic_utterances  # benchmarks/pipeline.py
+
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    print(f"GPU stages on {torch.cuda.get_device_name()}, {args.size} random weights, torch {torch.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark {args.cudnn_benchmark}")
+    with random_model_home(args.size, tuple(args.systems)):
+        waves = [w / np.max(np.abs(w)) * 0.9 for w in synthetic_utterances(args.utterances)]
+        # Every system's CPU stages in forked processes, before this process starts CUDA (or any thread a fork
+        # would copy with its locks held).
+        with ProcessPoolExecutor(min(len(waves), os.cpu_count() or 1), mp_context=get_context("fork")) as pool:
+            prepared = {name: list(pool.map(functools.partial(cpu_stages, name), waves)) for name in args.systems}
+        for name in args.systems:
+            benchmark_system(name, prepared[name], args, args.budget_s / len(args.systems))
+    print(f"benchmarks/gpu.py took {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def benchmark_system(name: str, prepared: list[tuple[np.ndarray, dict, float]], args: argparse.Namespace,
+                     budget_s: float) -> None:
+    """System ``name``'s rows over the utterances its CPU stages ``prepared`` (:func:`cpu_stages`), each batch
+    size in each precision, within ``budget_s`` of its start; then the per-stage verdicts."""
+    import torch
     from stage_timing import stage_seconds, utterance_batches
 
     from voxanon.pipeline.systems import build_system, device_overrides, load_system_config, precision_overrides
 
-    with random_model_home(args.size):
-        waves = [w / np.max(np.abs(w)) * 0.9 for w in synthetic_utterances(args.utterances)]
-        # The CPU stages in forked processes, before this process starts CUDA.
-        with ProcessPoolExecutor(min(len(waves), os.cpu_count() or 1), mp_context=get_context("fork")) as pool:
-            prepared = list(pool.map(cpu_stages, waves))
-        audio = [a for a, _, _ in prepared]
-        features = [f for _, f, _ in prepared]
-        seconds = sum(map(len, audio)) / 16000
-        f0_rtf = sum(s for _, _, s in prepared) / seconds
-        torch.backends.cudnn.benchmark = args.cudnn_benchmark
-        print(f"resynth chain's GPU stages on {torch.cuda.get_device_name()}, {args.size} random SSL-SAS weights, "
-              f"{len(audio)} utterances ({seconds:.0f} s), torch {torch.__version__}, cuDNN "
-              f"{torch.backends.cudnn.version()}, cudnn.benchmark {args.cudnn_benchmark}")
-        print(f"CPU stages (SSL-SAS input, F0 on the CPU), one core per utterance: RTF {f0_rtf:.4f}; set-up "
-              f"{time.perf_counter() - started:.1f} s")
+    started = time.perf_counter()
+    gpu_stages = SYSTEMS[name][1]
+    audio = [a for a, _, _ in prepared]
+    features = [f for _, f, _ in prepared]
+    seconds = sum(map(len, audio)) / 16000
+    cpu_rtf = sum(s for _, _, s in prepared) / seconds
+    print(f"{name}: GPU stages {', '.join(gpu_stages)}; {len(audio)} utterances ({seconds:.0f} s); CPU stages "
+          f"before them, one core per utterance: RTF {cpu_rtf:.4f}")
 
-        base = load_system_config("resynth")
-        systems, stages = {}, {}
+    base = load_system_config(name)
+    cpu_f0 = ["f0.device=cpu"] if "f0" in base.get("stages", []) else []  # F0 came from the CPU stages
+    systems, stages = {}, {}
+    for precision in PRECISIONS:
+        if precision == "bfloat16" and not torch.cuda.is_bf16_supported():
+            continue
+        began = time.perf_counter()
+        systems[precision] = build_system(load_system_config(
+            name, device_overrides(base, "cuda") + precision_overrides(base, precision) + cpu_f0))
+        stages[precision] = [s for s in systems[precision].stages if s.name in gpu_stages]
+        for stage in stages[precision]:
+            stage.load_device_models()
+        print(f"{name} {precision} models loaded in {time.perf_counter() - began:.1f} s")
+
+    print(f"{'precision':<10}{'batch':>6}" + "".join(f"{stage + ' RTF':>20}" for stage in gpu_stages)
+          + f"{'first pass s':>14}{'GPU utt/s':>11}{'SNR vs fp32 dB':>16}")
+    warm: dict[tuple[str, int], dict[str, float]] = {}
+    last_row = 0.0
+    for batch_size in args.batch_sizes:
+        reference = None
         for precision in PRECISIONS:
-            if precision == "bfloat16" and not torch.cuda.is_bf16_supported():
+            if precision not in systems:
+                print(f"{precision:<10}{batch_size:>6}  not supported on this GPU")
                 continue
-            began = time.perf_counter()
-            systems[precision] = build_system(load_system_config(
-                "resynth", device_overrides(base, "cuda") + precision_overrides(base, precision)))
-            stages[precision] = [s for s in systems[precision].stages if s.name in GPU_STAGES]
-            for stage in stages[precision]:
-                stage.load_device_models()
-            print(f"{precision} models loaded in {time.perf_counter() - began:.1f} s")
+            row_started = time.perf_counter()
+            if row_started + last_row - started > budget_s:
+                print(f"{precision:<10}{batch_size:>6}  skipped: it would end past the system's {budget_s:.0f} s budget")
+                continue
 
-        print(f"{'precision':<10}{'batch':>6}" + "".join(f"{name + ' RTF':>14}" for name in GPU_STAGES)
-              + f"{'first pass s':>14}{'GPU utt/s':>11}{'SNR vs fp32 dB':>16}")
-        warm: dict[tuple[str, int], dict[str, float]] = {}
-        last_row = 0.0
-        for batch_size in args.batch_sizes:
-            reference = None
-            for precision in PRECISIONS:
-                if precision not in systems:
-                    print(f"{precision:<10}{batch_size:>6}  not supported on this GPU")
-                    continue
-                row_started = time.perf_counter()
-                if row_started + last_row - started > args.budget_s:
-                    print(f"{precision:<10}{batch_size:>6}  skipped: it would end past the {args.budget_s:.0f} s "
-                          "budget")
-                    continue
+            def run() -> tuple[dict[str, float], list]:
+                return stage_seconds(stages[precision], utterance_batches(systems[precision], audio, batch_size,
+                                                                          features), torch.cuda.synchronize)
 
-                def run() -> tuple[dict[str, float], list]:
-                    return stage_seconds(stages[precision], utterance_batches(systems[precision], audio, batch_size,
-                                                                              features), torch.cuda.synchronize)
-
-                first, _ = run()
-                timings, done = run()
-                last_row = time.perf_counter() - row_started
-                warm[precision, batch_size] = timings
-                outputs = [u.audio for u in done]
-                reference = outputs if precision == "float32" else reference
-                worst = min(snr_db(r, o) for r, o in zip(reference, outputs)) if reference else float("nan")
-                gpu_seconds = sum(timings.values())
-                print(f"{precision:<10}{batch_size:>6}" + "".join(f"{timings[n] / seconds:>14.5f}" for n in GPU_STAGES)
-                      + f"{sum(first.values()):>14.2f}{len(audio) / gpu_seconds:>11.1f}{worst:>16.1f}")
-        for precision in PRECISIONS[1:]:
-            verdicts = []
-            for name in GPU_STAGES:
-                sizes = [b for b in args.batch_sizes if (precision, b) in warm and ("float32", b) in warm]
-                slower = [b for b in sizes if warm[precision, b][name] > warm["float32", b][name]]
-                verdicts.append(f"{name} {'not measured' if not sizes else 'NO at ' + str(slower) if slower else 'yes'}"
-                                + (" (float32 in every row)" if name == "speaker" else ""))
-            print(f"{precision} at least as fast as float32 at every batch size measured: " + "; ".join(verdicts))
-        print(f"benchmarks/gpu.py took {time.perf_counter() - started:.1f} s")
-    return 0
+            first, _ = run()
+            timings, done = run()
+            last_row = time.perf_counter() - row_started
+            warm[precision, batch_size] = timings
+            outputs = [u.audio for u in done]
+            reference = outputs if precision == "float32" else reference
+            worst = min(snr_db(r, o) for r, o in zip(reference, outputs)) if reference else float("nan")
+            gpu_seconds = sum(timings.values())
+            print(f"{precision:<10}{batch_size:>6}" + "".join(f"{timings[s] / seconds:>20.5f}" for s in gpu_stages)
+                  + f"{sum(first.values()):>14.2f}{len(audio) / gpu_seconds:>11.1f}{worst:>16.1f}")
+    for precision in PRECISIONS[1:]:
+        verdicts = []
+        for stage in gpu_stages:
+            sizes = [b for b in args.batch_sizes if (precision, b) in warm and ("float32", b) in warm]
+            slower = [b for b in sizes if warm[precision, b][stage] > warm["float32", b][stage]]
+            verdicts.append(f"{stage} {'not measured' if not sizes else 'NO at ' + str(slower) if slower else 'yes'}"
+                            + (" (float32 in every row)" if stage == "speaker" else ""))
+        print(f"{name} {precision} at least as fast as float32 at every batch size measured: " + "; ".join(verdicts))
 
 
 if __name__ == "__main__":
