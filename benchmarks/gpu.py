@@ -79,7 +79,8 @@ def random_model_home(size: str = "full", systems: tuple[str, ...] = ("resynth",
     try:
         for system in systems:
             done = subprocess.run([sys.executable, "-m", "voxanon.pipeline.cli", "models", "import",
-                                   *SYSTEMS[system][0], "--random-init", "--size", size], capture_output=True, text=True)
+                                   *SYSTEMS[system][0], "--random-init", "--size", size],
+                                  capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"the random model set of {system} could not be installed: {done.stderr[-500:]}")
         yield Path(home)
@@ -186,7 +187,8 @@ def benchmark_system(name: str, prepared: list[tuple[np.ndarray, dict, float]], 
                 continue
             row_started = time.perf_counter()
             if row_started + last_row - started > budget_s:
-                print(f"{precision:<10}{batch_size:>6}  skipped: it would end past the system's {budget_s:.0f} s budget")
+                print(f"{precision:<10}{batch_size:>6}  skipped: it would end past the system's {budget_s:.0f} s "
+                      "budget")
                 continue
 
             def run() -> tuple[dict[str, float], list]:
