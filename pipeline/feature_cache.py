@@ -185,6 +185,7 @@ class CachedComputation:
                 bar.set_postfix_str(f"{audio_seconds / max(time.monotonic() - started, 1e-9):.1f} s audio/s",
                                     refresh=False)
                 bar.update(len(batch))
+            bar.refresh()  # the final count and rate, whenever the last update came (updates redraw at most every 0.1 s)
         # In the files' order, whatever order the batches finished in.
         self.failures.update({key: failed[key] for key in files if key in failed})
         return {key: results[key] for key in files if key in results}
