@@ -28,11 +28,11 @@ from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
 
 TIE_ORDERS = ("non_tar", "tar_non")
 MONOTONICITY_EPSILON = 1e-6
-# Linear calibration's prior on the slope of standardised scores: N(0, 5^2). One pooled standard deviation of
-# score is then worth about 5 nats of evidence a priori, as much as a good ASV system's scores carry; the
-# prior weighs as one trial among N, so it moves no fit on a few hundred non-separable trials by more than
-# rounding, but keeps the fit finite when a fold's classes are separable (the unregularised optimum is then
-# at infinity, and a steep map applied to other speakers' shifted scores gave LLRs of hundreds of nats).
+# Linear calibration's prior on the slope of standardised scores: N(0, 10^2). Good ASV systems' calibrated
+# slopes are a few to about 15 nats per pooled standard deviation of score, so the prior is weak: it is added
+# to the N trials' summed cross-entropy, and moves a fit on a few hundred overlapping trials by well under
+# 1 %, but keeps the fit finite when a fold's classes are separable (the unregularised optimum is then at
+# infinity, and a steep map applied to other speakers' shifted scores gave LLRs of hundreds of nats).
 SLOPE_PRIOR_SD = 10.0
 # A cross-validation fit with fewer trials of either class than this is reported as fitted on few trials.
 MIN_FIT_TRIALS = 10

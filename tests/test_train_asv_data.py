@@ -180,3 +180,30 @@ def test_train_asv_leaves_a_finished_model_as_it_is_without_reading_audio(tmp_pa
     (tmp_path / "model" / "classifier.ckpt").unlink()
     with pytest.raises(Exception, match="spk0-002"):
         train_asv([corpus.path], tmp_path / "model", TINY, device="cpu", progress=False)
+
+
+def test_a_finished_model_is_not_reused_for_other_data_of_the_same_size(tmp_path):
+    """The finished-model check compares each set's listing (each utterance's audio entry and speaker), not only
+    its name and counts: other data of the same size train a model of their own."""
+    corpus = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=2.0)
+    assert train_asv([corpus.path], tmp_path / "model", TINY, device="cpu", progress=False).trained
+    import shutil
+
+    other = tmp_path / "other.wav"   # an edited utterance, saved under another name: same set size
+    shutil.copy(corpus.wav["spk0-000"], other)
+    corpus.wav["spk0-000"] = str(other)
+    write_data_dir(corpus, corpus.path)
+    assert train_asv([corpus.path], tmp_path / "model", {**TINY, "number_of_epochs": 1}, device="cpu",
+                     progress=False).trained is True
+
+
+def test_a_checkpoint_of_the_per_speaker_split_is_refused(tmp_path):
+    """Checkpoints written before the validation split was shared over the set would resume on other training
+    utterances: refused, with the way out."""
+    from voxanon.models.checkpoints import atomic_torch_save
+
+    corpus = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=2.0)
+    atomic_torch_save({"format": "voxanon-asv-training-1", "settings": "{}"},
+                      tmp_path / "model" / "checkpoints" / "ckpt_0000000001_0000_0000001.pt")
+    with pytest.raises(Exception, match="older voxanon.*new --out folder"):
+        train_asv([corpus.path], tmp_path / "model", TINY, device="cpu", progress=False)

@@ -70,7 +70,8 @@ def test_batches_are_int16_pcm_where_every_item_is_and_exactly_the_float_samples
     data = prepare_training_data(read_training_sets([formats]), h, progress=False)
     items = data.train + data.valid
     by_speaker = {i.speaker: k for k, i in enumerate(items)}
-    assert {i.speaker for i in items if i.pcm16} == {"wav16", "wavex16", "listwav16", "flac16", "stereo"}
+    # A stereo file is down-mixed in float32: in an int16 row its channel mean was truncated to zero.
+    assert {i.speaker for i in items if i.pcm16} == {"wav16", "wavex16", "listwav16", "flac16"}
     assert {i.speaker for i in items if i.data_offset >= 0} == {"wav16", "wavex16", "listwav16"}
     dataset = ChunkBatches({"train": items}, {"train": np.arange(len(items))}, CHUNK, 16000, False)
     starts = {"wav16": 0, "wavex16": 11, "listwav16": 35200 - CHUNK, "flac16": 9000, "float": 100, "wav24": 5,
@@ -81,7 +82,9 @@ def test_batches_are_int16_pcm_where_every_item_is_and_exactly_the_float_samples
     mixed = [(by_speaker[s], start) for s, start in starts.items()]
     mixed_waves, _ = dataset[("train", mixed)]
     assert mixed_waves.dtype == torch.float32
-    for batch, picks in ((waves, pcm), (mixed_waves, mixed)):
+    sixteen_bit = [(by_speaker[s], starts[s]) for s in ("wav16", "stereo")]
+    sixteen_bit_waves, _ = dataset[("train", sixteen_bit)]
+    for batch, picks in ((waves, pcm), (mixed_waves, mixed), (sixteen_bit_waves, sixteen_bit)):
         for row, (index, start) in zip(float_waves(batch), picks):
             expected = _reference_chunk(items[index].source, start)
             assert row.numpy().tobytes() == expected.tobytes(), items[index].speaker

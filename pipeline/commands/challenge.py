@@ -88,7 +88,8 @@ def stage_summary(stages: dict) -> str:
             lines.append(f"{name}: {record}")
             continue
         if "processed" in record:
-            what = f"{record['processed']} utterance(s) anonymised, {record['resumed']} already done"
+            what = (f"{record['processed']} utterance(s) anonymised, {record['resumed']} already done"
+                    + (f", {record['failed']} failed (left out)" if record.get("failed") else ""))
         elif "trained" in record:
             what = ("trained " if record["trained"] else "cached, not retrained: ") + record["model"]
         else:

@@ -51,6 +51,7 @@ def add_parser(subparsers) -> None:
                             "build without utterances whose audio cannot be used (listed) instead of failing")
     build.add_argument("--speaker-level-only", action="store_true",
                        help="do not keep the utterance vectors (smaller pool; no PLDA affinity)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_backend_arguments(build, "Ray actors embedding utterances (default: as many as the cluster's CPUs/GPUs "
                                  "hold); the local backend embeds in this process")
     build.set_defaults(run=run_build)
@@ -88,7 +89,7 @@ def run_build(args: argparse.Namespace) -> int:
     data_dirs, sex = read_labelled_data_dirs(args.data)
     cache = cache_from_option(args.cache)
     embeddings = embed_data_dirs(data_dirs, args.models, cache, allow_failures=args.allow_failures,
-                                 backend=backend, batch_size=args.batch_size)
+                                 backend=backend, batch_size=args.batch_size, progress=not args.quiet)
     pool = pool_from_utterances(embeddings.vectors, embeddings.utt2spk, sex,
                                 keep_utterances=not args.speaker_level_only)
     directory = asset_dir("pools", args.out)

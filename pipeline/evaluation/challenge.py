@@ -107,7 +107,7 @@ class _Anonymiser:
     def __init__(self, inputs: ChallengeInputs, config: dict):
         self.inputs, self.config = inputs, config
         self.done: dict[str, DataDir] = {}
-        self.counts = {"processed": 0, "resumed": 0, "sets": 0}
+        self.counts = {"processed": 0, "resumed": 0, "failed": 0, "sets": 0}
 
     def target(self, data: DataDir) -> Path:
         return Path(self.inputs.out) / ANON_DIR / f"{data.name}_{self.config['name']}"
@@ -130,8 +130,12 @@ class _Anonymiser:
                                    allow_pipes=self.inputs.allow_pipes, progress=self.inputs.progress,
                                    backend=self.inputs.backend)
             if not result.ok:
-                raise VoxanonError(f"{self.config['name']}: {len(result.failures)} utterance(s) of {data.name} "
-                                   f"failed; see {result.out_dir / 'failures.tsv'}")
+                message = (f"{self.config['name']}: {len(result.failures)} utterance(s) of {data.name} failed; see "
+                           f"{result.out_dir / 'failures.tsv'}")
+                if not self.inputs.allow_missing:
+                    raise VoxanonError(f"{message} (--allow-missing goes on without them)")
+                log.warning("%s; going on without them (--allow-missing)", message)
+                self.counts["failed"] += len(result.failures)
             self.counts["processed"] += result.processed
             self.counts["resumed"] += result.resumed
             self.counts["sets"] += 1
@@ -139,7 +143,7 @@ class _Anonymiser:
         return self.done[key]
 
     def take_counts(self) -> dict:
-        counts, self.counts = self.counts, {"processed": 0, "resumed": 0, "sets": 0}
+        counts, self.counts = self.counts, {"processed": 0, "resumed": 0, "failed": 0, "sets": 0}
         return counts
 
 
@@ -147,6 +151,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
                                                read_training_sets, resolve_hparams, train_asv)
+    from voxanon.pipeline.training.checkpointing import resolve_device
     from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
@@ -157,11 +162,12 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     out = Path(inputs.out)
     # Every check before the first file is written.
     check_device(inputs.device, inputs.backend)
+    resolve_device(inputs.device)  # the attacker trains in this process, whatever the backend
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)
     hparams = resolve_hparams(None, inputs.train_overrides)
-    train_sets = read_training_sets(inputs.train, inputs.allow_pipes)
+    train_sets = read_training_sets(inputs.train, inputs.allow_pipes, inputs.allow_missing)
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
     classifiers = _check_ser(iemocap_sets, inputs)

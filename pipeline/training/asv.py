@@ -81,7 +81,7 @@ from voxanon.pipeline.training.checkpointing import (autocast_dtype, resolve_dev
 log = logging.getLogger(__name__)
 
 RECIPE = "asv_ecapa"
-CHECKPOINT_FORMAT = "voxanon-asv-training-1"
+CHECKPOINT_FORMAT = "voxanon-asv-training-2"  # 2: the validation split shared over the set
 TRAINING_FILE = "training.json"
 TRAIN_LOG = "train_log.txt"
 SKIPPED_FILE = "skipped.txt"
@@ -249,8 +249,9 @@ def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: 
     if info.samplerate != sample_rate:  # decoded whole and resampled at each chunk
         return TrainingUtterance(utt, speaker, data.name, str(path), False,
                                  int(info.frames * sample_rate / info.samplerate))
-    pcm16 = info.subtype == "PCM_16"
-    raw = pcm16 and info.channels == 1 and sys.byteorder == "little" and info.format in ("WAV", "WAVEX")
+    # int16 batches hold mono 16-bit files as read; a multi-channel file is down-mixed in float32.
+    pcm16 = info.subtype == "PCM_16" and info.channels == 1
+    raw = pcm16 and sys.byteorder == "little" and info.format in ("WAV", "WAVEX")
     offset = pcm16_data_offset(path) if raw else None
     return TrainingUtterance(utt, speaker, data.name, str(path), False, info.frames, info.samplerate, info.channels,
                              pcm16, -1 if offset is None else offset)
@@ -341,14 +342,18 @@ class TrainingData:
 
 
 def data_identity(data: DataDir) -> dict:
-    """Name, place and size of a set, and the anonymisation that made it (from the runner's ``run.json``)."""
+    """Name, place and size of a set, a digest of its listing (each utterance's audio entry and speaker: edited
+    data of the same size differ, without reading any audio), and the anonymisation that made it (from the
+    runner's ``run.json``)."""
     from voxanon.pipeline.runner import read_run_identity
 
     anonymisation = read_run_identity(data.path) if data.path else None
     if anonymisation is not None and anonymisation["status"] != "complete":
         log.warning("%s: the anonymisation run's status is %r, not 'complete'", data.path, anonymisation["status"])
+    listing = "\n".join(f"{utt} {data.wav[utt]} {data.utt2spk.get(utt, '')}" for utt in sorted(data.wav))
     return {"name": data.name, "path": str(data.path.resolve()) if data.path else None,
-            "utterances": len(data.wav), "speakers": len(data.speakers), "anonymisation": anonymisation}
+            "utterances": len(data.wav), "speakers": len(data.speakers),
+            "listing": hashlib.sha256(listing.encode()).hexdigest()[:16], "anonymisation": anonymisation}
 
 
 def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False, progress: bool = True, *,
@@ -589,8 +594,6 @@ class AsvTrainer:
 
         from voxanon.models.asv_model import SpeakerClassifier, aam_softmax_loss
 
-        if device not in ("auto", "cpu") and not device.startswith("cuda"):
-            raise VoxanonError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
@@ -626,10 +629,8 @@ class AsvTrainer:
     # State -------------------------------------------------------------------------------------
 
     def settings(self) -> dict:
-        valid = sorted(f"{i.set_name}/{i.utt}" for i in self.data.valid)
         return {"hparams": {k: v for k, v in self.h.items() if k not in FREE_SETTINGS},
-                "precision": self.precision, "data_digest": self.data.digest, "speakers": len(self.data.speakers),
-                "valid_digest": hashlib.sha256(json.dumps(valid).encode()).hexdigest()[:16]}
+                "precision": self.precision, "data_digest": self.data.digest, "speakers": len(self.data.speakers)}
 
     def checkpoint_paths(self) -> list[Path]:
         folder = self.out_dir / CHECKPOINT_DIR
@@ -657,16 +658,16 @@ class AsvTrainer:
         if not paths:
             return False
         state = safe_load(paths[-1])
+        if state.get("format") == "voxanon-asv-training-1":
+            raise VoxanonError(f"{paths[-1]}: written by an older voxanon, which split validation utterances per "
+                               "speaker: resuming would train on other utterances; train into a new --out folder")
         if state.get("format") != CHECKPOINT_FORMAT:
             raise VoxanonError(f"{paths[-1]}: not a voxanon train asv checkpoint")
         saved, current = json.loads(state["settings"]), json.loads(json.dumps(self.settings(), sort_keys=True))
-        # A checkpoint from before the validation split was recorded resumes on today's split.
-        saved.setdefault("valid_digest", current["valid_digest"])
         if saved != current:
             differing = sorted({k for k in set(saved["hparams"]) | set(current["hparams"])
                                 if saved["hparams"].get(k) != current["hparams"].get(k)}
-                               | {k for k in ("precision", "data_digest", "speakers", "valid_digest")
-                                  if saved[k] != current[k]})
+                               | {k for k in ("precision", "data_digest", "speakers") if saved[k] != current[k]})
             raise VoxanonError(f"{paths[-1]}: cannot resume, the run's {', '.join(differing)} differ(s) from the "
                                "checkpoint's; use the same settings and data, or a new --out folder")
         self.model.load_state_dict(state["model"])

@@ -77,7 +77,7 @@ def run_sex_flow(args: argparse.Namespace) -> int:
         raise VoxanonError(f"--held-out must lie in [0, 1), got {args.held_out}")
     data_dirs, sex = read_labelled_data_dirs(args.data)
     embeddings = embed_data_dirs(data_dirs, args.models, cache_from_option(args.cache),
-                                 allow_failures=args.allow_failures)
+                                 allow_failures=args.allow_failures, progress=not args.quiet)
     vectors, utt2spk = embeddings.vectors, embeddings.utt2spk
     held_out = held_out_speakers({spk: sex[spk] for spk in set(utt2spk.values())}, args.held_out, args.seed)
     training_ids = [u for u in vectors.ids if utt2spk[u] not in held_out]
