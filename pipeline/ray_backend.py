@@ -514,7 +514,10 @@ class RayLanes:
         on_gpu = any(stage.device.startswith("cuda") for stage in system.stages) or (
             any(stage.device == "auto" for stage in system.stages) and ray.cluster_resources().get("GPU", 0) > 0)
         self.device_workers = max(1, int(ray.cluster_resources().get("GPU", 0))) if on_gpu else 1
-        self.cpu_workers = backend._worker_count(1 << 30)
+        # The CPU lane's actors reserve CPUs only (--gpus-per-worker sizes nothing here: the device actors take
+        # the GPUs): as many as --workers, or as the cluster's CPUs hold.
+        cpus, per_actor = ray.cluster_resources().get("CPU", 0), backend.options.cpus_per_worker
+        self.cpu_workers = max(1, backend.options.workers or int(cpus // per_actor if per_actor > 0 else cpus))
         self._cpu = backend._pool(backend.options.cpus_per_worker, 0.0, self.cpu_workers)
         # A device actor takes a whole GPU and no CPU reservation: the CPU actors have the cores.
         self._device = backend._pool(0.0, 1.0 if on_gpu else 0.0, self.device_workers)

@@ -249,6 +249,7 @@ def load_stage_models(system: System, stages: Iterable[Stage], device_models: bo
         try:
             stage.load_models()
             if device_models:
+                check_device_available(stage.device)  # every stage's, whether or not it loads a model there
                 stage.load_device_models()
         except Exception as error:
             raise RunFault(f"system {system.name!r}, stage {stage.name!r}: cannot load its models: "
@@ -593,9 +594,12 @@ class LocalBackend:
         return {"name": self.name, "workers": self.workers, "cpus": os.cpu_count()}
 
     def check_devices(self, system: System, streaming: bool) -> None:
-        """Before anything is written: every device the system's stages name is here. (The streaming
-        executor's device process checks its own, first thing, while this process starts the CPU pool.)"""
-        if not streaming:
+        """Before anything is written, where this process runs the batches itself: every device the system's
+        stages name is here. Processes that run batches (the streaming executor's device process, the pool's
+        workers) check their own before they take work, and a missing device stops the run there, once: this
+        process must not ask CUDA itself before it forks them (a CUDA driver started before a fork is unusable
+        in the children)."""
+        if not streaming and self.workers == 1:
             for device in sorted({stage.device for stage in system.stages}):
                 check_device_available(device)
 
@@ -695,8 +699,13 @@ def choose_executor(system: System, executor: str = "auto") -> str:
     than the CPU, which is where it pays; the forked pool is the fastest on CPUs alone)."""
     if executor not in EXECUTORS:
         raise VoxanonError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    on_device = any(stage.device != "cpu" for stage in system.stages)
     if executor == "auto":
-        return "streaming" if any(stage.device != "cpu" for stage in system.stages) else "pool"
+        return "streaming" if on_device else "pool"
+    if executor == "pool" and on_device:
+        log.warning("--executor pool with a stage on a device: each worker runs padded batches of its own, so the "
+                    "output (to float rounding) depends on the worker count and on resumes; the streaming "
+                    "executor (the default) plans batches from the set alone")
     return executor
 
 

@@ -152,6 +152,10 @@ def run_device(system: System, jobs: list[Job], start: int, parts: list[Batch]) 
                                      key=lambda item: position[item.utterance.utt_id]),
                   {utt: outcome for part in parts for utt, outcome in part.outcomes.items()})
     batch = runner.run_stages(system, batch, start)
+    for item in batch.ready:
+        # The writer needs the audio, the kept vectors and the record; the stages' features (content, F0, BN:
+        # about as large as the audio) would only travel to it and back through the driver.
+        item.utterance.features.clear()
     return batch, {"start": started, "end": time.time(), "utterances": len(batch.ready)}
 
 
@@ -314,10 +318,7 @@ class StreamingRun:
         self.close()
 
 
-# --- Local lanes: a forked (or spawned) CPU pool and one spawned device process. ---------------------------
-
-_lane_state: dict = {}
-
+# --- Local lanes: a forked (or spawned) CPU pool and one spawned device process per GPU. -----------------
 
 def _prepare_task(jobs: list[Job], stop: int) -> tuple[Batch, dict]:
     return prepare(runner._worker_system(), jobs, runner._worker_state["allow_pipes"], stop)
@@ -334,14 +335,12 @@ def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str |
     runner._die_with_parent()
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch loads: "cuda" is this process's GPU
-    _lane_state["started"] = time.time()
     runner._init_spawned_worker(config, allow_pipes, (start, len(config["stages"])))
 
 
-def _device_ready() -> float:
-    """Raises the device process's model fault, if any; else when it became ready."""
+def _device_ready() -> None:
+    """Raises the device process's model fault, if any."""
     runner._worker_system()
-    return time.time()
 
 
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
