@@ -258,7 +258,11 @@ class Encoder(nn.Module):
             x = x.masked_fill(~attention_mask[..., None], 0.0)
             key_mask = attention_mask[:, None, None, :]
         x = x + self.pos_conv_embed(x)
-        if not self.layer_norm_first:
+        if self.layer_norm_first:
+            # Pre-norm layers never normalise the residual stream: keep it in its norms' precision (float32 in
+            # a lower-precision direct form too, as ResidualLayerNorm keeps the post-norm layers' stream).
+            x = x.to(self.layer_norm.weight.dtype)
+        else:
             x = self.layer_norm(x)
         for layer in self.layers:
             x = layer(x, key_mask)

@@ -41,6 +41,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.f0 import SA_TOOLKIT_B5_B6
 
 # torch and the checkpoint readers are imported where they are used: the command line reads the tags
 # below at start-up.
@@ -69,8 +70,10 @@ LAYOUTS = {"wav2vec2": ((3, 3, 3), (1, 1, 1)),
 AFTER_CONTEXTS = (1, 3, 3, 3)
 """``tdnnfs_after``'s splice widths (the first subsamples by 1.5), the same in both layouts."""
 FBANK_BINS = 80
-F0_SETTINGS = {"frame_length": 35.0, "frame_space": 20.0, "nccf_thresh1": 0.25, "tda_frame_length": 25.0}
-"""``hifigan.py``'s ``f0_yaapt_opts``: SA-toolkit's YAAPT port with these, its defaults otherwise."""
+F0_SETTINGS = {key: value for key, value in SA_TOOLKIT_B5_B6.reference_kwargs().items()
+               if key in ("frame_length", "frame_space", "nccf_thresh1", "tda_frame_length")}
+"""``hifigan.py``'s ``f0_yaapt_opts`` (recorded in an imported set's config): SA-toolkit's YAAPT port with these,
+its defaults otherwise (the F0 stage's ``sa-toolkit`` backend)."""
 _PROJECTION = "preprocessor.encoder.feature_projection."
 _TRANSFORMER = "preprocessor.encoder.transformer."
 

@@ -146,14 +146,6 @@ class EcapaEncoder(torch.nn.Module):
         return cls.with_weights(EcapaConfig.from_dict(model_set.config["speaker"]), model_set.tensors("speaker"),
                                 source=str(model_set.weights_file("speaker")))
 
-    def load_embedding_state(self, state: dict[str, torch.Tensor], embedding_mean: torch.Tensor | None = None) -> None:
-        try:
-            self.embedding_model.load_state_dict(state)
-        except RuntimeError as error:
-            raise CheckpointError(f"ECAPA weights do not fit channels {list(self.config.channels)}: "
-                                  f"{str(error).splitlines()[0]}") from None
-        self._set_embedding_mean(embedding_mean)
-
     def _set_embedding_mean(self, embedding_mean: torch.Tensor | None) -> None:
         if self.config.embedding_mean_norm:
             if embedding_mean is None:

@@ -449,11 +449,20 @@ def yaapt_samp_values(signal: np.ndarray, fs: float, params) -> np.ndarray:
 
 
 def warm_up() -> None:
-    """Load (or, the first time on a machine, compile) the compiled kernels, e.g. before forking workers."""
+    """Load (or, the first time on a machine, compile) the compiled kernels, e.g. before forking workers: the
+    CPU version's, and those the GPU version (:mod:`voxanon.models.yaapt_torch`) calls with its own array
+    layouts (the NCCF's peaks written to column slices of the tracks, the frame means)."""
     from voxanon.models.f0 import SSL_SAS_YAAPT
 
     t = np.arange(1600) / 16000
     yaapt_samp_values(np.sin(2 * np.pi * 150 * t) * (1 + t), 16000.0, SSL_SAS_YAAPT)
+    geo = geometry_of(16000.0, SSL_SAS_YAAPT)
+    lags = (np.full(2, geo.nccf_half_width + 40, dtype=np.int64), np.full(2, geo.nccf_half_width + 44, dtype=np.int64))
+    wide = np.zeros((2, NCCF_MAXCANDS, 4))
+    for pitch, merit in ((wide[0, :, 1:3], wide[1, :, 1:3]), np.zeros((2, NCCF_MAXCANDS, 2))):
+        # Two frames' columns of longer tracks, or whole tracks of two frames: the GPU version writes both.
+        time_candidates_from_phi(np.zeros((2, 8)), 40, lags, geo, pitch, merit)
+    frame_means(np.zeros(3), geo)
 
 
 # Compiled kernels ------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ chain and gained under 0.005 RTF.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Any
 
@@ -225,24 +224,16 @@ class F0Stage(Stage):
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
-        from voxanon.models.f0 import F0Cache, check_backend
+        from voxanon.models.f0 import F0Cache, backend_params
 
-        self.f0_range = (float(f0_min_hz), float(f0_max_hz))
+        self.params = backend_params(backend, f0_min_hz, f0_max_hz)
         self.cache = F0Cache(cache_dir) if cache_dir else None
-        self.backend = check_backend(backend)
+        self.backend = backend
         self.device = _checked_device("f0", device)
         if self.backend == "pyaapt" and self.device != "cpu":
             raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
                              "set f0.device=cpu, or f0.backend=fast for the GPU version")
         self.model_free = self.device == "cpu"
-
-    @functools.cached_property
-    def params(self):
-        """The backend's parameters, made when first used: SA-toolkit's are defined beside its port, which
-        imports torch, and describing a system (``voxanon systems``) imports none."""
-        from voxanon.models.f0 import backend_params
-
-        return backend_params(self.backend, *self.f0_range)
 
     @classmethod
     def takes_stage_wide(cls, setting: str, options: dict) -> bool:

@@ -111,8 +111,7 @@ def test_vectors_equal_speechbrains(config, seconds):
 def test_other_sizes_equal_speechbrain(name):
     config = OTHER_SIZES[name]
     reference = speechbrain_ecapa(config, seed=2)
-    encoder = EcapaEncoder(config)
-    encoder.load_embedding_state(reference.state_dict())
+    encoder = EcapaEncoder.with_weights(config, reference.state_dict())
     wave = speech_like(1.0, seed=2)
     vector = encoder.embed([wave])[0]
     assert relative_difference(vector, speechbrain_embedding(reference, wave, config.n_mels)) < RELATIVE_TOLERANCE
