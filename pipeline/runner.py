@@ -180,6 +180,8 @@ def run_stages(system: System, batch: Batch, start: int = 0, stop: int | None = 
     for index in range(start, stop):
         stage = system.stages[index]
         items = [item for item in batch.ready if item.stages_done <= index]
+        if not items:  # every member failed earlier (or, in a device batch, was done elsewhere)
+            continue
         try:
             stage.process_batch([item.utterance for item in items])
         except Exception as error:
@@ -202,8 +204,9 @@ def run_stages(system: System, batch: Batch, start: int = 0, stop: int | None = 
 def _stage_fault(system: System, stage: Stage, items: list[Prepared], error: BaseException) -> RunFault:
     longest = max(len(item.utterance.audio) for item in items) / system.sample_rate
     return RunFault(f"system {system.name!r}, stage {stage.name!r}, on a batch of {len(items)} utterance(s) (the "
-                    f"longest {longest:.1f} s): {one_line(error)}" + ("; lower batch_seconds (--set batch_seconds=S)"
-                                                                       if "memory" in str(error) else ""))
+                    f"longest {longest:.1f} s): {one_line(error)}"
+                    + ("; lower the batches: --set batch_seconds=S (the streaming executor) or --batch-size N"
+                       if "memory" in str(error) else ""))
 
 
 def write_batch(system: System, batch: Batch) -> list[Outcome]:
