@@ -11,8 +11,7 @@ that a run cut short leaves what it measured):
    batch sizes 8 and 32 (budget 45 s; limit 75 s);
 3. ``benchmarks/gpu_pipeline.py``: ``voxanon anonymise --system resynth --device cuda`` over 10 h of audio,
    every F0 computed and then with a warm F0 cache (each timed run stopped at 80 s; limit 200 s);
-4. ``benchmarks/f0.py``: the F0 benchmark (its GPU part where CUDA is present: with ``--device cuda`` where its
-   ``--help`` lists that option), where that script exists (limit 45 s);
+4. ``benchmarks/f0.py --device cuda``: the fast YAAPT's batched GPU figures (limit 45 s);
 5. ``benchmarks/train_asv.py --device cuda``: ASV attacker training against the bare speechbrain step
    (batch 256, 20 batches per epoch; limit 85 s).
 
@@ -43,7 +42,7 @@ PARTS = {  # name: (script, arguments, limit in seconds)
     "gpu": ("gpu.py", ["--budget-s", "50"], 75.0),
     "gpu_asrbn": ("gpu.py", ["--systems", "b5", "b6", "--batch-sizes", "8", "32", "--budget-s", "45"], 75.0),
     "gpu_pipeline": ("gpu_pipeline.py", ["--timeout-s", "80"], 200.0),
-    "f0": ("f0.py", [], 45.0),  # --device cuda added where its --help lists --device
+    "f0": ("f0.py", ["--device", "cuda"], 45.0),
     "train_asv": ("train_asv.py", ["--device", "cuda", "--batches", "20"], 85.0),
 }
 
@@ -113,16 +112,11 @@ def main() -> int:
         write(header())
         for name in args.parts:
             script, arguments, limit = PARTS[name]
-            if not (HERE / script).is_file():
-                write(f"\n== {name}: skipped: benchmarks/{script} does not exist in this checkout\n")
-                continue
             left = TOTAL_S - (time.perf_counter() - started)
             if left < 10:
                 write(f"\n== {name}: skipped: the {TOTAL_S:.0f} s budget is spent\n")
                 failed = True
                 continue
-            if name == "f0" and "--device" in output_of([sys.executable, str(HERE / script), "--help"], ""):
-                arguments = ["--device", "cuda"]
             command = [sys.executable, str(HERE / script), *arguments]
             write(f"\n== {name}: python benchmarks/{script} {' '.join(arguments)} (limit {min(limit, left):.0f} s)\n")
             returncode, seconds = run_part(command, min(limit, left), write)

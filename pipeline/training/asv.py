@@ -376,7 +376,7 @@ def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = Fals
     usable = [item for item in items if item.samples >= chunk]
     skipped = {f"{i.set_name}/{i.utt}": f"{i.samples / h['sample_rate']:.2f} s, shorter than one "
                f"{h['sentence_len']:g} s chunk" for i in items if i.samples < chunk}
-    dropped = _speakers_without_usable_utterances(sorted({utt2spk[u] for u in chosen}), items, usable, sets, h)
+    dropped = _speakers_without_usable_utterances(sorted({utt2spk[u] for u in chosen}), items, usable, h)
     speakers = sorted({i.speaker for i in usable})
     if len(speakers) < 2:
         raise VoxanonError(f"train asv: the selection keeps {len(speakers)} speaker(s); at least 2 are needed")
@@ -405,7 +405,7 @@ def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = Fals
 
 
 def _speakers_without_usable_utterances(selected: list[str], items: list[TrainingUtterance],
-                                        usable: list[TrainingUtterance], sets: list[DataDir], h: dict) -> dict[str, str]:
+                                        usable: list[TrainingUtterance], h: dict) -> dict[str, str]:
     """The selected speakers left with no usable utterance (speaker -> why), with a warning line listing them;
     an error for those with a readable but short one unless ``drop_short_speakers``. A speaker whose every
     utterance was skipped under --allow-missing is dropped: the user chose to train without those files."""
