@@ -1,25 +1,53 @@
 # Set-up and entry points. `make demo` and `make test` work on a fresh machine.
 PYTHON ?= python3
+SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test-fairseq install system-deps demo test test-all bench clean
+.PHONY: test-fairseq install lock drift-check system-deps demo test test-all bench clean
+
+UV := $(VENV)/bin/uv
+# The lock: every dependency's exact version and hashes, for every platform and Python >= 3.10
+# (`--universal`). pyproject.toml keeps the ranges for people who pip-install voxanon into their
+# own environment; `make lock` re-resolves them, `make drift-check` tries a fresh resolution.
+LOCK_INPUTS := pyproject.toml requirements/outside-pyproject.in
+LOCK_FLAGS := --extra test --overrides requirements/overrides.txt --universal --python-version 3.10 --generate-hashes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 
-# resemblyzer declares `webrtcvad`, whose module needs the removed pkg_resources:
-# install the binary `webrtcvad-wheels` (same module) and resemblyzer without its deps.
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps 'resemblyzer==0.1.4'
+$(UV): requirements/bootstrap.txt | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r requirements/bootstrap.txt
+	touch $(UV)
+
+# Exactly the locked versions (hash-checked, no resolution: the lock is the whole set), then voxanon itself without resolving anything;
+# scripts/check_install.py then loads each compiled library and names a pair that does not load.
+$(STAMP): pyproject.toml requirements/lock.txt | $(UV)
+	VIRTUAL_ENV=$(VENV) $(UV) pip install -q --no-deps --require-hashes -r requirements/lock.txt
+	VIRTUAL_ENV=$(VENV) $(UV) pip install -q --no-deps --no-build-isolation -e .
+	$(PY) scripts/check_install.py
 	touch $(STAMP)
 
 install: $(STAMP)
+
+lock: | $(UV)
+	$(UV) pip compile -q $(LOCK_INPUTS) $(LOCK_FLAGS) -o requirements/lock.txt
+
+# Resolves the open ranges afresh (newest releases), installs them in a throw-away venv and
+# runs the install check and the default tests there; the committed lock is left as it is.
+DRIFT := $(or $(DRIFT_DIR),/tmp/voxanon-drift)
+drift-check: | $(UV)
+	rm -rf $(DRIFT) && mkdir -p $(DRIFT)
+	$(UV) pip compile -q --upgrade $(LOCK_INPUTS) $(LOCK_FLAGS) -o $(DRIFT)/lock.txt
+	-diff <(grep -E '^[A-Za-z0-9]' requirements/lock.txt) <(grep -E '^[A-Za-z0-9]' $(DRIFT)/lock.txt)
+	$(UV) venv -q --python $(PY) $(DRIFT)/venv
+	VIRTUAL_ENV=$(DRIFT)/venv $(UV) pip install -q --no-deps --require-hashes -r $(DRIFT)/lock.txt
+	VIRTUAL_ENV=$(DRIFT)/venv $(UV) pip install -q --no-deps --no-build-isolation -e .
+	$(DRIFT)/venv/bin/python scripts/check_install.py
+	$(DRIFT)/venv/bin/python -m pytest -q
 
 # Debian packages the tests use: headless Chromium renders the HTML report.
 system-deps:
