@@ -64,10 +64,10 @@ def main() -> None:
 
     waves = [load_audio(data.audio_path(u), 16000).samples for u in data.utterances[:args.utterances]]
     encoders = {}
-    from voxanon.models.ge2e import GE2EEncoder
+    from voxanon.models.nets.ge2e import GE2EEncoder
     encoders["GE2E (resemblyzer weights)"] = GE2EEncoder().embed
     import torch
-    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaEncoder
+    from voxanon.models.nets.speaker import SSL_SAS_ECAPA, EcapaEncoder
     torch.manual_seed(0)
     encoders["ECAPA SSL-SAS size (random weights)"] = EcapaEncoder(SSL_SAS_ECAPA).eval().embed
     print(f"speaker embeddings per second on {len(waves)} demo utterances ({sum(map(len, waves)) / 16000:.0f} s)")

@@ -49,13 +49,15 @@ sys.path[:0] = [str(ROOT / "tests"), str(Path(__file__).resolve().parent)]
 
 from yaapt_parity import Agreement, agreement, demo_speech, synthetic_speech  # noqa: E402  (tests/yaapt_parity.py)
 
-from voxanon.models.f0 import SSL_SAS_YAAPT, yaapt_f0, yaapt_f0_batch  # noqa: E402
+from voxanon.models.f0.extract import yaapt_f0, yaapt_f0_batch  # noqa: E402
+
+from voxanon.models.f0.params import SSL_SAS_YAAPT
 
 SPEED_TARGET = 4.0
 GPU_TARGET = 3000.0
 FIRST_CALL = {
     "fast": "from voxanon.models import yaapt; yaapt.warm_up()",
-    "pyaapt": "from voxanon.models.f0 import yaapt_f0; import numpy as np; "
+    "pyaapt": "from voxanon.models.f0.extract import yaapt_f0; import numpy as np; "
               "yaapt_f0(np.sin(np.arange(1600) * 0.06), backend='pyaapt')",
 }
 

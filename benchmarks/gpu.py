@@ -6,7 +6,7 @@ TDNN-F + VQ, and SA-toolkit's CoreHifiGan on the GPU; the target draw and SA-too
 
 For batch sizes 1, 8, 32 and 64 (utterances handed to each stage at once; content, speaker and vocoder run
 them as padded groups of similar length, on models in their direct form: weights cast once at load, no
-autocast, plain cuDNN convolutions; see models/precision.py) and for float32, bfloat16 and float16
+autocast, plain cuDNN convolutions; see models/nets/precision.py) and for float32, bfloat16 and float16
 (content and vocoder; the speaker encoder runs in float32 in every row), it prints each GPU stage's
 real-time factor (wall seconds per second of audio, the GPU synchronised before each clock reading) over
 a warm pass, the first pass's seconds (the same utterances just before: cuDNN's plans for each new tensor

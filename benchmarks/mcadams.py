@@ -28,7 +28,7 @@ from conftest import synthetic_vowel  # noqa: E402
 from reference_mcadams import mcadams_per_frame  # noqa: E402
 from voxanon.data_prep.audio import load_audio  # noqa: E402
 from voxanon.data_prep.corpus import read_data_dir  # noqa: E402
-from voxanon.models.mcadams import mcadams  # noqa: E402
+from voxanon.models.dsp.mcadams import mcadams  # noqa: E402
 
 SAMPLE_RATE = 16000
 

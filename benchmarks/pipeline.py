@@ -83,7 +83,7 @@ its own (trace of the workers' stage times; the set's wall time in alternating r
   itself 0.2-0.5 s slower beside it;
 * no THP_MEM_ALLOC_ENABLE in forked workers: huge pages on a heap that is never given back only slowed
   the first touch (each worker's first two HuBERT passes 0.3-0.4 s longer): 0.8 s less;
-* HuBERT's positional convolution through the FFT (``models/spectral.py``): 59 -> 12 ms over 400 frames
+* HuBERT's positional convolution through the FFT (``models/nets/spectral.py``): 59 -> 12 ms over 400 frames
   on one core; content 0.155 s per second of audio on one core, about 3 % less;
 * the interpreter's final garbage collections skipped at exit (``gc.freeze``): exit 0.55 -> 0.24 s;
 * the vocoder's spectral plans from one float64 matrix product: 0.26 -> 0.14-0.24 s at load.
@@ -182,7 +182,7 @@ def reference_models() -> dict:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.reference_hifigan import Generator
         from tests.reference_hubert import transformers_hubert
-        from voxanon.models.speaker import ecapa_front_end, speechbrain_ecapa_tdnn
+        from voxanon.models.nets.speaker import ecapa_front_end, speechbrain_ecapa_tdnn
         from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
         content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
@@ -228,7 +228,7 @@ def reference_anonymise(jobs: list[tuple[str, str]]) -> None:
     import torch
 
     from voxanon.data_prep.audio import load_audio, write_wav
-    from voxanon.models.f0 import yaapt_f0
+    from voxanon.models.f0.extract import yaapt_f0
 
     models = reference_models()
     for source, target in jobs:

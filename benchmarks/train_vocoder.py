@@ -39,9 +39,9 @@ def synthetic_features(root: Path, n_utterances: int, seconds: float, seed: int 
 
 def install_benchmark_set(name: str) -> None:
     """The tiny random SSL-SAS encoders with the full-size generator (only the generator is timed)."""
-    from voxanon.models.checkpoints import random_ssl_sas
-    from voxanon.models.hifigan import GeneratorConfig, HifiganGenerator
-    from voxanon.models.registry import write_model_set
+    from voxanon.models.checkpoints.ssl_sas import random_ssl_sas
+    from voxanon.models.nets.hifigan import GeneratorConfig, HifiganGenerator
+    from voxanon.models.checkpoints.registry import write_model_set
 
     components, config = random_ssl_sas("tiny")
     generator = HifiganGenerator(GeneratorConfig())

@@ -6,12 +6,12 @@ utterance and the VPC 2024 recipe (``anonymization/modules/asrbn/anonymise_dir.p
 1. ``asrbn_target``: the target speaker, one of the converter's training speakers (sorted), chosen by
    ``selection`` (:data:`SELECTIONS`) [``target``: its index]; recorded in the run journal.
 2. ``f0`` with ``backend: sa-toolkit``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms
-   frames every 20 ms, :func:`voxanon.models.sa_yaapt.sa_toolkit_f0`; the F0 stage of every system, its cache
+   frames every 20 ms, :func:`voxanon.models.f0.sa_yaapt.sa_toolkit_f0`; the F0 stage of every system, its cache
    keyed by backend) [``f0``].
-3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.asr_bn.AsrBnExtractor`)
+3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.nets.asr_bn.AsrBnExtractor`)
    [``bn``].
 4. ``asrbn_vocoder``: ``CoreHifiGan`` on [BN | F0 normalised over the utterance | one-hot target]
-   (:mod:`voxanon.models.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
+   (:mod:`voxanon.models.nets.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
    recipe cuts it to the input's length, and so does this stage, which also pads with zeros where the
    converter gives fewer samples than the input (at most 78, when the length is just past a multiple of
    320), so that every output has exactly the input's length. No peak normalisation (``output_peak``:
@@ -36,7 +36,7 @@ anonymise --device`` sets it) on the F0 (:class:`~voxanon.pipeline.neural_stages
 stages. On the CPU the BN and converter stages run
 each utterance alone (the converter in windows, as the SSL-SAS vocoder); elsewhere wav2vec2 and the
 converter run padded, length-masked batches of similar length in the direct form
-(:func:`~voxanon.models.precision.prepared_for_device`), each utterance's result equal to its one-at-a-time
+(:func:`~voxanon.models.nets.precision.prepared_for_device`), each utterance's result equal to its one-at-a-time
 result to float rounding. F0 is batched on any device, each track the same whatever the batch.
 ``precision`` (``float32``; ``bfloat16`` or ``float16``: SA-toolkit runs both networks under float16
 autocast on CUDA) on the BN and converter stages; the TDNN-F layers, the quantiser and the F0 stay float32.
@@ -66,7 +66,7 @@ _loaded: dict[tuple, Any] = {}
 
 def _model_set(name: str):
     """An installed SA-toolkit set, its checksums verified once per process."""
-    from voxanon.models.registry import load_model_set, models_dir
+    from voxanon.models.checkpoints.registry import load_model_set, models_dir
 
     key = (str(models_dir()), name)
     if key not in _loaded:
@@ -82,7 +82,7 @@ def target_speakers(name: str) -> list[str]:
     """The sorted training speakers of an installed converter (its one-hot targets); reads its config only."""
     import json
 
-    from voxanon.models.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
+    from voxanon.models.checkpoints.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
 
     path = models_dir() / name / CONFIG
     if not path.is_file():
@@ -96,12 +96,12 @@ def target_speakers(name: str) -> list[str]:
 
 
 def load_component(name: str, component: str, precision: str = "float32", device: str = "cpu"):
-    """The set's ``extractor`` (:class:`~voxanon.models.asr_bn.AsrBnExtractor`) or ``converter`` ((Vocoder,
-    speakers)), loaded once per process in the form for ``device`` (:func:`~voxanon.models.precision.prepared_for_device`):
+    """The set's ``extractor`` (:class:`~voxanon.models.nets.asr_bn.AsrBnExtractor`) or ``converter`` ((Vocoder,
+    speakers)), loaded once per process in the form for ``device`` (:func:`~voxanon.models.nets.precision.prepared_for_device`):
     on the CPU in float32 as built (the converter's spectral convolutions planned, for forked workers to share);
     on the CPU in a lower ``precision`` a copy run under autocast; on any other device (``cpu:N`` included)
     the direct form in ``precision``, built from the set's tensors without CPU plans."""
-    from voxanon.models.registry import models_dir
+    from voxanon.models.checkpoints.registry import models_dir
 
     device = resolve_device(device)
     key = (str(models_dir()), name, component, precision, device)
@@ -109,7 +109,7 @@ def load_component(name: str, component: str, precision: str = "float32", device
         return _loaded[key]
     import torch
 
-    from voxanon.models.sa_toolkit import load_converter, load_extractor
+    from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
 
     cpu, dtype = device == "cpu", getattr(torch, precision)
     if cpu and precision == "float32":
@@ -119,8 +119,8 @@ def load_component(name: str, component: str, precision: str = "float32", device
         extractor = load_component(name, component) if cpu else load_extractor(_model_set(name))
         _loaded[key] = extractor.for_device(device, dtype)
     else:
-        from voxanon.models.hifigan import Vocoder
-        from voxanon.models.precision import prepared_for_device
+        from voxanon.models.nets.hifigan import Vocoder
+        from voxanon.models.nets.precision import prepared_for_device
 
         vocoder, speakers = load_component(name, component) if cpu else load_converter(_model_set(name), False)
         _loaded[key] = Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
@@ -260,7 +260,7 @@ class AsrBnVocoderStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from voxanon.models.core_hifigan import conditioning
+        from voxanon.models.nets.core_hifigan import conditioning
 
         vocoder, speakers = self._model()
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]

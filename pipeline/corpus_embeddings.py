@@ -2,7 +2,7 @@
 
 The front end is the reference's (anchors Part A §1.6, ``selec_anon/extract_emb.py``): audio
 resampled to 16 kHz, 80 Fbanks, sentence mean normalisation, the raw 192-d ECAPA output (no
-L2) — all inside :class:`voxanon.models.speaker.EcapaEncoder`. No peak normalisation: the
+L2) — all inside :class:`voxanon.models.nets.speaker.EcapaEncoder`. No peak normalisation: the
 reference embeds the file as read.
 
 Vectors are cached per audio content (:mod:`voxanon.pipeline.feature_cache`) under a tag
@@ -21,7 +21,7 @@ import numpy as np
 from voxanon.data_prep.corpus import DataDir, merge_labelled_sets, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors
-from voxanon.models.registry import voxanon_home
+from voxanon.models.checkpoints.registry import voxanon_home
 from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
 
     The encoder itself is loaded only when a vector is missing from the cache.
     """
-    from voxanon.models.registry import load_model_set
+    from voxanon.models.checkpoints.registry import load_model_set
 
     model_set = load_model_set(models)
     digest = model_set.manifest["files"].get(SPEAKER_COMPONENT_FILE)

@@ -1,7 +1,7 @@
 """Signal-processing stages: transforms that need no model weights."""
 from __future__ import annotations
 
-from voxanon.models.mcadams import mcadams
+from voxanon.models.dsp.mcadams import mcadams
 from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
 
 

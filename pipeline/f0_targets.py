@@ -1,11 +1,11 @@
 """Sex-neutral F0 target moments of a corpus (spec §9.7 step 3; [S4] §5.4) and the targets file.
 
 For every utterance: YAAPT F0 with the SSL-SAS settings (the ``fast`` version by default, or
-``pyaapt`` itself: :data:`voxanon.models.f0.PYAAPT_BACKENDS`), on the audio as the SSL-SAS chain sees it
+``pyaapt`` itself: :data:`voxanon.models.f0.params.PYAAPT_BACKENDS`), on the audio as the SSL-SAS chain sees it
 (16 kHz, trimmed to a multiple of 320 samples, peak 0.95: the ``ssl_sas_input`` stage), so the
 per-utterance F0 cache is shared with anonymisation runs; then the mean and population
 std of its voiced frames. The utterance values are averaged per speaker, per sex and over
-the two sexes with equal weight (:func:`voxanon.models.balanced_average.balanced_average`).
+the two sexes with equal weight (:func:`voxanon.models.speakers.balanced_average.balanced_average`).
 
 Utterances without a voiced frame carry no F0 moments: they are excluded from the averages
 and reported (count and ids); files that cannot be read or analysed are reported with the
@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from voxanon.data_prep.corpus import DataDir, merge_labelled_sets
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0 import DEFAULT_BACKEND
+from voxanon.models.f0.params import DEFAULT_BACKEND
 
 SAMPLE_RATE = 16000
 
@@ -73,8 +73,9 @@ class F0Targets:
 def utterance_f0(job: F0Job) -> UtteranceF0:
     """Load, prepare as ``ssl_sas_input`` does, track F0 (cached) and measure the voiced moments."""
     from voxanon.data_prep.audio import AudioError, load_audio
-    from voxanon.models.f0 import SSL_SAS_YAAPT, F0Cache, yaapt_f0
-    from voxanon.models.f0_transform import voiced_moments
+    from voxanon.models.f0.extract import F0Cache, yaapt_f0
+    from voxanon.models.f0.params import SSL_SAS_YAAPT
+    from voxanon.models.dsp.f0_transform import voiced_moments
     from voxanon.pipeline.neural_stages import SslSasInputStage
     from voxanon.pipeline.stages import Utterance
 
@@ -120,9 +121,9 @@ def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str 
                        allow_pipes: bool = False, progress: bool = True,
                        backend: str = DEFAULT_BACKEND) -> F0Targets:
     """Balanced F0 target moments over the utterances of ``sets`` (see the module doc); ``backend``: the
-    YAAPT version (:data:`voxanon.models.f0.PYAAPT_BACKENDS`)."""
-    from voxanon.models.balanced_average import balanced_average
-    from voxanon.models.f0 import PYAAPT_BACKENDS
+    YAAPT version (:data:`voxanon.models.f0.params.PYAAPT_BACKENDS`)."""
+    from voxanon.models.speakers.balanced_average import balanced_average
+    from voxanon.models.f0.params import PYAAPT_BACKENDS
 
     if backend not in PYAAPT_BACKENDS:
         raise VoxanonError(f"f0-targets computes the SSL-SAS chain's F0: its backend must be one of "

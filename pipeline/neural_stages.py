@@ -13,13 +13,13 @@ Data flow per utterance (``features`` keys in brackets):
 
 torch and the models load lazily (:meth:`Stage.load_models`, or the first batch), so systems that
 do not use these stages never import torch. Model sets come from the models directory
-(:mod:`voxanon.models.registry`); each process loads a set once, and the runner's forked workers
+(:mod:`voxanon.models.checkpoints.registry`); each process loads a set once, and the runner's forked workers
 share the CPU models their parent loaded.
 
 ``device`` on the content, speaker and vocoder stages (``voxanon anonymise --device cpu|cuda|auto``;
 default ``cpu``; ``auto`` is CUDA when the process running the stage sees one): off the CPU, content,
 speaker and vocoder run the runner's batch as padded groups of similar length, on models in their direct
-form (:func:`voxanon.models.precision.prepared_for_device`: plain convolutions, weights cast to
+form (:func:`voxanon.models.nets.precision.prepared_for_device`: plain convolutions, weights cast to
 ``precision`` once at load, no autocast), and ``precision`` may also be ``float16``. ``cpu:N`` (for
 example ``cpu:0``) runs that device code path on the CPU: how the GPU path, and the streaming executor
 that serves it, are tested on machines without a GPU.
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0 import DEFAULT_BACKEND
+from voxanon.models.f0.params import DEFAULT_BACKEND
 from voxanon.pipeline.stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320
@@ -106,9 +106,9 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     On ``cpu`` the float32 model is the set's weights as loaded, the vocoder's spectral convolutions
     planned here (so that forked workers share them); a lower ``precision`` (content and vocoder) gives
     a copy whose matrix-product and convolution weights are already in it, run under CPU autocast
-    (:func:`voxanon.models.precision.lower_precision_copy`), cached beside the float32 model. On any other
+    (:func:`voxanon.models.nets.precision.lower_precision_copy`), cached beside the float32 model. On any other
     device (``auto`` resolved here, :func:`resolve_device`; ``cpu:N`` is the device form on the CPU) the
-    set's weights go straight into the direct form (:func:`voxanon.models.precision.prepared_for_device`):
+    set's weights go straight into the direct form (:func:`voxanon.models.nets.precision.prepared_for_device`):
     cast to ``precision`` once and moved; no float32 CPU copy is kept and no CPU-only plans are built.
     The speaker encoder runs in float32 on every device. The set's checksums are verified once per
     process, when it is first loaded.
@@ -118,7 +118,7 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     _checked_precision(component, precision)
     if component == "speaker" and precision != "float32":
         raise ValueError("the speaker encoder runs in float32 only")
-    from voxanon.models.registry import models_dir
+    from voxanon.models.checkpoints.registry import models_dir
 
     home = str(models_dir())
     device = resolve_device(device)
@@ -127,8 +127,8 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     if key not in _loaded:
         import torch
 
-        from voxanon.models.hifigan import Vocoder
-        from voxanon.models.precision import prepared_for_device
+        from voxanon.models.nets.hifigan import Vocoder
+        from voxanon.models.nets.precision import prepared_for_device
 
         if device == "cpu" and precision == "float32":
             model = _built(_model_set(home, name), name, component, cpu_plans=True)
@@ -147,7 +147,7 @@ def _model_set(home: str, name: str):
     if (home, name) not in _loaded:
         from concurrent.futures import ThreadPoolExecutor
 
-        from voxanon.models.registry import load_model_set
+        from voxanon.models.checkpoints.registry import load_model_set
 
         # The set's checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about
         # 1 s): hashing releases the interpreter lock. The thread has ended before the runner forks.
@@ -166,14 +166,14 @@ def _built(model_set, name: str, component: str, cpu_plans: bool):
                            f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
                            f"set {component}.models to a set that has one")
     if component == "content":
-        from voxanon.models.hubert_soft import content_encoder
+        from voxanon.models.nets.hubert_soft import content_encoder
 
         return content_encoder(model_set)
     if component == "speaker":
-        from voxanon.models.speaker import EcapaEncoder
+        from voxanon.models.checkpoints.ecapa import ecapa_from_model_set
 
-        return EcapaEncoder.from_model_set(model_set)
-    from voxanon.models.hifigan import load_vocoder
+        return ecapa_from_model_set(model_set)
+    from voxanon.models.nets.hifigan import load_vocoder
 
     return load_vocoder(model_set, cpu_plans)
 
@@ -208,13 +208,13 @@ class SslSasInputStage(Stage):
 class F0Stage(Stage):
     """YAAPT F0, optionally cached on disk per utterance content (and backend).
 
-    ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.yaapt`;
+    ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.f0.yaapt`;
     4-5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
     (amfm-decompy's pYAAPT itself), with the SSL-SAS settings; or ``sa-toolkit``, SA-toolkit's YAAPT port
     with B5/B6's settings (another algorithm, 20 ms frames: the B5/B6 systems' F0). ``device`` (``cpu``,
     ``cuda``, ``auto``: CUDA when the process running the stage sees one): on the CPU each utterance runs the
     numpy/numba version; on a CUDA device the whole batch goes to the torch version
-    (:func:`voxanon.models.f0.yaapt_f0_batch`), where an utterance it cannot analyse fails alone.
+    (:func:`voxanon.models.f0.extract.yaapt_f0_batch`), where an utterance it cannot analyse fails alone.
     ``sa-toolkit`` takes the batch at once on either device (its port batches); ``pyaapt`` runs on the CPU
     only. Only the CPU path is model-free (the runner may run it in a process forked before the models load).
     """
@@ -224,7 +224,8 @@ class F0Stage(Stage):
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
-        from voxanon.models.f0 import F0Cache, backend_params
+        from voxanon.models.f0.extract import F0Cache
+        from voxanon.models.f0.params import backend_params
 
         self.params = backend_params(backend, f0_min_hz, f0_max_hz)
         self.cache = F0Cache(cache_dir) if cache_dir else None
@@ -247,9 +248,9 @@ class F0Stage(Stage):
         if self.backend == "pyaapt":
             import amfm_decompy.pYAAPT  # noqa: F401
         elif self.backend == "sa-toolkit":
-            import voxanon.models.sa_yaapt  # noqa: F401  (torch and torchaudio)
+            import voxanon.models.f0.sa_yaapt  # noqa: F401  (torch and torchaudio)
         else:
-            from voxanon.models.yaapt import warm_up
+            from voxanon.models.f0.yaapt import warm_up
 
             warm_up()
 
@@ -259,7 +260,7 @@ class F0Stage(Stage):
             for utt in batch:
                 self.process(utt)
             return
-        from voxanon.models.f0 import yaapt_f0_batch
+        from voxanon.models.f0.extract import yaapt_f0_batch
 
         todo = [utt for utt in batch if not self._cached(utt)]
         failures = []
@@ -283,7 +284,7 @@ class F0Stage(Stage):
         return f0 is not None
 
     def process(self, utt: Utterance) -> None:
-        from voxanon.models.f0 import yaapt_f0
+        from voxanon.models.f0.extract import yaapt_f0
 
         if self.cache is not None:
             utt.features["f0"] = self.cache.f0(utt.audio, utt.sample_rate, self.params, self.backend)
@@ -296,14 +297,14 @@ class ContentStage(Stage):
     256-d units (then the vocoder must be one trained on them: ``vocoder.models`` of a 449-channel set).
 
     ``precision: bfloat16`` (opt-in) runs the encoder under bfloat16 autocast with its layer/group
-    norms and the SSL-SAS time normalisation in float32 (:func:`voxanon.models.hubert.encode_lower_precision`):
+    norms and the SSL-SAS time normalisation in float32 (:func:`voxanon.models.nets.hubert.encode_lower_precision`):
     about 1.5x faster on an AMX CPU; cost, against float32 on random HuBERT-base weights, about 37 dB
     content SNR, per-frame cosine similarity above 0.9998. Features are float32 either way.
 
     ``device`` (``cpu``, ``cuda``, ``auto``: CUDA when there is one): off the CPU the batch's
-    utterances run in padded groups of similar length (:func:`voxanon.models.hubert.encode_on_device`),
+    utterances run in padded groups of similar length (:func:`voxanon.models.nets.hubert.encode_on_device`),
     each equal to its one-at-a-time output to float rounding, on the encoder in its direct form
-    (:func:`voxanon.models.precision.prepared_for_device`: weights in ``precision`` since loading, no
+    (:func:`voxanon.models.nets.precision.prepared_for_device`: weights in ``precision`` since loading, no
     autocast); ``float16`` is a precision there too.
     """
 
@@ -331,7 +332,7 @@ class ContentStage(Stage):
         content = load_model(self.models, "content", self.precision, device)
         waves = [u.audio for u in batch]
         if device != "cpu":
-            from voxanon.models.hubert import encode_on_device
+            from voxanon.models.nets.hubert import encode_on_device
 
             encoded = encode_on_device(content, waves)
         elif self.precision == "float32":
@@ -339,7 +340,7 @@ class ContentStage(Stage):
         else:
             import torch
 
-            from voxanon.models.hubert import encode_lower_precision
+            from voxanon.models.nets.hubert import encode_lower_precision
 
             encoded = encode_lower_precision(content, waves, getattr(torch, self.precision))
         for utt, features in zip(batch, encoded):
@@ -417,7 +418,7 @@ class VocoderStage(Stage):
         # before it loads its models.
         if not self.layout:
             return {}
-        from voxanon.models.hifigan import ConditioningLayout
+        from voxanon.models.nets.hifigan import ConditioningLayout
 
         unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
         if unknown:
@@ -435,7 +436,7 @@ class VocoderStage(Stage):
             self._vocoder()
 
     def _vocoder(self):
-        from voxanon.models.hifigan import Vocoder
+        from voxanon.models.nets.hifigan import Vocoder
 
         vocoder = load_model(self.models, "vocoder", self.precision, resolve_device(self.device))
         if not self.layout:

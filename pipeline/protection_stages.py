@@ -4,9 +4,9 @@
   by the sex flow to its base space, the LLR coordinate z1 is set to 0 and the vector mapped
   back; it replaces ``features["speaker"]``.
 * ``f0_neutral`` (zLLR-VC step 2): the voiced frames of ``features["f0"]`` are mapped affinely to
-  the sex-neutral target moments (:mod:`voxanon.models.f0_transform`).
+  the sex-neutral target moments (:mod:`voxanon.models.dsp.f0_transform`).
 * ``tdpsola`` (the thesis's TDPSOLA baseline): the same moment mapping realised on the waveform
-  by Praat's PSOLA (:mod:`voxanon.models.psola`); no neural model, deterministic.
+  by Praat's PSOLA (:mod:`voxanon.models.dsp.psola`); no neural model, deterministic.
 
 Targets are the published 154.37 Hz / 30.2 Hz unless ``mean_hz``/``std_hz`` say otherwise, or
 ``targets`` names a file written by ``voxanon f0-targets`` (which then replaces both numbers;
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0_transform import DEFAULT_FLOOR_HZ, NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
-from voxanon.models.psola import PRAAT_F0_MAX_HZ, PRAAT_F0_MIN_HZ
+from voxanon.models.dsp.f0_transform import DEFAULT_FLOOR_HZ, NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
+from voxanon.models.dsp.psola import PRAAT_F0_MAX_HZ, PRAAT_F0_MIN_HZ
 from voxanon.pipeline.f0_targets import read_f0_targets
 from voxanon.pipeline.stages import Stage, Utterance
 
@@ -30,12 +30,12 @@ _flows: dict[str, Any] = {}
 
 def load_sex_flow(name: str):
     """The saved zero-LLR flow ``name`` (under ``$VOXANON_HOME/flows`` or a path), cached per process."""
-    from voxanon.models.registry import asset_dir
+    from voxanon.models.checkpoints.registry import asset_dir
 
     directory = asset_dir("flows", name).resolve()
     key = str(directory)
     if key not in _flows:
-        from voxanon.models.flow import load_flow
+        from voxanon.models.nets.flow import load_flow
 
         _flows[key] = load_flow(directory)
     return _flows[key]
@@ -70,7 +70,7 @@ class F0NeutralStage(_NeutralTargets, Stage):
         self.floor_hz = float(floor_hz)
 
     def process(self, utt: Utterance) -> None:
-        from voxanon.models.f0_transform import map_f0_to_moments, voiced_moments
+        from voxanon.models.dsp.f0_transform import map_f0_to_moments, voiced_moments
 
         if "f0" not in utt.features:
             raise VoxanonError(f"{utt.utt_id}: f0_neutral needs an F0 track; put the f0 stage before it")
@@ -147,7 +147,7 @@ class TdPsolaStage(_NeutralTargets, Stage):
         self.f0_min_hz, self.f0_max_hz = float(f0_min_hz), float(f0_max_hz)
 
     def process(self, utt: Utterance) -> None:
-        from voxanon.models.psola import psola_to_moments
+        from voxanon.models.dsp.psola import psola_to_moments
 
         result = psola_to_moments(utt.audio, utt.sample_rate, self.mean_hz, self.std_hz,
                                   f0_min_hz=self.f0_min_hz, f0_max_hz=self.f0_max_hz)

@@ -419,7 +419,7 @@ def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None 
     """This process as a worker of a run (a spawned pool worker, the device process, a Ray actor): the system,
     with the models of its ``stages`` (a range; all by default) loaded and checked; a fault is kept, and
     raised by its first batch. The run's driver has already warned of random weights."""
-    from voxanon.models.registry import quiet_random_warnings
+    from voxanon.models.checkpoints.registry import quiet_random_warnings
 
     quiet_random_warnings()
     _reuse_freed_memory()
@@ -728,8 +728,8 @@ def run_hash(config: dict, executor: str) -> str:
 
 def warn_random_model_sets(system: System) -> None:
     """The random-weights warning for each model set the system uses, once for the run: its workers,
-    which load the sets again, stay quiet (:func:`voxanon.models.registry.quiet_random_warnings`)."""
-    from voxanon.models.registry import warn_if_random
+    which load the sets again, stay quiet (:func:`voxanon.models.checkpoints.registry.quiet_random_warnings`)."""
+    from voxanon.models.checkpoints.registry import warn_if_random
 
     for need in system.needs:
         kind, _, name = need.partition(":")

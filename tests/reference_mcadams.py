@@ -3,7 +3,7 @@
 It calls the same library functions the reference calls, one frame at a time
 (``librosa.lpc``, ``scipy.signal.tf2zpk``, ``np.poly``, ``scipy.signal.lfilter``), and
 normalises the peak as the reference pipeline does before writing 16-bit audio. It is
-the yardstick for ``voxanon.models.mcadams``: the parity test compares the two, and
+the yardstick for ``voxanon.models.dsp.mcadams``: the parity test compares the two, and
 ``benchmarks/mcadams.py`` times them side by side.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.balanced_average import balanced_average
+from voxanon.models.speakers.balanced_average import balanced_average
 
 
 def test_balanced_average_differs_from_pooled_mean_on_unbalanced_data():

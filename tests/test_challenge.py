@@ -19,7 +19,7 @@ import torch
 
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.eval.results import Result, from_json
-from voxanon.models.checkpoints import safe_load
+from voxanon.models.checkpoints.safe import safe_load
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config

@@ -1,4 +1,4 @@
-"""Our ECAPA-TDNN and Fbank front end (``voxanon.models.ecapa``) against speechbrain's own classes.
+"""Our ECAPA-TDNN and Fbank front end (``voxanon.models.nets.ecapa``) against speechbrain's own classes.
 
 speechbrain is the reference here and is imported by this test only: random weights with
 randomised batch-norm statistics and affine parameters, so that a missing or misplaced norm,
@@ -17,8 +17,9 @@ from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from speechbrain.processing.features import InputNormalization
 
 from tests.conftest import synthetic_vowel
-from voxanon.models.ecapa import Fbank, sentence_mean_normalised
-from voxanon.models.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_tdnn
+from voxanon.models.nets.ecapa import Fbank, sentence_mean_normalised
+from voxanon.models.checkpoints.ecapa import ecapa_config_from_state, ecapa_with_weights
+from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_tdnn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -88,7 +89,7 @@ def test_state_dict_keys_shapes_and_initialisation_are_speechbrains(config):
     # The same construction order: a seed draws speechbrain's random weights (random model sets stay as they were).
     assert all(torch.equal(ours[k], reference[k]) for k in ours if "norm" not in k)
     if config not in BLOCK_COUNTS.values():
-        assert EcapaConfig.from_state(reference, config.embedding_mean_norm, config.dilations) == config
+        assert ecapa_config_from_state(reference, config.embedding_mean_norm, config.dilations) == config
 
 
 @pytest.mark.parametrize("seconds", [1.0, 5.0])
@@ -96,7 +97,7 @@ def test_state_dict_keys_shapes_and_initialisation_are_speechbrains(config):
 def test_vectors_equal_speechbrains(config, seconds):
     reference = speechbrain_ecapa(config, seed=1)
     mean = torch.randn(config.lin_neurons) if config.embedding_mean_norm else None
-    encoder = EcapaEncoder.with_weights(config, reference.state_dict(), mean)
+    encoder = ecapa_with_weights(config, reference.state_dict(), mean)
     waves = [speech_like(seconds, seed=0), speech_like(seconds + 0.37, seed=1)]
     ours = encoder.embed(waves)
     for wave, vector in zip(waves, ours):
@@ -111,7 +112,7 @@ def test_vectors_equal_speechbrains(config, seconds):
 def test_other_sizes_equal_speechbrain(name):
     config = OTHER_SIZES[name]
     reference = speechbrain_ecapa(config, seed=2)
-    encoder = EcapaEncoder.with_weights(config, reference.state_dict())
+    encoder = ecapa_with_weights(config, reference.state_dict())
     wave = speech_like(1.0, seed=2)
     vector = encoder.embed([wave])[0]
     assert relative_difference(vector, speechbrain_embedding(reference, wave, config.n_mels)) < RELATIVE_TOLERANCE
@@ -134,7 +135,7 @@ def test_gradients_through_the_encoder_equal_speechbrains():
     """Vocoder training back-propagates its speaker loss through the frozen encoder into generated audio."""
     config = GEOMETRIES["shortcut, 40 mels"]
     reference = speechbrain_ecapa(config, seed=4).requires_grad_(False)
-    encoder = EcapaEncoder.with_weights(config, reference.state_dict()).requires_grad_(False)
+    encoder = ecapa_with_weights(config, reference.state_dict()).requires_grad_(False)
     waves = torch.from_numpy(np.stack([speech_like(0.5, seed=5), speech_like(0.5, seed=6)]))
     weights = torch.randn(2, config.lin_neurons)
     gradients = []

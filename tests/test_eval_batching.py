@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from speechbrain_layouts import trained_looking_batch_norms, write_asr_dir, write_ser_dir
-from voxanon.models.asr import Wav2Vec2CTCASR, load_asr
+from voxanon.models.recognisers.asr import Wav2Vec2CTCASR, load_asr
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -68,7 +68,7 @@ def test_wav2vec2_ctc_loader_loads_the_wav2vec2_weights_once(asr_dir, monkeypatc
 
 
 def test_ser_padded_batches_equal_each_utterance_alone(ser_dir, monkeypatch):
-    from voxanon.models.ser import EmotionClassifier
+    from voxanon.models.recognisers.ser import EmotionClassifier
 
     classifier = EmotionClassifier(ser_dir)
     # The SER layout is base-style wav2vec2: a group-norm feature extractor, normalised over each item's frames.
@@ -91,7 +91,8 @@ def test_ser_padded_batches_equal_each_utterance_alone(ser_dir, monkeypatch):
 def write_ecapa_dir(directory):
     """A speechbrain ECAPA model folder (embedding_model.ckpt with ECAPA_TDNN's keys): small, random weights and
     batch-norm statistics, so that a misplaced mask or reflection moves the vectors far past float rounding."""
-    from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, ecapa_tdnn
+    from voxanon.models.nets.speaker import EcapaConfig, ecapa_tdnn
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
 
     config = EcapaConfig(channels=(32, 32, 32, 32, 96), lin_neurons=24, attention_channels=16, se_channels=8,
                          res2net_scale=4)
@@ -103,7 +104,7 @@ def write_ecapa_dir(directory):
 
 
 def test_ecapa_embedder_on_a_device_runs_padded_batches_equal_to_the_cpu_vectors(tmp_path, monkeypatch):
-    from voxanon.models.speaker import EcapaEncoder
+    from voxanon.models.nets.speaker import EcapaEncoder
     from voxanon.pipeline.commands.evaluate import make_embedder
 
     spec = f"ecapa:{write_ecapa_dir(tmp_path / 'ecapa')}"
@@ -134,7 +135,7 @@ def test_ge2e_embedder_on_a_device_gives_the_cpu_vectors():
 def test_whisper_runs_on_cuda_only_where_ctranslate2_sees_it(monkeypatch, caplog):
     import ctranslate2
 
-    from voxanon.models.asr import whisper_device
+    from voxanon.models.recognisers.asr import whisper_device
 
     assert whisper_device("cpu") == whisper_device("cpu:0") == ("cpu", 0)
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)

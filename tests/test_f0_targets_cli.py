@@ -10,7 +10,8 @@ import soundfile
 
 from conftest import SAMPLE_RATE, make_corpus, synthetic_vowel
 from voxanon.data_prep.corpus import DataDir, write_data_dir
-from voxanon.models.f0 import SSL_SAS_YAAPT, F0Cache, yaapt_f0
+from voxanon.models.f0.extract import F0Cache, yaapt_f0
+from voxanon.models.f0.params import SSL_SAS_YAAPT
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.f0_targets import read_f0_targets
 

@@ -1,4 +1,4 @@
-"""The fast YAAPT (``models/yaapt.py``, ``models/yaapt_torch.py``) against pYAAPT with the SSL-SAS settings.
+"""The fast YAAPT (``models/f0/yaapt.py``, ``models/f0/yaapt_torch.py``) against pYAAPT with the SSL-SAS settings.
 
 Parity on demo-corpus speech and on synthetic voices with octave jumps, creak, silence and clipping
 (voicing decisions on >= 99.5 % of frames, F0 within 1 Hz on >= 99 % of the frames both call voiced);
@@ -15,8 +15,9 @@ import pytest
 
 from conftest import make_corpus
 from yaapt_parity import agreement, demo_speech, synthetic_speech
-from voxanon.models import yaapt
-from voxanon.models.f0 import MIN_SAMPLES, SSL_SAS_YAAPT, F0Cache, YaaptParams, yaapt_f0, yaapt_f0_batch
+from voxanon.models.f0 import yaapt
+from voxanon.models.f0.extract import F0Cache, yaapt_f0, yaapt_f0_batch
+from voxanon.models.f0.params import MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams
 from voxanon.pipeline.stages import Utterance
 
 
@@ -111,7 +112,7 @@ def test_kernels_are_cached_on_disk():
 def test_torch_version_on_the_cpu_agrees_with_numpy(demo_subset):
     import torch
 
-    from voxanon.models import yaapt_torch
+    from voxanon.models.f0 import yaapt_torch
 
     voices = synthetic_speech()
     speech = dict(list(demo_subset.items())[:4] + [(name, voices[name]) for name in ("creak", "silences", "clipped")])

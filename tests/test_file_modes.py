@@ -13,7 +13,7 @@ import soundfile
 
 from conftest import make_corpus
 from voxanon.data_prep.atomic import atomic_path, atomic_write_bytes, atomic_write_text
-from voxanon.models.fetch import extract
+from voxanon.models.checkpoints.fetch import extract
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
@@ -76,7 +76,7 @@ def test_an_installed_model_set_follows_the_umask(tmp_path, umask):
     a model folder it shared."""
     import torch
 
-    from voxanon.models.registry import write_model_set
+    from voxanon.models.checkpoints.registry import write_model_set
 
     folder = write_model_set("shared", {"content": {"w": torch.zeros(2, 3)}}, {"content": {}}, source="test",
                              random=True, root=tmp_path / "models")

@@ -17,10 +17,11 @@ from torch import nn
 from tests import reference_flow
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import min_cllr
-from voxanon.models.checkpoints import UnsafeCheckpointError, generator_families
-from voxanon.models.flow import (FlowConfig, TrainingConfig, ZeroLLRFlow, flow_from_reference_state_dict,
-                                 import_reference_flow, load_flow, mu_mle, save_flow, train_zero_llr_flow)
-from voxanon.models.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
+from voxanon.models.checkpoints.ssl_sas import generator_families
+from voxanon.models.checkpoints.safe import UnsafeCheckpointError
+from voxanon.models.nets.flow import FlowConfig, TrainingConfig, ZeroLLRFlow, load_flow, mu_mle, save_flow, train_zero_llr_flow
+from voxanon.models.checkpoints.zllr_flow import flow_from_reference_state_dict, import_reference_flow
+from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
 
 
 def random_flow(dim=6, hidden=16, seed=0):

@@ -9,8 +9,8 @@ import torch
 
 from speechbrain_layouts import ASR_HPARAMS, write_asr_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
-from voxanon.models.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
+from voxanon.models.recognisers.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
+from voxanon.models.checkpoints.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
                                              read_hparams, wav2vec2_config_from_state)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -169,7 +169,7 @@ def test_published_style_yamls_are_on_the_allow_list(tmp_path):
 def test_nonstandard_feature_extractor_without_config_is_a_clear_error():
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    from voxanon.models.speechbrain_dirs import ModelDirError
+    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError
 
     small = Wav2Vec2Model(Wav2Vec2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
                                          intermediate_size=8, conv_dim=[8, 8], conv_kernel=[4, 2],

@@ -16,11 +16,11 @@ import torch
 
 from tests.test_flow import reference_module  # noqa: F401 (a fixture: the ICASSP 2023 flow classes)
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models import fetch as fetch_module
-from voxanon.models.fetch import (DownloadError, RemoteFile, UnsafeArchiveError, download, extract, fetch,
+from voxanon.models.checkpoints import fetch as fetch_module
+from voxanon.models.checkpoints.fetch import (DownloadError, RemoteFile, UnsafeArchiveError, download, extract, fetch,
                                   zenodo_files)
-from voxanon.models.flow import load_flow
-from voxanon.models.registry import load_model_set
+from voxanon.models.nets.flow import load_flow
+from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
 
 PAYLOAD = np.random.default_rng(0).bytes(300_000)

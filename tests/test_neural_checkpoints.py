@@ -10,8 +10,9 @@ from unittest import mock
 import pytest
 import torch
 
-from voxanon.models.checkpoints import (CheckpointError, OpaqueConfig, UnsafeCheckpointError, atomic_torch_save,
-                                        fold_weight_norm, safe_load, split_weight_norm)
+from voxanon.models.checkpoints.safe import split_weight_norm
+
+from voxanon.models.checkpoints.safe import CheckpointError, OpaqueConfig, UnsafeCheckpointError, atomic_torch_save, fold_weight_norm, safe_load
 
 
 class DictConfig:
@@ -121,7 +122,7 @@ def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
     """torch's legacy (non-zip) reader unpickles records with pickle_module.load before any tensor."""
     import pickle
 
-    from voxanon.models.flow import import_reference_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
 
     marker = tmp_path / "ran"
     path = tmp_path / "legacy.pt"

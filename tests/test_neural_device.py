@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
-from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, encode_on_device
-from voxanon.models.precision import built_with_weights, length_groups, prepared_for_device
+from voxanon.models.nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+from voxanon.models.nets.hubert import SoftContentConfig, SoftContentEncoder, encode_on_device
+from voxanon.models.nets.precision import length_groups, prepared_for_device
+from voxanon.models.checkpoints.safe import built_with_weights
 from voxanon.pipeline import neural_stages
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderStage, load_model, resolve_device
@@ -119,7 +120,7 @@ def test_device_form_in_lower_precision_agrees_with_float32(tiny_ssl_sas, precis
 
 
 def test_each_device_gets_its_form(tiny_ssl_sas, monkeypatch):
-    from voxanon.models.hifigan import spectral_convolutions
+    from voxanon.models.nets.hifigan import spectral_convolutions
 
     monkeypatch.setattr(neural_stages, "_loaded", {})
     # On a GPU ("meta" here: the preparation moves every tensor, and nothing runs), the set's weights go
@@ -241,7 +242,7 @@ def test_device_paths_queue_every_group_before_reading_a_result(tiny_ssl_sas, mo
 
 
 def test_padded_shapes_come_from_a_grid():
-    from voxanon.models.precision import device_groups, padded_length, padded_rows
+    from voxanon.models.nets.precision import device_groups, padded_length, padded_rows
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(16000, 35 * 16000, size=2000)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import synthetic_vowel
-from voxanon.models import f0 as f0_module
-from voxanon.models.f0 import DEFAULT_BACKEND, MIN_SAMPLES, PYAAPT_BACKENDS, F0Cache, YaaptParams, yaapt_f0
+from voxanon.models.f0 import extract as f0_module
+from voxanon.models.f0.extract import F0Cache, yaapt_f0
+from voxanon.models.f0.params import DEFAULT_BACKEND, MIN_SAMPLES, PYAAPT_BACKENDS, YaaptParams
 
 
 def reference_ssl_sas_f0(audio: np.ndarray) -> np.ndarray:

@@ -23,8 +23,8 @@ from torch import nn
 
 from tests.reference_hifigan import Generator as ReferenceGenerator
 from tests.test_release_layout import ECAPA, RELEASE_CONFIG, SSL_SAS_VOCODER
-from voxanon.models.checkpoints import safe_load
-from voxanon.models.hubert import SoftContentEncoder
+from voxanon.models.checkpoints.safe import safe_load
+from voxanon.models.checkpoints.ssl_sas import soft_content_from_ssl_sas_state
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
 
@@ -134,7 +134,7 @@ def test_soft_content_equals_fairseq_hubert_with_ssl_sas_quirks(tmp_path):
 
     centroids = torch.randn(200, 64)
     hubert_state = safe_load(checkpoint)["model"]
-    ours = SoftContentEncoder.from_ssl_sas_state({"W": centroids, **{f"ssl_model.{k}": v
+    ours = soft_content_from_ssl_sas_state({"W": centroids, **{f"ssl_model.{k}": v
                                                                      for k, v in hubert_state.items()}}).eval()
     wave = torch.randn(1, 16000) * 0.1
     with torch.no_grad():

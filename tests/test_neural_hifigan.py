@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.reference_hifigan import Generator as ReferenceGenerator
-from voxanon.models.checkpoints import CheckpointError, fold_weight_norm, safe_load, split_ssl_sas_generator
-from voxanon.models.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,
+from voxanon.models.checkpoints.ssl_sas import split_ssl_sas_generator
+from voxanon.models.checkpoints.safe import CheckpointError, fold_weight_norm, safe_load
+from voxanon.models.nets.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,
                                     SpectralConvolution, Vocoder, plan_spectral_convolutions, receptive_field_frames,
                                     spectral_convolutions, synthesis_windows)
 

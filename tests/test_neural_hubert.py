@@ -9,8 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from voxanon.models.checkpoints import CheckpointError, fairseq_hubert_to_hf, hf_hubert_to_fairseq, split_weight_norm
-from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder, plain_hubert
+from voxanon.models.checkpoints.keymaps import fairseq_hubert_to_hf, hf_hubert_to_fairseq
+
+from voxanon.models.checkpoints.safe import split_weight_norm
+
+from voxanon.models.checkpoints.safe import CheckpointError
+from voxanon.models.checkpoints.ssl_sas import soft_content_from_ssl_sas_state
+from voxanon.models.nets.hubert import SoftContentConfig, plain_hubert
 
 TINY = SoftContentConfig(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96, conv_channels=32,
                          pos_conv_kernel=16, pos_conv_groups=4)
@@ -54,7 +59,7 @@ def test_fairseq_key_names_are_the_published_ones():
 
 def test_soft_content_equals_ssl_sas_computation():
     hubert, state = random_fairseq_soft_model(TINY)
-    encoder = SoftContentEncoder.from_ssl_sas_state(state).eval()
+    encoder = soft_content_from_ssl_sas_state(state).eval()
     assert encoder.config == TINY
     wave = torch.randn(1, 3200) * 0.1
     with torch.no_grad():
@@ -73,7 +78,7 @@ def test_soft_content_equals_ssl_sas_computation():
 
 def test_per_frame_normalisation_flag_changes_the_quirk():
     _, state = random_fairseq_soft_model(TINY)
-    per_frame = SoftContentEncoder.from_ssl_sas_state(state, normalise_over_time=False,
+    per_frame = soft_content_from_ssl_sas_state(state, normalise_over_time=False,
                                                       replicate_last_frame=False)
     content = per_frame.encode([np.random.default_rng(0).standard_normal(3200).astype(np.float32) * 0.1])[0]
     assert content.shape == (9, 200)
@@ -82,7 +87,7 @@ def test_per_frame_normalisation_flag_changes_the_quirk():
 
 def test_encode_lengths_for_several_utterances():
     _, state = random_fairseq_soft_model(TINY, seed=1)
-    encoder = SoftContentEncoder.from_ssl_sas_state(state)
+    encoder = soft_content_from_ssl_sas_state(state)
     rng = np.random.default_rng(1)
     content = encoder.encode([rng.standard_normal(n).astype(np.float32) for n in (640, 4800, 16000)])
     assert [c.shape for c in content] == [(2, 200), (15, 200), (50, 200)]
@@ -97,13 +102,13 @@ def test_converter_round_trip_and_errors():
     with pytest.raises(CheckpointError, match="unexpected keys.*decoder.weight"):
         fairseq_hubert_to_hf({**fairseq, "decoder.weight": torch.zeros(1)})
     with pytest.raises(CheckpointError, match="'W'"):
-        SoftContentEncoder.from_ssl_sas_state({k: v for k, v in state.items() if k != "W"})
+        soft_content_from_ssl_sas_state({k: v for k, v in state.items() if k != "W"})
 
 
 @pytest.mark.slow
 def test_hubert_base_shapes_load_from_fairseq_layout():
     _, state = random_fairseq_soft_model(SoftContentConfig())
-    encoder = SoftContentEncoder.from_ssl_sas_state(state)
+    encoder = soft_content_from_ssl_sas_state(state)
     assert encoder.config == SoftContentConfig()
     assert encoder.encode([np.zeros(48000, dtype=np.float32) + 0.01])[0].shape == (150, 200)
 
@@ -115,9 +120,9 @@ def test_content_encoders_load_and_run_without_transformers():
 import sys
 import numpy as np
 import torch
-from voxanon.models.hubert import SoftContentConfig, SoftContentEncoder
-from voxanon.models.hubert_soft import HubertSoftConfig, HubertSoftEncoder
-from voxanon.models.precision import built_with_weights
+from voxanon.models.nets.hubert import SoftContentConfig, SoftContentEncoder
+from voxanon.models.nets.hubert_soft import HubertSoftConfig, HubertSoftEncoder
+from voxanon.models.checkpoints.safe import built_with_weights
 sizes = dict(hidden_size=64, num_layers=2, num_heads=1, intermediate_size=96, conv_channels=32, pos_conv_kernel=16,
              pos_conv_groups=4)
 for encoder_class, config in ((SoftContentEncoder, SoftContentConfig(**sizes)), (HubertSoftEncoder, HubertSoftConfig(**sizes))):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests import reference_hubert
-from voxanon.models.hubert import HubertBackboneConfig, _conv_output_lengths, batch_hubert_features, plain_hubert
-from voxanon.models.precision import built_with_weights
+from voxanon.models.nets.hubert import HubertBackboneConfig, _conv_output_lengths, batch_hubert_features, plain_hubert
+from voxanon.models.checkpoints.safe import built_with_weights
 
 SMALL = HubertBackboneConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=96, conv_channels=32,
                              pos_conv_kernel=16, pos_conv_groups=4)

@@ -13,8 +13,9 @@ from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from tests.reference_hifigan import Generator as ReferenceGenerator
 from tests.test_neural_hubert import TINY as TINY_CONTENT
 from tests.test_neural_hubert import random_fairseq_soft_model
-from voxanon.models.checkpoints import ZLLR_VC_LAYOUT, CheckpointError, UnsafeCheckpointError, import_ssl_sas
-from voxanon.models.registry import load_model_set
+from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, import_ssl_sas
+from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
+from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
 

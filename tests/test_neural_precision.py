@@ -121,7 +121,7 @@ def test_normalisations_run_in_float32_under_autocast_and_hooks_go_away():
     import torch
     from torch import nn
 
-    from voxanon.models.precision import float32_normalisations
+    from voxanon.models.nets.precision import float32_normalisations
 
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 8))
     x = torch.randn(3, 8)
@@ -136,8 +136,8 @@ def test_normalisations_run_in_float32_under_autocast_and_hooks_go_away():
 def test_lower_precision_copy_gives_autocast_outputs_bit_for_bit(voxanon_home):
     import torch
 
-    from voxanon.models.hubert import encode_lower_precision
-    from voxanon.models.precision import lower_precision_copy
+    from voxanon.models.nets.hubert import encode_lower_precision
+    from voxanon.models.nets.precision import lower_precision_copy
 
     content = load_model("ssl-sas", "content")
     lowered = load_model("ssl-sas", "content", "bfloat16")

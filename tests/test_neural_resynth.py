@@ -8,7 +8,7 @@ import pytest
 import soundfile
 
 from conftest import make_corpus
-from voxanon.models.registry import ModelNotInstalledError, installed, load_model_set, write_model_set
+from voxanon.models.checkpoints.registry import ModelNotInstalledError, installed, load_model_set, write_model_set
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
 
@@ -82,7 +82,7 @@ def reference_chain(audio: np.ndarray) -> np.ndarray:
     """SSL-SAS ``inference.py`` on one utterance: each model called on it alone, then peak 0.95."""
     import torch
 
-    from voxanon.models.f0 import yaapt_f0
+    from voxanon.models.f0.extract import yaapt_f0
     from voxanon.pipeline.neural_stages import load_ssl_sas_models
 
     content, speaker, vocoder = load_ssl_sas_models("ssl-sas")

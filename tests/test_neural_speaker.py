@@ -9,8 +9,9 @@ from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from speechbrain.processing.features import InputNormalization
 
 from tests.conftest import synthetic_vowel
-from voxanon.models.checkpoints import CheckpointError
-from voxanon.models.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder
+from voxanon.models.checkpoints.safe import CheckpointError
+from voxanon.models.checkpoints.ecapa import ecapa_from_directory
+from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig
 
 TINY = dict(channels=(32, 32, 32, 32, 96), attention_channels=16, se_channels=16, res2net_scale=4)
 
@@ -41,7 +42,7 @@ def test_ssl_sas_style_embedding_equals_speechbrain(tmp_path):
     config = EcapaConfig(**TINY)
     model = speechbrain_model(config, seed=0)
     torch.save(model.state_dict(), tmp_path / "embedding_model.ckpt")
-    encoder = EcapaEncoder.from_directory(tmp_path, config)
+    encoder = ecapa_from_directory(tmp_path, config)
     waves = [synthetic_vowel(f0, [(600, 80), (1500, 120)], 0.7 + 0.2 * i, seed=i) for i, f0 in enumerate((110, 210))]
     ours = encoder.embed(waves)
     assert ours.shape == (2, 192) and ours.dtype == np.float32
@@ -56,7 +57,7 @@ def test_embedding_mean_norm_as_speechbrain_global_normalisation(tmp_path):
     torch.save(model.state_dict(), tmp_path / "embedding_model.ckpt")
     stats = {"count": 1000, "glob_mean": torch.randn(192), "glob_std": torch.rand(192) + 0.5}
     torch.save(stats, tmp_path / "mean_var_norm_emb.ckpt")
-    encoder = EcapaEncoder.from_directory(tmp_path, config)
+    encoder = ecapa_from_directory(tmp_path, config)
     wave = synthetic_vowel(150, [(700, 80), (1200, 120)], 0.8)
     norm = InputNormalization(norm_type="global", std_norm=False).eval()
     norm._load_statistics_dict(stats)
@@ -76,8 +77,8 @@ def test_wrong_channels_and_missing_files_are_named(tmp_path):
     torch.save(model.state_dict(), tmp_path / "embedding_model.ckpt")
     wider = EcapaConfig(**{**TINY, "channels": (48, 48, 48, 48, 144)})
     with pytest.raises(CheckpointError, match="channels"):
-        EcapaEncoder.from_directory(tmp_path, wider)
+        ecapa_from_directory(tmp_path, wider)
     with pytest.raises(CheckpointError, match="mean_var_norm_emb.ckpt"):
-        EcapaEncoder.from_directory(tmp_path, EcapaConfig(**TINY, embedding_mean_norm=True))
+        ecapa_from_directory(tmp_path, EcapaConfig(**TINY, embedding_mean_norm=True))
     with pytest.raises(CheckpointError, match="embedding_model.ckpt"):
-        EcapaEncoder.from_directory(tmp_path / "absent", EcapaConfig(**TINY))
+        ecapa_from_directory(tmp_path / "absent", EcapaConfig(**TINY))

@@ -12,7 +12,7 @@ from conftest import make_corpus
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.vectors import Vectors, write_vectors
-from voxanon.models.pseudo_speaker import POOL_MANIFEST, load_pool
+from voxanon.models.speakers.pseudo_speaker import POOL_MANIFEST, load_pool
 from voxanon.pipeline.cli import main
 
 

@@ -11,9 +11,9 @@ import soundfile
 
 from conftest import SAMPLE_RATE, make_corpus, synthetic_vowel
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0_transform import NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
-from voxanon.models.praat_pitch import praat_f0
-from voxanon.models.psola import psola_to_moments
+from voxanon.models.dsp.f0_transform import NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
+from voxanon.models.f0.praat_pitch import praat_f0
+from voxanon.models.dsp.psola import psola_to_moments
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.protection_stages import F0NeutralStage, TdPsolaStage, ZeroLLRStage
 from voxanon.pipeline.stages import Utterance
@@ -116,7 +116,7 @@ def test_f0_neutral_leaves_an_unvoiced_track_and_needs_f0():
 def _random_flow(directory, *, l2_normalise_input: bool, dim: int = 192):
     import torch
 
-    from voxanon.models.flow import FlowConfig, ZeroLLRFlow, save_flow
+    from voxanon.models.nets.flow import FlowConfig, ZeroLLRFlow, save_flow
 
     torch.manual_seed(0)
     flow = ZeroLLRFlow(FlowConfig(dim=dim, hidden=32, n_layers=4, zero_init=False,

@@ -8,7 +8,7 @@ import pytest
 import scipy.spatial.distance
 
 from voxanon.data_prep.vectors import Vectors, write_vectors
-from voxanon.models.pseudo_speaker import (POOL_MANIFEST, PoolError, PseudoSpeakerSelector, SelectionSettings,
+from voxanon.models.speakers.pseudo_speaker import (POOL_MANIFEST, PoolError, PseudoSpeakerSelector, SelectionSettings,
                                            SpeakerPool, cosine_affinity, load_pool, pool_from_speakers,
                                            pool_from_utterances, save_pool)
 from voxanon.pipeline.speaker_stages import GlobalSpeakerStage, PseudoSpeakerStage

@@ -224,7 +224,7 @@ def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_pa
 
 
 def test_pool_build_under_ray_gives_the_local_vectors(cluster, tmp_path, monkeypatch):
-    from voxanon.models.pseudo_speaker import load_pool
+    from voxanon.models.speakers.pseudo_speaker import load_pool
 
     monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))    # actors get the driver's VOXANON_HOME
     assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0

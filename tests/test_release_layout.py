@@ -21,8 +21,9 @@ from speechbrain.lobes.features import Fbank
 from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 
 from tests.reference_hifigan import Generator as ReferenceGenerator
-from voxanon.models.checkpoints import CheckpointError, import_ssl_sas
-from voxanon.models.registry import load_model_set
+from voxanon.models.checkpoints.ssl_sas import import_ssl_sas
+from voxanon.models.checkpoints.safe import CheckpointError
+from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -173,7 +174,7 @@ def test_faithful_ssl_sas_release_imports(tmp_path, monkeypatch):
     reference = ReferenceGenerator(RELEASE_CONFIG, 393).eval()
     reference.load_state_dict({k: v for k, v in state.items() if not k.startswith(("latent_encoder.", "xv_model.",
                                                                                      "fbank."))})
-    from voxanon.models.hifigan import GeneratorConfig, HifiganGenerator
+    from voxanon.models.nets.hifigan import GeneratorConfig, HifiganGenerator
 
     generator = HifiganGenerator(GeneratorConfig.from_dict(model_set.config["generator"])).eval()
     generator.load_state_dict(model_set.tensors("generator"))
@@ -297,7 +298,7 @@ def test_check_of_single_files(tmp_path, capsys, monkeypatch):
 
 def test_check_reads_each_file_of_a_release_once(tmp_path, monkeypatch, capsys):
     """Issue 25 §5: the inspection and the trial import read the g_*, soft model and ECAPA files again each."""
-    import voxanon.models.release_check as release_check
+    import voxanon.models.checkpoints.release_check as release_check
 
     write_release(tmp_path / "release")
     reads: list[str] = []
@@ -335,8 +336,8 @@ def test_check_names_the_file_and_keys_of_an_installed_set_that_does_not_load(tm
     """A set whose config no longer fits its weights (checksums re-made, as a hand edit would): the load fails
     with the file and the mis-shaped keys named, in the check and in a run alike."""
     from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.checkpoints import CheckpointError
-    from voxanon.models.registry import CONFIG, MANIFEST
+    from voxanon.models.checkpoints.safe import CheckpointError
+    from voxanon.models.checkpoints.registry import CONFIG, MANIFEST
 
     folder = _install_random_set(tmp_path, monkeypatch)
     config = json.loads((folder / CONFIG).read_text())
@@ -351,7 +352,7 @@ def test_check_names_the_file_and_keys_of_an_installed_set_that_does_not_load(tm
     assert "generator (generator.safetensors): load would FAIL" in out
     assert f"{folder / 'generator.safetensors'}: not the HifiganGenerator its configuration describes: shapes differ:" \
         in out and "conv_pre.weight (32, 393, 7) (expected (64, 393, 7))" in out
-    from voxanon.models.hifigan import load_vocoder
+    from voxanon.models.nets.hifigan import load_vocoder
 
     with pytest.raises(CheckpointError, match=r"generator\.safetensors: .*shapes differ:.*conv_pre\.weight"):
         load_vocoder(load_model_set("ssl-sas"))

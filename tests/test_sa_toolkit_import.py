@@ -12,8 +12,9 @@ from safetensors.torch import load_file
 
 from sa_toolkit_fixtures import OUTPUT_DIM, SPEAKERS, reference_asr, tamper, write_asr_release, \
     write_converter_release
-from voxanon.models.checkpoints import CheckpointError, UnsafeCheckpointError, split_weight_norm
-from voxanon.models.sa_toolkit import (CONVERTER_TAGS, EXTRACTOR_TAGS, convert_asr_state, import_sa_toolkit,
+from voxanon.models.checkpoints.safe import split_weight_norm
+from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
+from voxanon.models.checkpoints.sa_toolkit import (CONVERTER_TAGS, EXTRACTOR_TAGS, convert_asr_state, import_sa_toolkit,
                                        random_sa_toolkit, release_tdnnf_shapes)
 from voxanon.pipeline.cli import main
 

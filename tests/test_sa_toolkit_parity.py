@@ -14,12 +14,12 @@ from sa_toolkit_fixtures import SPEAKERS, reference_asr, reference_converter, wr
     write_converter_release
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.models.asr_bn import AsrBnConfig, AsrBnExtractor, kaldi_fbank
-from voxanon.models.core_hifigan import CoreHifiGan, conditioning
-from voxanon.models.hifigan import GeneratorConfig
-from voxanon.models.registry import load_model_set
-from voxanon.models.sa_toolkit import load_converter, load_extractor
-from voxanon.models.sa_yaapt import sa_toolkit_f0
+from voxanon.models.nets.asr_bn import AsrBnConfig, AsrBnExtractor, kaldi_fbank
+from voxanon.models.nets.core_hifigan import CoreHifiGan, conditioning
+from voxanon.models.nets.hifigan import GeneratorConfig
+from voxanon.models.checkpoints.registry import load_model_set
+from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
+from voxanon.models.f0.sa_yaapt import sa_toolkit_f0
 from voxanon.pipeline.cli import main
 
 BN_TOLERANCE = 1e-4
@@ -116,7 +116,7 @@ def test_converted_speech_matches_sa_toolkit(front_end, speech, tmp_path, monkey
 
 def test_core_hifigan_output_layer_reflects_one_sample():
     """Against the reference CoreHifiGan on the same (folded) weights, whole utterances and windowed ones."""
-    from voxanon.models.checkpoints import fold_weight_norm
+    from voxanon.models.checkpoints.safe import fold_weight_norm
 
     torch.manual_seed(3)
     theirs = ref.CoreHifiGan(imput_dim=20, upsample_initial_channel=32).eval()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.registry import write_model_set
+from voxanon.models.checkpoints.registry import write_model_set
 from voxanon.pipeline.asrbn_stages import AsrBnTargetStage
 from voxanon.pipeline.stages import Utterance
 from voxanon.pipeline.systems import build_system, load_system_config

@@ -18,7 +18,7 @@ from conftest import synthetic_vowel
 from reference_sa_toolkit import UttCMVN
 
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.models.sa_yaapt import (SA_TOOLKIT_B5_B6, SaToolkitYaaptParams, normalise_f0, normalise_f0_pooled,
+from voxanon.models.f0.sa_yaapt import (SA_TOOLKIT_B5_B6, SaToolkitYaaptParams, normalise_f0, normalise_f0_pooled,
                                      sa_toolkit_f0, sa_toolkit_f0_frames)
 
 with warnings.catch_warnings():
@@ -205,7 +205,7 @@ def test_normalisation_of_degenerate_tracks():
 # The F0 stage's sa-toolkit backend (the B5/B6 systems' F0) ---------------------------------------------------
 
 def test_the_f0_stage_runs_the_port_as_its_sa_toolkit_backend(tmp_path):
-    from voxanon.models.f0 import F0Cache
+    from voxanon.models.f0.extract import F0Cache
     from voxanon.pipeline.neural_stages import F0Stage
     from voxanon.pipeline.stages import Utterance
 
@@ -227,7 +227,8 @@ def test_the_f0_stage_runs_the_port_as_its_sa_toolkit_backend(tmp_path):
 
 
 def test_the_batched_backend_reports_a_bad_utterance_in_its_place():
-    from voxanon.models.f0 import backend_params, yaapt_f0_batch
+    from voxanon.models.f0.extract import yaapt_f0_batch
+    from voxanon.models.f0.params import backend_params
 
     good = speech(0)
     tracks = yaapt_f0_batch([good, np.full(4000, np.nan, np.float32), good[:8000]], SAMPLE_RATE,

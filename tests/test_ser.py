@@ -9,7 +9,7 @@ import torch
 
 from speechbrain_layouts import IEMOCAP_LABELS, write_label_encoder, write_ser_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.ser import EmotionClassifier, fold_model_dirs, read_label_encoder
+from voxanon.models.recognisers.ser import EmotionClassifier, fold_model_dirs, read_label_encoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,7 +11,7 @@ from conftest import make_corpus
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.models.flow import load_flow
+from voxanon.models.nets.flow import load_flow
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.training.sex_flow import add_train_parser, held_out_speakers
 

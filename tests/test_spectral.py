@@ -1,11 +1,11 @@
-"""FFT convolutions (models/spectral.py) and HuBERT's positional convolution through them."""
+"""FFT convolutions (models/nets/spectral.py) and HuBERT's positional convolution through them."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from voxanon.models.hubert import HubertBackboneConfig, PositionalConvEmbedding, plain_hubert
-from voxanon.models.spectral import FftConvolution, fft_form
+from voxanon.models.nets.hubert import HubertBackboneConfig, PositionalConvEmbedding, plain_hubert
+from voxanon.models.nets.spectral import FftConvolution, fft_form
 
 
 @pytest.mark.parametrize("kernel,padding,groups", [(128, 64, 16), (33, 16, 1), (40, 20, 4), (32, 31, 2)])

@@ -73,7 +73,7 @@ def test_unknown_need_kind_is_refused(tag_stage, monkeypatch):
 
 def test_a_rebuilt_pool_changes_the_configuration_so_outputs_are_redone(tmp_path, monkeypatch):
     from voxanon.data_prep.vectors import Vectors
-    from voxanon.models.pseudo_speaker import pool_from_speakers, save_pool
+    from voxanon.models.speakers.pseudo_speaker import pool_from_speakers, save_pool
     from voxanon.pipeline.runner import prepare_set
     from voxanon.pipeline.systems import config_hash
 

@@ -23,7 +23,7 @@ from voxanon.data_prep.corpus import DataDir, read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.eer import rocch_eer
-from voxanon.models.checkpoints import safe_load
+from voxanon.models.checkpoints.safe import safe_load
 from voxanon.pipeline.training.asv import (CLASSIFIER_FILE, TRAINING_FILE, default_hparams, export_model,
                                            resolve_hparams, select_utterances, train_asv)
 from voxanon.pipeline.cli import main
@@ -136,8 +136,9 @@ def test_challenge_sized_model_is_saved_key_for_key(tmp_path):
     from speechbrain.inference.speaker import EncoderClassifier
     from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN, Classifier
 
-    from voxanon.models.asv_model import SpeakerClassifier
-    from voxanon.models.speaker import SSL_SAS_ECAPA, EcapaConfig
+    from voxanon.models.nets.asv_model import SpeakerClassifier
+    from voxanon.models.checkpoints.ecapa import ecapa_config_from_state
+    from voxanon.models.nets.speaker import SSL_SAS_ECAPA
     from voxanon.pipeline.training.asv import ecapa_config
 
     hparams = default_hparams()
@@ -150,7 +151,7 @@ def test_challenge_sized_model_is_saved_key_for_key(tmp_path):
     for name, state in reference.items():
         saved = safe_load(tmp_path / name)
         assert {k: tuple(v.shape) for k, v in saved.items()} == {k: tuple(v.shape) for k, v in state.items()}, name
-    assert EcapaConfig.from_state(safe_load(tmp_path / "embedding_model.ckpt")) == SSL_SAS_ECAPA
+    assert ecapa_config_from_state(safe_load(tmp_path / "embedding_model.ckpt")) == SSL_SAS_ECAPA
     loaded = EncoderClassifier.from_hparams(source=str(tmp_path), savedir=None)
     for key, value in safe_load(tmp_path / "embedding_model.ckpt").items():
         assert torch.equal(loaded.mods.embedding_model.state_dict()[key], value), key
@@ -280,7 +281,7 @@ def test_utterance_selection_follows_the_challenges_ways():
 def test_cyclic_learning_rate_is_speechbrains():
     from speechbrain.nnet.schedulers import CyclicLRScheduler
 
-    from voxanon.models.asv_model import cyclic_learning_rate
+    from voxanon.models.nets.asv_model import cyclic_learning_rate
 
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
     scheduler = CyclicLRScheduler(base_lr=1e-8, max_lr=0.01, step_size=3)
@@ -306,7 +307,7 @@ def test_non_standard_kernels_and_dilations_load_as_speechbrain_builds_them(tmp_
     """Kernel sizes come from the weight shapes, dilations (which no weight shows) from hyperparams.yaml."""
     from speechbrain.inference.speaker import EncoderClassifier
 
-    from voxanon.models.asv_model import SpeakerClassifier
+    from voxanon.models.nets.asv_model import SpeakerClassifier
     from voxanon.pipeline.training.asv import ecapa_config
 
     hparams = resolve_hparams({**TINY, "kernel_sizes": [3, 5, 3, 1, 1], "dilations": [1, 3, 2, 1, 1]})

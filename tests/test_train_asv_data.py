@@ -200,7 +200,7 @@ def test_a_finished_model_is_not_reused_for_other_data_of_the_same_size(tmp_path
 def test_a_checkpoint_of_the_per_speaker_split_is_refused(tmp_path):
     """Checkpoints written before the validation split was shared over the set would resume on other training
     utterances: refused, with the way out."""
-    from voxanon.models.checkpoints import atomic_torch_save
+    from voxanon.models.checkpoints.safe import atomic_torch_save
 
     corpus = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=2.0)
     atomic_torch_save({"format": "voxanon-asv-training-1", "settings": "{}"},

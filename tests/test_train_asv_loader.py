@@ -12,7 +12,7 @@ import torch
 
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import DataDir
-from voxanon.models.checkpoints import safe_load
+from voxanon.models.checkpoints.safe import safe_load
 from voxanon.pipeline.training.asv import (TRAINING_FILE, AsvTrainer, ChunkBatches, float_waves, prepare_training_data,
                                            read_training_sets, resolve_hparams, train_asv)
 

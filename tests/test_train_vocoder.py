@@ -13,9 +13,9 @@ import torch
 
 from voxanon.data_prep.corpus import DataDir, read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.models.checkpoints import safe_load
-from voxanon.models.hifigan import GeneratorConfig, HifiganGenerator
-from voxanon.models.hifigan_training import (FEATURE_MATCHING_WEIGHT, LossMelSpectrogram, MelConfig,
+from voxanon.models.checkpoints.safe import safe_load
+from voxanon.models.nets.hifigan import GeneratorConfig, HifiganGenerator
+from voxanon.models.nets.hifigan_training import (FEATURE_MATCHING_WEIGHT, LossMelSpectrogram, MelConfig,
                                              MultiPeriodDiscriminator, MultiScaleDiscriminator, discriminator_loss,
                                              feature_loss, generator_loss, to_jik876_generator_state,
                                              xvector_consistency_loss)
@@ -303,8 +303,8 @@ def test_jik876_checkpoint_resumes_approximately(trained, tmp_path, caplog):
 
 
 def test_installed_set_synthesises_with_the_trained_generator(trained, tmp_path):
-    from voxanon.models.checkpoints import fold_weight_norm
-    from voxanon.models.registry import load_model_set
+    from voxanon.models.checkpoints.safe import fold_weight_norm
+    from voxanon.models.checkpoints.registry import load_model_set
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VOXANON_HOME", str(trained.root / "home"))

@@ -8,8 +8,8 @@ from test_attacks_cli import sexed_vectors
 from test_flow import reference_module  # noqa: F401  (fixture)
 from voxanon.data_prep.corpus import Trial, format_trials, write_mapping
 from voxanon.data_prep.vectors import read_vectors, write_vectors
-from voxanon.models.flow import load_flow
-from voxanon.models.lda import LinearDiscriminant
+from voxanon.models.nets.flow import load_flow
+from voxanon.models.speakers.lda import LinearDiscriminant
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.commands.zllr import default_hidden_width, toy_dataset
 

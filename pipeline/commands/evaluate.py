@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
-from voxanon.models.registry import voxanon_home
+from voxanon.models.checkpoints.registry import voxanon_home
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes, read_recipe
 
@@ -45,20 +45,22 @@ def speaker_encoder_factory(spec: str, digest=None):
     device. ``digest`` (path -> sha256, e.g. a :class:`~voxanon.pipeline.feature_cache.FileDigests`) names an
     ECAPA checkpoint in the cache; default: hash it."""
     if spec == "ge2e":
-        from voxanon.models.ge2e import GE2EEncoder
+        from voxanon.models.nets.ge2e import GE2EEncoder
         return "ge2e", lambda device="cpu": GE2EEncoder(device=device)
     kind, _, directory = spec.partition(":")
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
-    from voxanon.models.speaker import EMBEDDING_FILE, EcapaConfig, EcapaEncoder
-    from voxanon.models.speechbrain_dirs import ecapa_dilations
+    from voxanon.models.checkpoints.ecapa import ecapa_from_directory
+    from voxanon.models.nets.speaker import EcapaConfig
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
+    from voxanon.models.checkpoints.speechbrain_dirs import ecapa_dilations
 
     checkpoint = Path(directory) / EMBEDDING_FILE
     if not checkpoint.is_file():
         raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
 
     def build(device: str = "cpu"):
-        return EcapaEncoder.from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb").to(device)
+        return ecapa_from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb").to(device)
 
     if digest is None:
         from voxanon.data_prep.digest import sha256_file as digest
@@ -75,7 +77,7 @@ def embedding_function(encoder, device: str):
     """An encoder's ``waves -> vectors`` on ``device``: on the CPU ECAPA embeds one utterance at a time; on any other
     device (``cpu:N`` runs that path on the CPU) padded batches of similar length, each vector the utterance's own
     to float rounding. GE2E's partials are all of one length: batched either way."""
-    from voxanon.models.speaker import EcapaEncoder
+    from voxanon.models.nets.speaker import EcapaEncoder
 
     return encoder.embed_on_device if device != "cpu" and isinstance(encoder, EcapaEncoder) else encoder.embed
 
@@ -125,10 +127,10 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
 def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
                      device: str = "cpu") -> CachedComputation | None:
     """The protocol's ASR model (a name or a model directory), built on ``device`` only when a transcript is not
-    cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.asr.whisper_device`).
+    cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
-    outside voxanon's allow-list (see :mod:`voxanon.models.speechbrain_dirs`)."""
+    outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`)."""
     from voxanon.pipeline.feature_cache import CachedComputation
 
     if not spec:
@@ -137,7 +139,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
 
     def transcribe(waves):
         if "asr" not in model:
-            from voxanon.models.asr import load_asr
+            from voxanon.models.recognisers.asr import load_asr
             from voxanon.pipeline.neural_stages import resolve_device
 
             model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.corpus import read_data_dir
-from voxanon.models.f0 import DEFAULT_BACKEND, PYAAPT_BACKENDS
+from voxanon.models.f0.params import DEFAULT_BACKEND, PYAAPT_BACKENDS
 
 SHOWN_IDS = 10
 
@@ -45,7 +45,7 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
         return None
     if args.cache_dir is not None:
         return args.cache_dir
-    from voxanon.models.registry import voxanon_home
+    from voxanon.models.checkpoints.registry import voxanon_home
 
     return voxanon_home() / "cache" / "f0"
 

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.fetch import CATALOGUE
-from voxanon.models.sa_toolkit import TAGS as SA_TOOLKIT_TAGS
+from voxanon.models.checkpoints.fetch import CATALOGUE
+from voxanon.models.checkpoints.sa_toolkit import TAGS as SA_TOOLKIT_TAGS
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from voxanon.models.registry import installed, models_dir
+    from voxanon.models.checkpoints.registry import installed, models_dir
 
     sets = installed()
     print(f"models directory: {models_dir()}")
@@ -107,8 +107,8 @@ def run_list(args: argparse.Namespace) -> int:
 def install_sa_toolkit(source: str | Path, set_name: str | None = None) -> tuple[str, Path]:
     """Import one SA-toolkit ``final.pt`` (or the folder holding it) as a model set; (its name, its folder)."""
     from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.registry import write_model_set
-    from voxanon.models.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
+    from voxanon.models.checkpoints.registry import write_model_set
+    from voxanon.models.checkpoints.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
 
     path = find_final_pt(source)
     name = set_name or default_name(path)
@@ -120,9 +120,9 @@ def install_sa_toolkit(source: str | Path, set_name: str | None = None) -> tuple
 def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
             vocoder_dir: str | None = None) -> Path:
     """Convert a release into the model set ``name`` and write it; returns the set's folder."""
-    from voxanon.models.checkpoints import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
-    from voxanon.models.hubert_soft import import_hubert_soft
-    from voxanon.models.registry import write_model_set
+    from voxanon.models.checkpoints.ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
+    from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
+    from voxanon.models.checkpoints.registry import write_model_set
 
     if name == "hubert-soft":
         components, config = import_hubert_soft(source)
@@ -138,9 +138,9 @@ def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints import ZLLR_VC_LAYOUT, random_ssl_sas
-    from voxanon.models.hubert_soft import random_hubert_soft
-    from voxanon.models.registry import write_model_set
+    from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
+    from voxanon.models.checkpoints.hubert_soft import random_hubert_soft
+    from voxanon.models.checkpoints.registry import write_model_set
 
     if args.random_init == bool(args.source):
         raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
@@ -166,8 +166,8 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _import_sa_toolkit(args: argparse.Namespace) -> int:
-    from voxanon.models.registry import write_model_set
-    from voxanon.models.sa_toolkit import random_sa_toolkit
+    from voxanon.models.checkpoints.registry import write_model_set
+    from voxanon.models.checkpoints.sa_toolkit import random_sa_toolkit
 
     if not args.random_init:
         if args.tag:
@@ -187,7 +187,7 @@ def _import_sa_toolkit(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from voxanon.models.release_check import check
+    from voxanon.models.checkpoints.release_check import check
 
     report = check(args.path)
     print("\n".join(report.lines()))
@@ -195,7 +195,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from voxanon.models.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
+    from voxanon.models.checkpoints.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
 
     entry = catalogue_entry(args.name)
     if args.install and entry.importer is None:
@@ -236,8 +236,9 @@ RELEASE_FLOW_NAME = "sex"
 
 def install_release_flow(folders: tuple[Path, ...]) -> None:
     """Import the zLLR-VC release's pickled sex flow as the ``sex`` flow, unless one is installed already."""
-    from voxanon.models.flow import import_reference_flow, save_flow
-    from voxanon.models.registry import asset_dir
+    from voxanon.models.nets.flow import save_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
+    from voxanon.models.checkpoints.registry import asset_dir
 
     pickles = sorted({p for folder in folders for p in folder.rglob("xv_disentanglement_model/*.pt")})
     if len(pickles) != 1:

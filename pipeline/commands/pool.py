@@ -8,7 +8,7 @@
 * ``pool info``: what a pool holds.
 
 Pools live at ``$VOXANON_HOME/pools/<name>`` (or a path); the folder format is described in
-:mod:`voxanon.models.pseudo_speaker`.
+:mod:`voxanon.models.speakers.pseudo_speaker`.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import numpy as np
 from voxanon.data_prep.corpus import read_mapping
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import read_vectors
-from voxanon.models.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
+from voxanon.models.speakers.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
                                            pool_from_utterances, save_pool)
-from voxanon.models.registry import asset_dir
+from voxanon.models.checkpoints.registry import asset_dir
 
 UTTERANCE_LEVEL_NAMES = ("xvector.scp", "xvector.ark")
 SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")

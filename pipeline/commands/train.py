@@ -139,7 +139,7 @@ def run_vocoder(args: argparse.Namespace) -> int:
         discriminator_width_divisor=args.discriminator_divisor, workers=args.workers,
         progress=not args.quiet)
     if args.install:
-        from voxanon.models.registry import MODEL_SET_NAME, installed
+        from voxanon.models.checkpoints.registry import MODEL_SET_NAME, installed
 
         existing = installed().get(args.install)
         if args.install == args.models or not MODEL_SET_NAME.fullmatch(args.install):

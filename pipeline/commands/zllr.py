@@ -28,8 +28,8 @@ from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.corpus import read_mapping, read_trials
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
-from voxanon.models.flow_config import MU_STRATEGIES, FlowConfig, TrainingConfig
-from voxanon.models.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
+from voxanon.models.nets.flow_config import MU_STRATEGIES, FlowConfig, TrainingConfig
+from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
 from voxanon.pipeline.commands.attack import read_spk2gender, sex_labels
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Protections:
     """The methods a model folder offers, each mapping an ``(n, d)`` array to protected vectors."""
 
     def __init__(self, directory: Path):
-        from voxanon.models.flow import load_flow
+        from voxanon.models.nets.flow import load_flow
 
         self.directory = directory
         self.flow = load_flow(directory)
@@ -179,7 +179,7 @@ def _labelled(vectors_path: Path, utt2spk_path: Path, spk2gender_path: Path) -> 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from voxanon.models.flow import save_flow, train_zero_llr_flow
+    from voxanon.models.nets.flow import save_flow, train_zero_llr_flow
 
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
     config = FlowConfig(dim=vectors.dim, hidden=args.hidden or default_hidden_width(vectors.dim),
@@ -295,7 +295,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from voxanon.models.flow import import_reference_flow, save_flow
+    from voxanon.models.nets.flow import save_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
 
     model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise, mu=args.mu)
     save_flow(model, args.out)
@@ -336,7 +337,7 @@ def toy_table(*, hidden: int = 64, learning_rate: float = 1e-3, epochs: int = 10
               progress: bool = True) -> dict[str, dict[str, float]]:
     """Test-set Cllr and min Cllr of LDA, QDA and the flow per toy data set."""
     from voxanon.eval.cllr import cllr, min_cllr
-    from voxanon.models.flow import train_zero_llr_flow
+    from voxanon.models.nets.flow import train_zero_llr_flow
 
     table: dict[str, dict[str, float]] = {}
     for offset, name in enumerate(datasets):

@@ -19,7 +19,7 @@ class SemiInformed:
 
 
 # What a semi-informed attacker's model directory must hold (speechbrain's EncoderClassifier layout).
-ATTACKER_MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt")  # models.speaker.EMBEDDING_FILE, which imports torch
+ATTACKER_MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt")  # models.checkpoints.ecapa.EMBEDDING_FILE, which imports torch
 
 
 def check_attacker_model(model_dir: Path) -> dict | None:
@@ -27,7 +27,7 @@ def check_attacker_model(model_dir: Path) -> dict | None:
     a VoxanonError naming the file when a model file is missing or training is unfinished or unreadable."""
     import json
 
-    from voxanon.models.speechbrain_dirs import require_files
+    from voxanon.models.checkpoints.speechbrain_dirs import require_files
 
     model_dir = Path(model_dir)
     require_files(model_dir, ATTACKER_MODEL_FILES, "semi-informed attacker's ASV model")

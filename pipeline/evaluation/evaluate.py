@@ -332,7 +332,7 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
 
 def _pitch_tracker(progress: bool):
     """Praat pitch tracks (VoicePrivacy settings), cached."""
-    from voxanon.models.praat_pitch import praat_f0
+    from voxanon.models.f0.praat_pitch import praat_f0
     from voxanon.pipeline.feature_cache import CachedComputation
 
     return CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves], progress=progress)

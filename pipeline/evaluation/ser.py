@@ -2,7 +2,7 @@
 
 As VoicePrivacy 2024 evaluates it: each IEMOCAP set carries ``utt2emo`` (neu, ang, hap,
 sad) and ``spk2fold`` (leave one session out); each utterance is classified by the model
-of its speaker's fold (``fold_<k>`` model directories, :mod:`voxanon.models.ser`), so no
+of its speaker's fold (``fold_<k>`` model directories, :mod:`voxanon.models.recognisers.ser`), so no
 model ever scores a speaker it was trained on. Reported per side (original, anonymised):
 
 * ``uar`` ``all``: UAR over every utterance of the set;
@@ -54,15 +54,15 @@ def ser_labels(data: DataDir) -> tuple[dict[str, str], dict[str, str]]:
 
 
 class FoldClassifiers:
-    """One :class:`~voxanon.models.ser.EmotionClassifier` per fold, checked at once, loaded on ``device`` when
+    """One :class:`~voxanon.models.recognisers.ser.EmotionClassifier` per fold, checked at once, loaded on ``device`` when
     first needed, and the cached computation of its scores (``batch_size`` utterances per call, a progress bar
     unless ``progress`` is false). ``digests`` (path -> sha256, e.g. a
     :class:`~voxanon.pipeline.feature_cache.FileDigests`) names each model in the cache; default: hash its files."""
 
     def __init__(self, model_dirs: str | os.PathLike | Mapping[str, str | os.PathLike], device: str = "cpu", *,
                  digests=None, batch_size: int = 16, progress: bool = True):
-        from voxanon.models.ser import SER_FILES, fold_model_dirs
-        from voxanon.models.speechbrain_dirs import require_files
+        from voxanon.models.recognisers.ser import SER_FILES, fold_model_dirs
+        from voxanon.models.checkpoints.speechbrain_dirs import require_files
 
         self.dirs = (fold_model_dirs(model_dirs) if isinstance(model_dirs, (str, os.PathLike))
                      else {str(fold): Path(d) for fold, d in model_dirs.items()})
@@ -83,21 +83,21 @@ class FoldClassifiers:
 
     def classifier(self, fold: str):
         if fold not in self._loaded:
-            from voxanon.models.ser import EmotionClassifier
+            from voxanon.models.recognisers.ser import EmotionClassifier
             from voxanon.pipeline.neural_stages import resolve_device
 
             self._loaded[fold] = EmotionClassifier(self.dirs[fold], device=resolve_device(self.device))
         return self._loaded[fold]
 
     def labels(self, fold: str) -> tuple[str, ...]:
-        from voxanon.models.ser import read_label_encoder
+        from voxanon.models.recognisers.ser import read_label_encoder
 
         return read_label_encoder(self.dirs[fold] / "label_encoder.txt")
 
     def computation(self, fold: str) -> CachedComputation:
         """The fold model's log-probabilities of waves, cached under the model's identity."""
         if fold not in self._computations:
-            from voxanon.models.ser import model_identity
+            from voxanon.models.recognisers.ser import model_identity
 
             self._computations[fold] = CachedComputation(
                 tag=f"ser-{model_identity(self.dirs[fold], self.digests)[:20]}", batch_size=self.batch_size,

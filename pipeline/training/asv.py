@@ -1,7 +1,7 @@
 """``voxanon train asv``: an ECAPA-TDNN speaker model trained on (anonymised) Kaldi data directories.
 
 This is the VoicePrivacy 2024 semi-informed attacker ``ASV_eval^anon``: speechbrain's ECAPA-TDNN
-speaker classifier (:class:`voxanon.models.asv_model.SpeakerClassifier`) trained with the
+speaker classifier (:class:`voxanon.models.nets.asv_model.SpeakerClassifier`) trained with the
 challenge's settings, which are the defaults in ``recipes/training/asv_ecapa.yaml`` (every one
 overridable). How the data are used, following the challenge's ``libri_prepare.py`` and
 ``asv_dataset.py``:
@@ -91,7 +91,7 @@ HYPERPARAMS_FILE = "hyperparams.yaml"
 CLASSIFIER_FILE = "classifier.ckpt"
 LABEL_ENCODER_FILE = "label_encoder.txt"
 PRETRAINER_LABEL_ENCODER_FILE = "label_encoder.ckpt"
-# Every file export_model writes ("embedding_model.ckpt" is models.speaker.EMBEDDING_FILE, which imports torch).
+# Every file export_model writes ("embedding_model.ckpt" is models.checkpoints.ecapa.EMBEDDING_FILE, which imports torch).
 MODEL_FILES = (HYPERPARAMS_FILE, "embedding_model.ckpt", CLASSIFIER_FILE, LABEL_ENCODER_FILE,
                PRETRAINER_LABEL_ENCODER_FILE)
 UTT_SELECTIONS = ("spk-diverse-sess", "spk-random", "spk-sess")
@@ -168,7 +168,7 @@ def check_hparams(h: dict) -> None:
 
 
 def ecapa_config(h: dict):
-    from voxanon.models.speaker import EcapaConfig
+    from voxanon.models.nets.speaker import EcapaConfig
 
     return EcapaConfig(channels=tuple(h["channels"]), lin_neurons=h["lin_neurons"], n_mels=h["n_mels"],
                        kernel_sizes=tuple(h["kernel_sizes"]), dilations=tuple(h["dilations"]),
@@ -592,7 +592,7 @@ class AsvTrainer:
                  workers: int | None = None, allow_pipes: bool = False, progress: bool = True):
         import torch
 
-        from voxanon.models.asv_model import SpeakerClassifier, aam_softmax_loss
+        from voxanon.models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
 
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
         self.device = resolve_device(device)
@@ -637,7 +637,7 @@ class AsvTrainer:
         return sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
 
     def save_checkpoint(self) -> Path:
-        from voxanon.models.checkpoints import atomic_torch_save
+        from voxanon.models.checkpoints.safe import atomic_torch_save
 
         state = {"format": CHECKPOINT_FORMAT, "settings": json.dumps(self.settings(), sort_keys=True),
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -652,7 +652,7 @@ class AsvTrainer:
         return target
 
     def resume(self) -> bool:
-        from voxanon.models.checkpoints import safe_load
+        from voxanon.models.checkpoints.safe import safe_load
 
         paths = self.checkpoint_paths()
         if not paths:
@@ -684,7 +684,7 @@ class AsvTrainer:
     # Work --------------------------------------------------------------------------------------
 
     def learning_rate(self, step: int) -> float:
-        from voxanon.models.asv_model import cyclic_learning_rate
+        from voxanon.models.nets.asv_model import cyclic_learning_rate
 
         return cyclic_learning_rate(step, self.h["base_lr"], self.h["lr"], self.h["step_size"])
 
@@ -843,8 +843,8 @@ def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
     """The speechbrain model files, each written atomically."""
     from speechbrain.dataio.encoder import CategoricalEncoder
 
-    from voxanon.models.checkpoints import atomic_torch_save
-    from voxanon.models.speaker import EMBEDDING_FILE
+    from voxanon.models.checkpoints.safe import atomic_torch_save
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
 
     for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
         atomic_torch_save({k: v.detach().cpu() for k, v in module.state_dict().items()}, out_dir / name)

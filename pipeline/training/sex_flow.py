@@ -68,8 +68,8 @@ def held_out_speakers(sex: dict[str, str], fraction: float, seed: int) -> set[st
 
 def run_sex_flow(args: argparse.Namespace) -> int:
     from voxanon.eval.cllr import cllr, min_cllr
-    from voxanon.models.flow import load_flow
-    from voxanon.models.registry import asset_dir
+    from voxanon.models.nets.flow import load_flow
+    from voxanon.models.checkpoints.registry import asset_dir
     from voxanon.pipeline.commands.zllr import run_train
     from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 

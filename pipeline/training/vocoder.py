@@ -53,7 +53,7 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0 import DEFAULT_BACKEND
+from voxanon.models.f0.params import DEFAULT_BACKEND
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
                                             load_model)
@@ -168,7 +168,7 @@ def _component_tag(model_set, component: str) -> str:
 
 def feature_tags(models: str) -> dict[str, str]:
     """Cache tags per feature kind: audio and F0 depend on the file only, content and speaker on the encoders too."""
-    from voxanon.models.registry import load_model_set
+    from voxanon.models.checkpoints.registry import load_model_set
 
     model_set = load_model_set(models, verify=False)
     return {"audio": "vocoder-input-sslsas", "f0": f"f0-yaapt-sslsas-{DEFAULT_BACKEND}",
@@ -352,8 +352,8 @@ class VocoderTrainer:
     def __init__(self, options: VocoderTrainingOptions, features: FeatureSet):
         import torch
 
-        from voxanon.models.hifigan import HifiganGenerator
-        from voxanon.models.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
+        from voxanon.models.nets.hifigan import HifiganGenerator
+        from voxanon.models.nets.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
                                                      MultiScaleDiscriminator)
 
         self.options = options
@@ -459,7 +459,7 @@ class VocoderTrainer:
     def train_step(self) -> dict[str, float]:
         import torch.nn.functional as F
 
-        from voxanon.models.hifigan_training import (MEL_LOSS_WEIGHT, discriminator_loss, feature_loss, generator_loss,
+        from voxanon.models.nets.hifigan_training import (MEL_LOSS_WEIGHT, discriminator_loss, feature_loss, generator_loss,
                                                      xvector_consistency_loss)
 
         frames, audio, target_vectors = self.load_batch(self.sampler.next_batch(self.n_choices))
@@ -521,8 +521,8 @@ class VocoderTrainer:
                 "data_digest": self.features.digest}
 
     def save_checkpoint(self) -> Path:
-        from voxanon.models.checkpoints import atomic_torch_save
-        from voxanon.models.hifigan_training import to_jik876_generator_state
+        from voxanon.models.checkpoints.safe import atomic_torch_save
+        from voxanon.models.nets.hifigan_training import to_jik876_generator_state
 
         out = self.options.out
         name = f"{self.steps:08d}"
@@ -544,7 +544,8 @@ class VocoderTrainer:
 
     def resume(self) -> int | None:
         """Load the latest checkpoint pair in the output folder; the step count resumed from, or None."""
-        from voxanon.models.checkpoints import SSL_SAS_SUBMODELS, safe_load
+        from voxanon.models.checkpoints.ssl_sas import SSL_SAS_SUBMODELS
+        from voxanon.models.checkpoints.safe import safe_load
 
         pairs = checkpoint_pairs(self.options.out)
         if not pairs:
@@ -601,7 +602,7 @@ class VocoderTrainer:
 
 def _jik876_config(trainer: VocoderTrainer) -> dict:
     """The checkpoint folder's ``config.json`` in SSL-SAS/jik876 key names, beside our own."""
-    from voxanon.models.hifigan_training import MelConfig
+    from voxanon.models.nets.hifigan_training import MelConfig
 
     options, generator, mel = trainer.options, trainer.generator_config, MelConfig()
     return {"resblock": generator.resblock, "num_gpus": 0, "batch_size": options.batch_size,
@@ -643,8 +644,8 @@ def _produced_width(config: dict, component: str) -> int | None:
 def resolve_training_models(options: VocoderTrainingOptions, verify: bool = True):
     """The base model set, the conditioning layout (with ``--layout`` overrides) and the generator config,
     checked against each other: cheap, so a bad option fails before the feature pass."""
-    from voxanon.models.hifigan import ConditioningLayout, GeneratorConfig
-    from voxanon.models.registry import load_model_set
+    from voxanon.models.nets.hifigan import ConditioningLayout, GeneratorConfig
+    from voxanon.models.checkpoints.registry import load_model_set
 
     base = load_model_set(options.models, verify=verify)
     if "generator" not in base.config or "layout" not in base.config:
@@ -746,10 +747,10 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
 
 def install_trained_generator(trainer: VocoderTrainer, name: str) -> Path:
     """Install the trained generator (weight norm folded) with the base set's encoders as model set ``name``."""
-    from voxanon.models.checkpoints import split_ssl_sas_generator
-    from voxanon.models.hifigan import HifiganGenerator, Vocoder
-    from voxanon.models.hifigan_training import to_jik876_generator_state
-    from voxanon.models.registry import write_model_set
+    from voxanon.models.checkpoints.ssl_sas import split_ssl_sas_generator
+    from voxanon.models.nets.hifigan import HifiganGenerator, Vocoder
+    from voxanon.models.nets.hifigan_training import to_jik876_generator_state
+    from voxanon.models.checkpoints.registry import write_model_set
 
     folded = split_ssl_sas_generator({"generator": to_jik876_generator_state(trainer.generator.state_dict())},
                                      "trained generator")["generator"]

