@@ -170,7 +170,7 @@ def _built(model_set, name: str, component: str, cpu_plans: bool):
 
         return content_encoder(model_set)
     if component == "speaker":
-        from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_from_model_set
+        from voxanon.models.checkpoints.ecapa import ecapa_from_model_set
 
         return ecapa_from_model_set(model_set)
     from voxanon.models.nets.hifigan import load_vocoder

@@ -18,7 +18,7 @@ from speechbrain.processing.features import InputNormalization
 
 from tests.conftest import synthetic_vowel
 from voxanon.models.nets.ecapa import Fbank, sentence_mean_normalised
-from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_config_from_state, ecapa_with_weights
+from voxanon.models.checkpoints.ecapa import ecapa_config_from_state, ecapa_with_weights
 from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_tdnn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -92,7 +92,7 @@ def write_ecapa_dir(directory):
     """A speechbrain ECAPA model folder (embedding_model.ckpt with ECAPA_TDNN's keys): small, random weights and
     batch-norm statistics, so that a misplaced mask or reflection moves the vectors far past float rounding."""
     from voxanon.models.nets.speaker import EcapaConfig, ecapa_tdnn
-    from voxanon.models.checkpoints.ssl_sas.ecapa import EMBEDDING_FILE
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
 
     config = EcapaConfig(channels=(32, 32, 32, 32, 96), lin_neurons=24, attention_channels=16, se_channels=8,
                          res2net_scale=4)

@@ -20,7 +20,7 @@ from voxanon.eval.cllr import min_cllr
 from voxanon.models.checkpoints.ssl_sas import generator_families
 from voxanon.models.checkpoints.safe import UnsafeCheckpointError
 from voxanon.models.nets.flow import FlowConfig, TrainingConfig, ZeroLLRFlow, load_flow, mu_mle, save_flow, train_zero_llr_flow
-from voxanon.models.checkpoints.ssl_sas.zllr_flow import flow_from_reference_state_dict, import_reference_flow
+from voxanon.models.checkpoints.zllr_flow import flow_from_reference_state_dict, import_reference_flow
 from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
 
 

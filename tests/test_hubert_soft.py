@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from tests.reference_hubert_soft import HubertSoft, published_checkpoint
-from voxanon.models.checkpoints.ssl_sas.keymaps import bshall_hubert_to_hf
+from voxanon.models.checkpoints.keymaps import bshall_hubert_to_hf
 from voxanon.models.checkpoints.safe import CheckpointError
 from voxanon.models.nets.hifigan import ConditioningLayout
 from voxanon.models.nets.hubert import SoftContentEncoder
 from voxanon.models.nets.hubert_soft import HubertSoftConfig, HubertSoftEncoder, content_encoder
-from voxanon.models.checkpoints.ssl_sas.hubert_soft import import_hubert_soft, random_hubert_soft
+from voxanon.models.checkpoints.hubert_soft import import_hubert_soft, random_hubert_soft
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
 

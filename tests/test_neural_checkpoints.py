@@ -122,7 +122,7 @@ def test_legacy_format_header_pickles_go_through_the_allow_list(tmp_path):
     """torch's legacy (non-zip) reader unpickles records with pickle_module.load before any tensor."""
     import pickle
 
-    from voxanon.models.checkpoints.ssl_sas.zllr_flow import import_reference_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
 
     marker = tmp_path / "ran"
     path = tmp_path / "legacy.pt"

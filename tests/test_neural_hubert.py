@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from voxanon.models.checkpoints.ssl_sas.keymaps import fairseq_hubert_to_hf, hf_hubert_to_fairseq
+from voxanon.models.checkpoints.keymaps import fairseq_hubert_to_hf, hf_hubert_to_fairseq
 
 from voxanon.models.checkpoints.safe import split_weight_norm
 

@@ -10,7 +10,7 @@ from speechbrain.processing.features import InputNormalization
 
 from tests.conftest import synthetic_vowel
 from voxanon.models.checkpoints.safe import CheckpointError
-from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_from_directory
+from voxanon.models.checkpoints.ecapa import ecapa_from_directory
 from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig
 
 TINY = dict(channels=(32, 32, 32, 32, 96), attention_channels=16, se_channels=16, res2net_scale=4)

@@ -137,7 +137,7 @@ def test_challenge_sized_model_is_saved_key_for_key(tmp_path):
     from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN, Classifier
 
     from voxanon.models.nets.asv_model import SpeakerClassifier
-    from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_config_from_state
+    from voxanon.models.checkpoints.ecapa import ecapa_config_from_state
     from voxanon.models.nets.speaker import SSL_SAS_ECAPA
     from voxanon.pipeline.training.asv import ecapa_config
 

@@ -1,6 +1,6 @@
 """Importing bshall's HuBERT-soft (``hubert-soft-35d9f29f.pt``) as the ``hubert-soft`` model set, or random weights.
 
-bshall's keys go to fairseq names and then to ours (:func:`voxanon.models.checkpoints.ssl_sas.keymaps.bshall_hubert_to_hf`);
+bshall's keys go to fairseq names and then to ours (:func:`voxanon.models.checkpoints.keymaps.bshall_hubert_to_hf`);
 the sizes are read off the converted tensors, and the load is strict.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.ssl_sas.keymaps import bshall_hubert_to_hf
+from voxanon.models.checkpoints.keymaps import bshall_hubert_to_hf
 from voxanon.models.checkpoints.safe import CheckpointError, built_with_weights, safe_load
 from voxanon.models.nets.hubert_soft import CONTENT_KIND, HubertSoftConfig, HubertSoftEncoder
 from voxanon.models.nets.hifigan import ConditioningLayout

@@ -21,7 +21,7 @@ from pathlib import Path
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints.ssl_sas import SEX_FLOW_PREFIX, SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
-from voxanon.models.checkpoints.ssl_sas.keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
+from voxanon.models.checkpoints.keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
 from voxanon.models.checkpoints.safe import CheckpointError, key_list, safe_load
 from voxanon.models.checkpoints.registry import MANIFEST, MODEL_SET_NAME, load_model_set, models_dir
 from voxanon.models.checkpoints.sa_toolkit import import_sa_toolkit
@@ -357,7 +357,7 @@ def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
         _try_import(report, "fairseq HuBERT key conversion", lambda: _named(name, fairseq_hubert_to_hf,
                                                                              checkpoint["model"]))
     elif "hubert" in entries:
-        from voxanon.models.checkpoints.ssl_sas.hubert_soft import import_hubert_soft
+        from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
 
         report.files.append(inspect_state(name, checkpoint["hubert"], "bshall HuBERT-soft checkpoint", "hubert"))
         _try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path, read)[0])
@@ -454,7 +454,7 @@ def component_loaders(model_set) -> dict:
         return loaders
     from voxanon.models.nets.hifigan import load_vocoder
     from voxanon.models.nets.hubert_soft import content_encoder
-    from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_from_model_set
+    from voxanon.models.checkpoints.ecapa import ecapa_from_model_set
 
     loaders = {"content": lambda: content_encoder(model_set), "speaker": lambda: ecapa_from_model_set(model_set),
                "generator": lambda: load_vocoder(model_set, cpu_plans=False).generator}

@@ -5,7 +5,7 @@
   state (``fbank.compute_deltas.kernel``, any ``mean_var_norm.*``) must equal what speechbrain's own
   ``Fbank``/``InputNormalization`` hold and is dropped, a zLLR-VC ``g_*`` may also hold its sex flow
   (``xv_dis_model.*``, dropped), and any other key is an error that lists the keys and names the file;
-* the soft content model's fairseq HuBERT keys go through :mod:`voxanon.models.checkpoints.ssl_sas.keymaps`.
+* the soft content model's fairseq HuBERT keys go through :mod:`voxanon.models.checkpoints.keymaps`.
 
 Every file is read with :func:`voxanon.models.checkpoints.safe.safe_load`.
 """
@@ -19,8 +19,8 @@ import torch
 
 from voxanon.data_prep.errors import VoxanonError
 
-from voxanon.models.checkpoints.ssl_sas.keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
-from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_config_from_state, ecapa_with_weights
+from voxanon.models.checkpoints.keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
+from voxanon.models.checkpoints.ecapa import ecapa_config_from_state, ecapa_with_weights
 from voxanon.models.checkpoints.safe import (CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load,
                                              strip_prefix)
 from voxanon.models.nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder

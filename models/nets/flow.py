@@ -22,9 +22,9 @@ Gaussian KL of the training data unless μ is given.
 
 Models are saved as a safetensors state dict plus a JSON config. The published pickled
 flows (``classes.RealNVP`` of the ICASSP 2023 zLLR-VC release and of the ICASSP 2022
-bridge-features-evidence code) are imported by :func:`voxanon.models.checkpoints.ssl_sas.zllr_flow.import_reference_flow`, which rebuilds
+bridge-features-evidence code) are imported by :func:`voxanon.models.checkpoints.zllr_flow.import_reference_flow`, which rebuilds
 their module tree through an allow-listed unpickler and runs none of their code;
-:func:`voxanon.models.checkpoints.ssl_sas.zllr_flow.flow_from_reference_state_dict` builds the flow from the same state-dict keys (a zLLR-VC
+:func:`voxanon.models.checkpoints.zllr_flow.flow_from_reference_state_dict` builds the flow from the same state-dict keys (a zLLR-VC
 ``g_*`` carries them under ``xv_dis_model.``, which the model-set import checks and leaves to
 ``voxanon zllr import``). Their z1 is the LLR of the class the release trained
 with label 0 (prior mean +μ), whichever sex that was.

@@ -15,7 +15,7 @@ The backbone (:class:`HubertBackbone`) computes what transformers' ``HubertModel
 HuBERT-base and holds the same state-dict keys, but is a few compact modules of our own (in the
 manner of bshall/hubert), so the neural chain never imports transformers (2.7 s of start-up,
 mostly ``torch._dynamo``). It is loaded from fairseq keys through
-:func:`voxanon.models.checkpoints.ssl_sas.keymaps.fairseq_hubert_to_hf`; fairseq is never imported.
+:func:`voxanon.models.checkpoints.keymaps.fairseq_hubert_to_hf`; fairseq is never imported.
 HuBERT-base normalises its first convolution over the whole utterance (GroupNorm), so
 plain zero padding would change the features. On CPU utterances are encoded one at a time;
 on a GPU :func:`encode_on_device` runs groups of similar length as one padded batch whose

@@ -3,7 +3,7 @@
 The published ``hubert-soft-35d9f29f.pt`` holds ``{"hubert": state}`` with DDP ``module.``
 prefixes and bshall's own module names (``nn.TransformerEncoderLayer`` with a fused
 ``in_proj_weight``, positional conv in either weight-norm layout); the renaming lives in
-:func:`voxanon.models.checkpoints.ssl_sas.keymaps.bshall_hubert_to_hf`. The network is HuBERT-base
+:func:`voxanon.models.checkpoints.keymaps.bshall_hubert_to_hf`. The network is HuBERT-base
 (the :class:`~voxanon.models.nets.hubert.HubertBackbone` of :mod:`voxanon.models.nets.hubert`) plus ``proj`` (768 -> 256), whose
 output on the last layer is the unit sequence; ``label_embedding`` (100 x 256) gives
 the training logits, cosine / 0.1. ``masked_spec_embed`` is used only by training-time

@@ -50,9 +50,9 @@ def speaker_encoder_factory(spec: str, digest=None):
     kind, _, directory = spec.partition(":")
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
-    from voxanon.models.checkpoints.ssl_sas.ecapa import ecapa_from_directory
+    from voxanon.models.checkpoints.ecapa import ecapa_from_directory
     from voxanon.models.nets.speaker import EcapaConfig
-    from voxanon.models.checkpoints.ssl_sas.ecapa import EMBEDDING_FILE
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
     from voxanon.models.checkpoints.speechbrain_dirs import ecapa_dilations
 
     checkpoint = Path(directory) / EMBEDDING_FILE

@@ -121,7 +121,7 @@ def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
             vocoder_dir: str | None = None) -> Path:
     """Convert a release into the model set ``name`` and write it; returns the set's folder."""
     from voxanon.models.checkpoints.ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
-    from voxanon.models.checkpoints.ssl_sas.hubert_soft import import_hubert_soft
+    from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
     from voxanon.models.checkpoints.registry import write_model_set
 
     if name == "hubert-soft":
@@ -139,7 +139,7 @@ def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
 
 def run_import(args: argparse.Namespace) -> int:
     from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
-    from voxanon.models.checkpoints.ssl_sas.hubert_soft import random_hubert_soft
+    from voxanon.models.checkpoints.hubert_soft import random_hubert_soft
     from voxanon.models.checkpoints.registry import write_model_set
 
     if args.random_init == bool(args.source):
@@ -237,7 +237,7 @@ RELEASE_FLOW_NAME = "sex"
 def install_release_flow(folders: tuple[Path, ...]) -> None:
     """Import the zLLR-VC release's pickled sex flow as the ``sex`` flow, unless one is installed already."""
     from voxanon.models.nets.flow import save_flow
-    from voxanon.models.checkpoints.ssl_sas.zllr_flow import import_reference_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
     from voxanon.models.checkpoints.registry import asset_dir
 
     pickles = sorted({p for folder in folders for p in folder.rglob("xv_disentanglement_model/*.pt")})

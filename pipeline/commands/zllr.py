@@ -296,7 +296,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     from voxanon.models.nets.flow import save_flow
-    from voxanon.models.checkpoints.ssl_sas.zllr_flow import import_reference_flow
+    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
 
     model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise, mu=args.mu)
     save_flow(model, args.out)

@@ -844,7 +844,7 @@ def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
     from speechbrain.dataio.encoder import CategoricalEncoder
 
     from voxanon.models.checkpoints.safe import atomic_torch_save
-    from voxanon.models.checkpoints.ssl_sas.ecapa import EMBEDDING_FILE
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
 
     for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
         atomic_torch_save({k: v.detach().cpu() for k, v in module.state_dict().items()}, out_dir / name)

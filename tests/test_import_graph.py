@@ -1,0 +1,156 @@
+"""The package's import graph: layers point one way, no module cycle, commands stay leaves, networks load nothing.
+
+Every import in the source is counted, those inside functions too (an import moved into a function to
+dodge a cycle still couples the two modules). The graph is read from the source with ``ast``; nothing is
+imported.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("pipeline", "models", "eval", "data_prep", "recipes")
+# What each layer may import of the others (itself always).
+ALLOWED = {"pipeline": {"models", "eval", "data_prep", "recipes"}, "models": {"data_prep"}, "eval": {"data_prep"},
+           "data_prep": set(), "recipes": set()}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return "voxanon." + ".".join(parts)
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    return {_module_name(path): path for layer in LAYERS for path in (root / layer).rglob("*.py")}
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, list[tuple[int, bool]]]:
+    """Project modules ``name`` imports -> [(line, relative)], resolving ``from package import module``."""
+    found: dict[str, list[tuple[int, bool]]] = {}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def known(candidate: str) -> str | None:
+        while candidate and candidate not in modules:
+            candidate = candidate.rpartition(".")[0]
+        return candidate or None
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            targets = [f"{prefix}.{alias.name}" for alias in node.names] + [prefix]
+        else:
+            continue
+        for target in targets:
+            module = known(target)
+            if module and module != name:
+                found.setdefault(module, []).append((node.lineno, bool(getattr(node, "level", 0))))
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, dict[str, list[tuple[int, bool]]]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_layers_point_one_way(graph):
+    wrong = [f"{module} imports {target}" for module, targets in graph.items() for target in targets
+             if _layer(target) != _layer(module) and _layer(target) not in ALLOWED[_layer(module)]]
+    assert not wrong, "\n".join(wrong)
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_no_module_cycle(graph):
+    assert not _cycles(graph)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}) == [["a", "b", "c"]]
+
+
+def test_no_command_is_imported_by_another_module(graph):
+    commands = "voxanon.pipeline.commands."
+    wrong = [f"{module} imports {target}" for module, targets in graph.items() for target in targets
+             if target.startswith(commands) and module != "voxanon.pipeline.cli"
+             and not target.endswith(".options")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_networks_import_no_loader(graph):
+    """models/nets/ holds torch modules and their device forms: loading code imports them, never the reverse."""
+    wrong = [f"{module} imports {target}" for module, targets in graph.items() if module.startswith("voxanon.models.nets.")
+             for target in targets if target.startswith("voxanon.models.") and not target.startswith("voxanon.models.nets")
+             and not target.startswith("voxanon.models.f0.extract") and not target.startswith("voxanon.models.speakers")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_imports_inside_the_package_are_relative(graph):
+    absolute = [f"{module}:{line}" for module, targets in graph.items() for lines in targets.values()
+                for line, relative in lines if not relative]
+    assert not absolute, "\n".join(absolute)
+
+
+def test_help_is_quick():
+    """``voxanon --help`` in a fresh interpreter: at most 0.5 s of CPU time (the best of three), which the
+    interpreter's own start counts in. CPU time rather than wall time, so a busy machine does not fail it."""
+    import resource
+
+    timings = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "voxanon.pipeline.cli", "--help"], check=True, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        timings.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    assert min(timings) < 0.5, timings
