@@ -229,7 +229,7 @@ INSTALL_HINTS = {
 
 def missing_needs(system: System) -> list[str]:
     """One message per unmet need of ``system``, naming the missing file and the command that installs it."""
-    from voxanon.models.checkpoints.registry import INSTALL_COMMANDS
+    from voxanon.models.checkpoints.catalogue import install_hint
 
     messages = []
     for need in system.needs:
@@ -241,7 +241,7 @@ def missing_needs(system: System) -> list[str]:
                                "pool:NAME, flow:NAME, spk2gender)")
         path = _installed_file(kind, name)
         if not path.is_file():
-            how = (INSTALL_COMMANDS.get(name, f"voxanon models import {name} ...") if kind == "checkpoint"
+            how = (install_hint(name) if kind == "checkpoint"
                    else INSTALL_HINTS[kind].format(name=name))
             messages.append(f"{kind} {name!r} is not installed ({path} missing); install it with: {how}")
     return messages

@@ -8,7 +8,8 @@ Used to show that a change kept behaviour: run it before and after, then compare
 Model sets are written by ``voxanon models import ... --random-init --size tiny`` (seeded), the B1
 pool by ``voxanon pool build`` and the zLLR sex flow by ``voxanon train sex-flow``, exactly as a user
 would, into a temporary VOXANON_HOME; each system then anonymises 8 utterances (one per speaker) with
-one worker. ``run.json`` is left out (it records times and paths).
+one worker. ``run.json`` and ``.journal.jsonl`` are left out: they record times, input identities and a
+configuration hash that names the (temporary) model folders.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SKIPPED = {"run.json", "failures.tsv"}
+SKIPPED = {"run.json", ".journal.jsonl"}
 
 
 def _digests(folder: Path) -> dict[str, str]:

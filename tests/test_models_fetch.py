@@ -17,8 +17,8 @@ import torch
 from tests.test_flow import reference_module  # noqa: F401 (a fixture: the ICASSP 2023 flow classes)
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import fetch as fetch_module
-from voxanon.models.checkpoints.fetch import (DownloadError, RemoteFile, UnsafeArchiveError, download, extract, fetch,
-                                  zenodo_files)
+from voxanon.models.checkpoints.fetch import DownloadError, UnsafeArchiveError, download, extract, fetch, zenodo_files
+from voxanon.models.checkpoints.catalogue import RemoteFile
 from voxanon.models.nets.flow import load_flow
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main

@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from voxanon.data_prep.atomic import atomic_write_text, staging_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.checkpoints.catalogue import CATALOGUE, Release, RemoteFile
 
 log = logging.getLogger(__name__)
 
@@ -50,56 +51,7 @@ class UnsafeArchiveError(VoxanonError):
     """An archive member would be written (or link) outside the extraction folder."""
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One file to download, with whatever is known to check it (None: unknown)."""
-
-    url: str
-    filename: str
-    sha256: str | None = None
-    sha256_prefix: str | None = None
-    md5: str | None = None
-    size: int | None = None
-
-
-@dataclass(frozen=True)
-class CatalogueEntry:
-    name: str
-    description: str
-    licence: str
-    files: tuple[RemoteFile, ...] = ()
-    zenodo_record: str | None = None
-    """Resolved through the Zenodo API at fetch time (file names, sizes and md5 sums)."""
-    importer: str | None = None
-    """The ``voxanon models import`` set that ``--import`` installs from this download."""
-
-
 ZENODO_API = "https://zenodo.org/api/records/{record}"
-
-CATALOGUE: dict[str, CatalogueEntry] = {entry.name: entry for entry in (
-    CatalogueEntry(
-        "ssl-sas", "SSL-SAS release (Zenodo 6529898): HiFi-GAN g_*, HuBERT soft model, ECAPA, pseudo x-vectors",
-        "CC BY-NC 4.0",
-        files=(RemoteFile("https://zenodo.org/records/6529898/files/pretrained_models_anon_xv.tar.gz?download=1",
-                          "pretrained_models_anon_xv.tar.gz"),),
-        importer="ssl-sas"),
-    CatalogueEntry(
-        "hubert-base", "fairseq HuBERT-base LibriSpeech 960 h (checks the SSL-SAS content model)", "MIT",
-        files=(RemoteFile("https://dl.fbaipublicfiles.com/hubert/hubert_base_ls960.pt", "hubert_base_ls960.pt"),)),
-    CatalogueEntry(
-        "ssl-sas-pool", "SSL-SAS pool x-vectors of LibriTTS train-other-500 (GitHub release provided_xvector)",
-        "CC BY-NC 4.0",
-        files=(RemoteFile("https://github.com/nii-yamagishilab/SSL-SAS/releases/download/provided_xvector/"
-                          "libritts_train_other_500_xvector.tar.gz", "libritts_train_other_500_xvector.tar.gz"),)),
-    CatalogueEntry(
-        "hubert-soft", "bshall HuBERT-soft, 256-d soft units (GitHub release v0.2)", "MIT",
-        files=(RemoteFile("https://github.com/bshall/hubert/releases/download/v0.2/hubert-soft-35d9f29f.pt",
-                          "hubert-soft-35d9f29f.pt", sha256_prefix="35d9f29f"),),
-        importer="hubert-soft"),
-    CatalogueEntry(
-        "zllr-vc", "ICASSP 2023 zero-evidence sex privacy release (Zenodo 7347685): vocoder and sex flow",
-        "CC BY-NC 4.0", zenodo_record="7347685", importer="zllr-vc"),
-)}
 
 
 def downloads_dir() -> Path:
@@ -108,7 +60,7 @@ def downloads_dir() -> Path:
     return voxanon_home() / "downloads"
 
 
-def catalogue_entry(name: str) -> CatalogueEntry:
+def catalogue_entry(name: str) -> Release:
     if name not in CATALOGUE:
         raise VoxanonError(f"nothing called {name!r} to fetch; known: {', '.join(CATALOGUE)}")
     return CATALOGUE[name]
@@ -154,7 +106,7 @@ def filename_from_url(url: str) -> str:
     return name
 
 
-def remote_files(entry: CatalogueEntry, url: str | None = None, sha256: str | None = None) -> tuple[RemoteFile, ...]:
+def remote_files(entry: Release, url: str | None = None, sha256: str | None = None) -> tuple[RemoteFile, ...]:
     """What fetching ``entry`` downloads.
 
     ``url`` (a mirror) replaces the catalogue's URL; a single-file entry keeps its file name and
@@ -375,7 +327,7 @@ def extract(archive: Path, destination: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Fetched:
-    entry: CatalogueEntry
+    entry: Release
     files: tuple[Path, ...]
     folders: tuple[Path, ...]
     """Folders the archives among ``files`` were unpacked to."""

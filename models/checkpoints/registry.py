@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.checkpoints.catalogue import install_hint
 
 if TYPE_CHECKING:  # torch loads in seconds; the CLI's commands import this module at start-up
     import torch
@@ -32,29 +33,6 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 MODEL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 CONFIG = "config.json"
-INSTALL_COMMANDS = {
-    "ssl-sas": "voxanon models fetch ssl-sas --import (downloads the release), or voxanon models import ssl-sas DIR "
-               "(the unpacked pretrained_models_anon_xv release), or voxanon models import ssl-sas --random-init "
-               "for plumbing tests",
-    "zllr-vc": "voxanon models fetch zllr-vc --import (downloads the ICASSP 2023 release), or voxanon models import "
-               "zllr-vc DIR (its unpacked pretrained_models_anon_xv folder), or voxanon models import zllr-vc "
-               "--random-init for plumbing tests",
-    "hubert-soft": "voxanon models fetch hubert-soft --import (downloads hubert-soft-35d9f29f.pt), or voxanon models "
-                   "import hubert-soft FILE, or voxanon models import hubert-soft --random-init for plumbing tests",
-}
-
-
-def _sa_toolkit_install_commands() -> dict[str, str]:
-    from voxanon.models.checkpoints.sa_toolkit import RELEASE_URL, TAGS
-
-    return {tag: f"voxanon models import sa-toolkit DIR, DIR holding {RELEASE_URL.format(tag=tag)} (torch.hub keeps "
-                 f"it in ~/.cache/torch/hub/checkpoints/{tag}/), or voxanon models import sa-toolkit --random-init "
-                 f"--tag {tag} for plumbing tests" for tag in TAGS}
-
-
-INSTALL_COMMANDS.update(_sa_toolkit_install_commands())
-
-
 class ModelNotInstalledError(VoxanonError):
     """A model set, or one of its files, is not in the models directory."""
 
@@ -148,7 +126,7 @@ def installed(root: Path | None = None) -> dict[str, dict]:
 def load_model_set(name: str, root: Path | None = None, verify: bool = True) -> ModelSet:
     """An installed set, its files checked against the manifest's sha256 sums."""
     folder = (root or models_dir()) / name
-    how = INSTALL_COMMANDS.get(name, f"voxanon models import {name} ...")
+    how = install_hint(name)
     if not (folder / MANIFEST).is_file():
         raise ModelNotInstalledError(f"model set {name!r} is not installed ({folder / MANIFEST} missing); "
                                      f"install it with: {how}")

@@ -2,7 +2,7 @@
 
 SA-toolkit (deep-privacy/SA-toolkit, Apache-2.0) publishes each model as a GitHub release
 (``https://github.com/deep-privacy/SA-toolkit/releases/download/<tag>/final.pt``, with a ``conf.pt``
-beside it); its ``hubconf.py`` lists the tags (:data:`TAGS`). A ``final.pt`` is a pickled dict:
+beside it); its ``hubconf.py`` lists the tags (:data:`voxanon.models.checkpoints.catalogue.SA_TOOLKIT_TAGS`). A ``final.pt`` is a pickled dict:
 
 * ``base_model_state_dict``: the network's state dict;
 * ``base_model_path``: the training config that built it (``local/chain/tuning/tdnnf_wav2vec2_vq.py``,
@@ -41,21 +41,14 @@ import re
 from pathlib import Path, PurePosixPath
 
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.models.checkpoints.catalogue import SA_TOOLKIT_CONVERTER_TAGS, SA_TOOLKIT_TAGS
 from voxanon.models.f0.params import SA_TOOLKIT_B5_B6
 
 # torch and the checkpoint readers are imported where they are used: the command line reads the tags
 # below at start-up.
 
-RELEASE_URL = "https://github.com/deep-privacy/SA-toolkit/releases/download/{tag}/final.pt"
 SOURCE_COMMIT = "22c298edfa3ef92accf347053cd00826702a2c0d"
 """The SA-toolkit commit whose code this importer and its parity tests follow."""
-CONVERTER_TAGS = ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_wav2vec2_100h_aug_v1",
-                  "hifigan_bn_tdnnf_600h_aug_v1", "hifigan_bn_tdnnf_600h_vq_48_v1", "hifigan_bn_tdnnf_100h_vq_64_v1",
-                  "hifigan_bn_tdnnf_100h_vq_256_v1", "hifigan_bn_tdnnf_100h_aug_v1")
-EXTRACTOR_TAGS = tuple(tag[len("hifigan_"):] for tag in CONVERTER_TAGS)
-TAGS = CONVERTER_TAGS + EXTRACTOR_TAGS
-"""``hubconf.py``'s ``anonymization`` and ``asr_bn_extractor`` tags. B5 is ``hifigan_bn_tdnnf_wav2vec2_vq_48_v1``,
-B6 ``hifigan_bn_tdnnf_600h_vq_48_v1``."""
 ENTRIES = {"base_model_state_dict", "base_model_path", "base_model_args", "base_model_params", "install_path",
            "task_path"}
 ASR_CONFIGS = {"tdnnf_wav2vec2_vq.py": ("wav2vec2", True), "tdnnf_wav2vec2.py": ("wav2vec2", False),
@@ -406,11 +399,11 @@ def find_final_pt(source: str | Path) -> Path:
 def default_name(path: Path) -> str:
     """The model set's name: the tag that the file's folder (or, failing that, the file's stem) is named after."""
     for candidate in (path.parent.name, path.stem):
-        if candidate in TAGS:
+        if candidate in SA_TOOLKIT_TAGS:
             return candidate
     raise VoxanonError(f"{path}: cannot tell which SA-toolkit tag this is from its folder's name "
-                       f"({path.parent.name!r}); give --name (e.g. {CONVERTER_TAGS[0]} for B5, "
-                       f"{CONVERTER_TAGS[3]} for B6)")
+                       f"({path.parent.name!r}); give --name (e.g. {SA_TOOLKIT_CONVERTER_TAGS[0]} for B5, "
+                       f"{SA_TOOLKIT_CONVERTER_TAGS[3]} for B6)")
 
 
 # Random weights with a tag's shapes, for plumbing tests and speed measurements -------------------------
@@ -433,8 +426,8 @@ def random_sa_toolkit(tag: str, size: str = "full", seed: int = 0) -> tuple[dict
     from voxanon.models.nets.core_hifigan import CoreHifiGan, generator_config
     from voxanon.models.nets.hubert import HubertBackboneConfig
 
-    if tag not in TAGS:
-        raise VoxanonError(f"unknown SA-toolkit tag {tag!r}; tags: {', '.join(TAGS)}")
+    if tag not in SA_TOOLKIT_TAGS:
+        raise VoxanonError(f"unknown SA-toolkit tag {tag!r}; tags: {', '.join(SA_TOOLKIT_TAGS)}")
     if size not in RANDOM_SPEAKERS:
         raise VoxanonError(f"model size must be 'full' or 'tiny', got {size!r}")
     front_end, codebook = tag_front_end(tag)
@@ -457,7 +450,7 @@ def random_sa_toolkit(tag: str, size: str = "full", seed: int = 0) -> tuple[dict
               "origin": {"random_init": tag}, "base_model_args": {}, "extractor": asr.to_dict(),
               "asr_output_dim": None}
     components = {"extractor": extractor.state_dict()}
-    if tag in CONVERTER_TAGS:
+    if tag in SA_TOOLKIT_CONVERTER_TAGS:
         speakers = random_speakers(RANDOM_SPEAKERS[size])
         settings = generator_config(asr.bn_dim, len(speakers),
                                     **({} if size == "full" else {"upsample_initial_channel": 32}))

@@ -6,20 +6,10 @@ import logging
 from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.fetch import CATALOGUE
-from voxanon.models.checkpoints.sa_toolkit import TAGS as SA_TOOLKIT_TAGS
+from voxanon.models.checkpoints.catalogue import CATALOGUE, SA_TOOLKIT_TAGS, importable
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
-
-IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft", "sa-toolkit")
-SOURCES = {"ssl-sas": "the unpacked SSL-SAS release (pretrained_models_anon_xv)",
-           "zllr-vc": "the unpacked ICASSP 2023 zLLR-VC release (its pretrained_models_anon_xv folder)",
-           "hubert-soft": "hubert-soft-35d9f29f.pt",
-           "sa-toolkit": "an SA-toolkit release's final.pt, or the folder holding it (B5: tag "
-                         "hifigan_bn_tdnnf_wav2vec2_vq_48_v1, B6: hifigan_bn_tdnnf_600h_vq_48_v1; the bn_tdnnf_* "
-                         "extractors too), read as data"}
-
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("models", help="list and import model checkpoints",
@@ -30,11 +20,11 @@ def add_parser(subparsers) -> None:
     listing.set_defaults(run=run_list)
     importing = actions.add_parser("import", help="convert a published release into a model set",
                                    description="Read a published release and write its model set: "
-                                               + "; ".join(f"{k}: {v}" for k, v in SOURCES.items())
+                                               + "; ".join(f"{name}: {CATALOGUE[name].source}" for name in importable())
                                                + ". The zLLR-VC sex flow is imported separately "
                                                  "(voxanon zllr import). --random-init writes random weights "
                                                  "instead (for tests and speed measurements only).")
-    importing.add_argument("name", choices=IMPORTABLE, help="model set to import")
+    importing.add_argument("name", choices=importable(), help="model set to import")
     importing.add_argument("source", nargs="?", help="the unpacked release folder (hubert-soft: the .pt file; "
                                                      "sa-toolkit: final.pt or its folder)")
     importing.add_argument("--hubert", help="ssl-sas, zllr-vc: hubert_base_ls960.pt, checked against the "
@@ -104,84 +94,40 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def install_sa_toolkit(source: str | Path, set_name: str | None = None) -> tuple[str, Path]:
-    """Import one SA-toolkit ``final.pt`` (or the folder holding it) as a model set; (its name, its folder)."""
-    from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.checkpoints.registry import write_model_set
-    from voxanon.models.checkpoints.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
-
-    path = find_final_pt(source)
-    name = set_name or default_name(path)
-    components, config = import_sa_toolkit(path)
-    origin = f"SA-toolkit {config['kind']} {path} (sha256 {sha256_file(path)})"
-    return name, write_model_set(name, components, config, source=origin, random=False)
+IMPORT_OPTIONS = {"hubert": "--hubert", "vocoder_dir": "--vocoder-dir", "name": "--name", "tag": "--tag"}
 
 
-def install(name: str, source: str | Path, *, hubert: str | Path | None = None,
-            vocoder_dir: str | None = None) -> Path:
-    """Convert a release into the model set ``name`` and write it; returns the set's folder."""
-    from voxanon.models.checkpoints.ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
-    from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
+def install(release_name: str, source: str | Path | None, *, random_init: bool = False, size: str = "full",
+            seed: int = 0, **options) -> tuple[str, Path]:
+    """Import a release (or random weights of its layout, marked random) and write its model set; (name, folder).
+    ``options``: the release's ``models import`` options that were given."""
+    from voxanon.models.checkpoints.catalogue import release
     from voxanon.models.checkpoints.registry import write_model_set
 
-    if name == "hubert-soft":
-        components, config = import_hubert_soft(source)
-        origin = f"bshall HuBERT-soft {source}"
+    entry = release(release_name)
+    given = {key: value for key, value in options.items() if value}
+    wrong = sorted(set(given) - entry.import_options - ({"tag"} if random_init else set()))
+    if wrong:
+        raise VoxanonError(f"{', '.join(IMPORT_OPTIONS[key] for key in wrong)} do(es) not apply to {release_name}")
+    if random_init:
+        imported = entry.random_init(size, seed, **given)
+        log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)",
+                    imported.name)
     else:
-        layout = ZLLR_VC_LAYOUT if name == "zllr-vc" else None
-        default_dir = SSL_SAS_VOCODER_DIR if name == "ssl-sas" else None
-        components, config = import_ssl_sas(source, hubert, vocoder_dir=vocoder_dir or default_dir, layout=layout,
-                                            release=name)
-        release = "SSL-SAS" if name == "ssl-sas" else "ICASSP 2023 zLLR-VC"
-        origin = f"{release} release {source}" + (f" + {hubert}" if hubert else "")
-    return write_model_set(name, components, config, source=origin, random=False)
+        imported = entry.importer(source, **given)
+    return imported.name, write_model_set(imported.name, imported.components, imported.config,
+                                          source=imported.origin, random=random_init)
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
-    from voxanon.models.checkpoints.hubert_soft import random_hubert_soft
-    from voxanon.models.checkpoints.registry import write_model_set
-
     if args.random_init == bool(args.source):
-        raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
-    if args.name in ("hubert-soft", "sa-toolkit") and (args.hubert or args.vocoder_dir):
-        raise VoxanonError(f"--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not {args.name}")
-    if args.name != "sa-toolkit" and (args.set_name or args.tag):
-        raise VoxanonError("--name and --tag apply to sa-toolkit only")
-    if args.name == "sa-toolkit":
-        return _import_sa_toolkit(args)
-    if not args.random_init:
-        path = install(args.name, args.source, hubert=args.hubert, vocoder_dir=args.vocoder_dir)
-        print(f"installed {args.name} in {path}")
-        return 0
-    if args.name == "hubert-soft":
-        components, config = random_hubert_soft(args.size, args.seed)
-    else:
-        components, config = random_ssl_sas(args.size, args.seed, ZLLR_VC_LAYOUT if args.name == "zllr-vc" else None)
-    log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", args.name)
-    path = write_model_set(args.name, components, config, source=f"random-init size={args.size} seed={args.seed}",
-                           random=True)
-    print(f"installed {args.name} in {path}")
-    return 0
-
-
-def _import_sa_toolkit(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints.registry import write_model_set
-    from voxanon.models.checkpoints.sa_toolkit import random_sa_toolkit
-
-    if not args.random_init:
-        if args.tag:
-            raise VoxanonError("--tag goes with --random-init; an imported final.pt is named by --name or its folder")
-        name, path = install_sa_toolkit(args.source, args.set_name)
-        print(f"installed {name} in {path}")
-        return 0
-    if not args.tag:
-        raise VoxanonError("sa-toolkit --random-init needs --tag TAG (the layout to give random weights)")
-    name = args.set_name or args.tag
-    components, config = random_sa_toolkit(args.tag, args.size, args.seed)
-    log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", name)
-    path = write_model_set(name, components, config, source=f"random-init {args.tag} size={args.size} "
-                           f"seed={args.seed}", random=True)
+        raise VoxanonError(f"give either {CATALOGUE[args.name].source} or --random-init")
+    if args.tag and not args.random_init:
+        raise VoxanonError("--tag goes with --random-init; an imported final.pt is named by --name or its folder")
+    if args.tag and "tag" not in CATALOGUE[args.name].import_options:
+        raise VoxanonError(f"--tag does not apply to {args.name}")
+    name, path = install(args.name, args.source, random_init=args.random_init, size=args.size, seed=args.seed,
+                         hubert=args.hubert, vocoder_dir=args.vocoder_dir, name=args.set_name, tag=args.tag)
     print(f"installed {name} in {path}")
     return 0
 
@@ -198,7 +144,7 @@ def run_fetch(args: argparse.Namespace) -> int:
     from voxanon.models.checkpoints.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
 
     entry = catalogue_entry(args.name)
-    if args.install and entry.importer is None:
+    if args.install and not entry.model_sets:
         raise VoxanonError(f"{args.name} is not a model set, so there is nothing to --import; fetch it without "
                            "--import and use the downloaded files directly")
     if args.attempts < 1:
@@ -214,7 +160,7 @@ def run_fetch(args: argparse.Namespace) -> int:
             print("import the pool with: voxanon pool import FOLDER --spk2gender FILE --out NAME (the speakers' "
                   "sexes are in the SSL-SAS repository's LibriTTS train-other-500 spk2gender)")
         return 0
-    if entry.importer == "hubert-soft":
+    if entry.name == "hubert-soft":
         models = [p for p in fetched.files if p.suffix == ".pt"]
         if len(models) != 1:
             raise VoxanonError(f"expected one .pt file among {', '.join(map(str, fetched.files))}")
@@ -222,10 +168,10 @@ def run_fetch(args: argparse.Namespace) -> int:
     else:
         source = find_release_root(fetched.folders)
     hubert = downloads_dir() / "hubert-base" / "hubert_base_ls960.pt"
-    use_hubert = entry.importer != "hubert-soft" and hubert.is_file()
-    path = install(entry.importer, source, hubert=hubert if use_hubert else None)
-    print(f"installed {entry.importer} in {path}")
-    if entry.importer == "zllr-vc":
+    use_hubert = "hubert" in entry.import_options and hubert.is_file()
+    name, path = install(entry.name, source, hubert=hubert if use_hubert else None)
+    print(f"installed {name} in {path}")
+    if entry.name == "zllr-vc":
         install_release_flow(fetched.folders)
     return 0
 

@@ -1,0 +1,203 @@
+"""The published releases voxanon knows, one entry each: what to download, how to import it, how to make random
+weights of its shapes, and what to tell a user whose run needs it.
+
+``voxanon models fetch``, ``import``, ``list`` and ``check`` and the installed-set registry all read this one
+table. It is data plus small functions that import their importer when called: the command line reads it at
+start-up, so nothing here imports torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from voxanon.data_prep.errors import VoxanonError
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file to download, with whatever is known to check it (None: unknown)."""
+
+    url: str
+    filename: str
+    sha256: str | None = None
+    sha256_prefix: str | None = None
+    md5: str | None = None
+    size: int | None = None
+
+
+Components = dict[str, dict]
+"""A model set's tensors by component (``{"generator": state_dict, ...}``)."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an importer read: the model set's name, components, config and a line saying where they came from."""
+
+    name: str
+    components: Components
+    config: dict
+    origin: str
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    description: str
+    licence: str
+    files: tuple[RemoteFile, ...] = ()
+    zenodo_record: str | None = None
+    """Resolved through the Zenodo API at fetch time (file names, sizes and md5 sums)."""
+    source: str = ""
+    """What ``voxanon models import NAME SOURCE`` reads; empty for a download that is not a model set."""
+    import_options: frozenset[str] = frozenset()
+    """The ``models import`` options that apply: ``hubert``, ``vocoder_dir``, ``name``, ``tag``."""
+    importer: Callable[..., Imported] | None = None
+    """``importer(source, **options)``: reads the release as data."""
+    random_init: Callable[..., Imported] | None = None
+    """``random_init(size, seed, **options)``: the same layout with random weights (``size`` full or tiny)."""
+    set_names: tuple[str, ...] = ()
+    """The model sets this release installs (default: its own name)."""
+    install_hint: str = ""
+    """How to install it, for a run that finds it missing."""
+
+    @property
+    def model_sets(self) -> tuple[str, ...]:
+        return self.set_names or ((self.name,) if self.importer else ())
+
+
+# SA-toolkit's hubconf.py ``anonymization`` and ``asr_bn_extractor`` tags. B5 is hifigan_bn_tdnnf_wav2vec2_vq_48_v1,
+# B6 hifigan_bn_tdnnf_600h_vq_48_v1.
+SA_TOOLKIT_CONVERTER_TAGS = (
+    "hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_wav2vec2_100h_aug_v1", "hifigan_bn_tdnnf_600h_aug_v1",
+    "hifigan_bn_tdnnf_600h_vq_48_v1", "hifigan_bn_tdnnf_100h_vq_64_v1", "hifigan_bn_tdnnf_100h_vq_256_v1",
+    "hifigan_bn_tdnnf_100h_aug_v1")
+SA_TOOLKIT_EXTRACTOR_TAGS = tuple(tag[len("hifigan_"):] for tag in SA_TOOLKIT_CONVERTER_TAGS)
+SA_TOOLKIT_TAGS = SA_TOOLKIT_CONVERTER_TAGS + SA_TOOLKIT_EXTRACTOR_TAGS
+SA_TOOLKIT_RELEASE_URL = "https://github.com/deep-privacy/SA-toolkit/releases/download/{tag}/final.pt"
+
+
+def _ssl_sas_layout(release: str):
+    def importer(source, *, hubert=None, vocoder_dir=None) -> Imported:
+        from voxanon.models.checkpoints.ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
+
+        layout = ZLLR_VC_LAYOUT if release == "zllr-vc" else None
+        default_dir = SSL_SAS_VOCODER_DIR if release == "ssl-sas" else None
+        components, config = import_ssl_sas(source, hubert, vocoder_dir=vocoder_dir or default_dir, layout=layout,
+                                            release=release)
+        title = "SSL-SAS" if release == "ssl-sas" else "ICASSP 2023 zLLR-VC"
+        return Imported(release, components, config,
+                        f"{title} release {source}" + (f" + {hubert}" if hubert else ""))
+
+    def random_init(size: str, seed: int) -> Imported:
+        from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
+
+        components, config = random_ssl_sas(size, seed, ZLLR_VC_LAYOUT if release == "zllr-vc" else None)
+        return Imported(release, components, config, f"random-init size={size} seed={seed}")
+
+    return importer, random_init
+
+
+def _import_hubert_soft(source) -> Imported:
+    from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
+
+    components, config = import_hubert_soft(source)
+    return Imported("hubert-soft", components, config, f"bshall HuBERT-soft {source}")
+
+
+def _random_hubert_soft(size: str, seed: int) -> Imported:
+    from voxanon.models.checkpoints.hubert_soft import random_hubert_soft
+
+    components, config = random_hubert_soft(size, seed)
+    return Imported("hubert-soft", components, config, f"random-init size={size} seed={seed}")
+
+
+def _import_sa_toolkit(source, *, name: str | None = None) -> Imported:
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.checkpoints.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
+
+    path = find_final_pt(source)
+    components, config = import_sa_toolkit(path)
+    return Imported(name or default_name(path), components, config,
+                    f"SA-toolkit {config['kind']} {path} (sha256 {sha256_file(path)})")
+
+
+def _random_sa_toolkit(size: str, seed: int, *, tag: str | None = None, name: str | None = None) -> Imported:
+    from voxanon.models.checkpoints.sa_toolkit import random_sa_toolkit
+
+    if not tag:
+        raise VoxanonError("sa-toolkit --random-init needs --tag TAG (the layout to give random weights)")
+    components, config = random_sa_toolkit(tag, size, seed)
+    return Imported(name or tag, components, config, f"random-init {tag} size={size} seed={seed}")
+
+
+_ssl_sas_import, _ssl_sas_random = _ssl_sas_layout("ssl-sas")
+_zllr_vc_import, _zllr_vc_random = _ssl_sas_layout("zllr-vc")
+
+CATALOGUE: dict[str, Release] = {release.name: release for release in (
+    Release(
+        "ssl-sas", "SSL-SAS release (Zenodo 6529898): HiFi-GAN g_*, HuBERT soft model, ECAPA, pseudo x-vectors",
+        "CC BY-NC 4.0",
+        files=(RemoteFile("https://zenodo.org/records/6529898/files/pretrained_models_anon_xv.tar.gz?download=1",
+                          "pretrained_models_anon_xv.tar.gz"),),
+        source="the unpacked SSL-SAS release (pretrained_models_anon_xv)",
+        import_options=frozenset({"hubert", "vocoder_dir"}), importer=_ssl_sas_import, random_init=_ssl_sas_random,
+        install_hint="voxanon models fetch ssl-sas --import (downloads the release), or voxanon models import "
+                     "ssl-sas DIR (the unpacked pretrained_models_anon_xv release), or voxanon models import ssl-sas "
+                     "--random-init for plumbing tests"),
+    Release(
+        "hubert-base", "fairseq HuBERT-base LibriSpeech 960 h (checks the SSL-SAS content model)", "MIT",
+        files=(RemoteFile("https://dl.fbaipublicfiles.com/hubert/hubert_base_ls960.pt", "hubert_base_ls960.pt"),)),
+    Release(
+        "ssl-sas-pool", "SSL-SAS pool x-vectors of LibriTTS train-other-500 (GitHub release provided_xvector)",
+        "CC BY-NC 4.0",
+        files=(RemoteFile("https://github.com/nii-yamagishilab/SSL-SAS/releases/download/provided_xvector/"
+                          "libritts_train_other_500_xvector.tar.gz", "libritts_train_other_500_xvector.tar.gz"),)),
+    Release(
+        "hubert-soft", "bshall HuBERT-soft, 256-d soft units (GitHub release v0.2)", "MIT",
+        files=(RemoteFile("https://github.com/bshall/hubert/releases/download/v0.2/hubert-soft-35d9f29f.pt",
+                          "hubert-soft-35d9f29f.pt", sha256_prefix="35d9f29f"),),
+        source="hubert-soft-35d9f29f.pt", importer=_import_hubert_soft, random_init=_random_hubert_soft,
+        install_hint="voxanon models fetch hubert-soft --import (downloads hubert-soft-35d9f29f.pt), or voxanon "
+                     "models import hubert-soft FILE, or voxanon models import hubert-soft --random-init for "
+                     "plumbing tests"),
+    Release(
+        "zllr-vc", "ICASSP 2023 zero-evidence sex privacy release (Zenodo 7347685): vocoder and sex flow",
+        "CC BY-NC 4.0", zenodo_record="7347685",
+        source="the unpacked ICASSP 2023 zLLR-VC release (its pretrained_models_anon_xv folder)",
+        import_options=frozenset({"hubert", "vocoder_dir"}), importer=_zllr_vc_import, random_init=_zllr_vc_random,
+        install_hint="voxanon models fetch zllr-vc --import (downloads the ICASSP 2023 release), or voxanon models "
+                     "import zllr-vc DIR (its unpacked pretrained_models_anon_xv folder), or voxanon models import "
+                     "zllr-vc --random-init for plumbing tests"),
+    Release(
+        "sa-toolkit", "SA-toolkit's ASR-BN anonymisation and extractor models (VoicePrivacy 2024 B5/B6), one "
+                      "final.pt per tag (GitHub releases of deep-privacy/SA-toolkit)", "Apache-2.0",
+        source="an SA-toolkit release's final.pt, or the folder holding it (B5: tag "
+               "hifigan_bn_tdnnf_wav2vec2_vq_48_v1, B6: hifigan_bn_tdnnf_600h_vq_48_v1; the bn_tdnnf_* extractors "
+               "too), read as data",
+        import_options=frozenset({"name", "tag"}), importer=_import_sa_toolkit, random_init=_random_sa_toolkit,
+        set_names=SA_TOOLKIT_TAGS),
+)}
+
+
+def release(name: str) -> Release:
+    if name not in CATALOGUE:
+        raise VoxanonError(f"unknown release {name!r}; known: {', '.join(CATALOGUE)}")
+    return CATALOGUE[name]
+
+
+def importable() -> tuple[str, ...]:
+    """The releases ``voxanon models import`` reads."""
+    return tuple(name for name, entry in CATALOGUE.items() if entry.importer)
+
+
+def install_hint(set_name: str) -> str:
+    """How to install the model set ``set_name``, for a message to a user whose run needs it."""
+    for entry in CATALOGUE.values():
+        if set_name in entry.model_sets:
+            if entry.name == "sa-toolkit":
+                return (f"voxanon models import sa-toolkit DIR, DIR holding {SA_TOOLKIT_RELEASE_URL.format(tag=set_name)} "
+                        f"(torch.hub keeps it in ~/.cache/torch/hub/checkpoints/{set_name}/), or voxanon models import "
+                        f"sa-toolkit --random-init --tag {set_name} for plumbing tests")
+            return entry.install_hint
+    return f"voxanon models import {set_name} ..."
+
