@@ -52,8 +52,8 @@ import numpy as np
 from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
-from voxanon.pipeline.neural_stages import (_checked_device, _checked_precision, check_device_available,
-                                            resolve_device)
+from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name, check_precision,
+                                             model_set, resolve_device)
 from voxanon.pipeline.stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
@@ -61,21 +61,14 @@ B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
 CONSTANT_TARGET = "6081"
 """The VPC 2024 recipe's ``target_constant_spkid``, a LibriTTS train-clean-100 speaker."""
 
-_loaded: dict[tuple, Any] = {}
-
-
-def _model_set(name: str):
+def _sa_toolkit_set(name: str):
     """An installed SA-toolkit set, its checksums verified once per process."""
-    from voxanon.models.checkpoints.registry import load_model_set, models_dir
-
-    key = (str(models_dir()), name)
-    if key not in _loaded:
-        model_set = load_model_set(name)
-        if model_set.config.get("release") != "sa-toolkit":
+    def check(loaded) -> None:
+        if loaded.config.get("release") != "sa-toolkit":
             raise VoxanonError(f"model set {name!r} is not an SA-toolkit import; install one with voxanon models "
                                "import sa-toolkit FILE|DIR")
-        _loaded[key] = model_set
-    return _loaded[key]
+
+    return model_set(name, check)
 
 
 def target_speakers(name: str) -> list[str]:
@@ -101,30 +94,27 @@ def load_component(name: str, component: str, precision: str = "float32", device
     on the CPU in float32 as built (the converter's spectral convolutions planned, for forked workers to share);
     on the CPU in a lower ``precision`` a copy run under autocast; on any other device (``cpu:N`` included)
     the direct form in ``precision``, built from the set's tensors without CPU plans."""
-    from voxanon.models.checkpoints.registry import models_dir
-
     device = resolve_device(device)
-    key = (str(models_dir()), name, component, precision, device)
-    if key in _loaded:
-        return _loaded[key]
-    import torch
 
-    from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
+    def build():
+        import torch
 
-    cpu, dtype = device == "cpu", getattr(torch, precision)
-    if cpu and precision == "float32":
-        model_set = _model_set(name)
-        _loaded[key] = load_extractor(model_set) if component == "extractor" else load_converter(model_set)
-    elif component == "extractor":
-        extractor = load_component(name, component) if cpu else load_extractor(_model_set(name))
-        _loaded[key] = extractor.for_device(device, dtype)
-    else:
+        from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
+
+        cpu, dtype = device == "cpu", getattr(torch, precision)
+        if cpu and precision == "float32":
+            loaded = _sa_toolkit_set(name)
+            return load_extractor(loaded) if component == "extractor" else load_converter(loaded)
+        if component == "extractor":
+            extractor = load_component(name, component) if cpu else load_extractor(_sa_toolkit_set(name))
+            return extractor.for_device(device, dtype)
         from voxanon.models.nets.hifigan import Vocoder
         from voxanon.models.nets.precision import prepared_for_device
 
-        vocoder, speakers = load_component(name, component) if cpu else load_converter(_model_set(name), False)
-        _loaded[key] = Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
-    return _loaded[key]
+        vocoder, speakers = load_component(name, component) if cpu else load_converter(_sa_toolkit_set(name), False)
+        return Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
+
+    return cached_model(name, component, precision, device, build)
 
 
 class AsrBnTargetStage(Stage):
@@ -207,8 +197,8 @@ class _ModelStage(Stage):
 
     def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = _checked_precision(self.name, precision)
-        self.device = _checked_device(self.name, device)
+        self.precision = check_precision(precision, f"{self.name}.precision")
+        self.device = check_device_name(device, f"{self.name}.device")
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]

@@ -35,64 +35,21 @@ chain and gained under 0.005 RTF.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.f0.params import DEFAULT_BACKEND
+from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name,
+                                             check_precision, model_set, resolve_device)
 from voxanon.pipeline.stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320
 MIN_SAMPLES = 640
 
-_loaded: dict[tuple[str, ...], Any] = {}
 COMPONENTS = ("content", "speaker", "vocoder")
 _CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
-PRECISIONS = ("float32", "bfloat16", "float16")
-DEVICES = ("cpu", "cuda", "auto")
-
-
-def _checked_precision(stage: str, precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise ValueError(f"{stage}.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
-
-
-def _checked_device(stage: str, device: str) -> str:
-    if device not in DEVICES and not str(device).startswith(("cuda:", "cpu:")):
-        raise ValueError(f"{stage}.device must be one of {', '.join(DEVICES)} (or cuda:N, or cpu:N: the device "
-                         f"code path on the CPU), got {device!r}")
-    return device
-
-
-def check_device_available(device: str) -> None:
-    """A :class:`VoxanonError` in one line unless this process can run models on ``device`` (``auto`` and the
-    CPU always can)."""
-    if not str(device).startswith("cuda"):
-        return
-    import torch
-
-    index = int(device.partition(":")[2] or 0)
-    if not torch.cuda.is_available():
-        raise VoxanonError(f"device {device!r}: this process sees no CUDA device (torch {torch.__version__}, "
-                           f"built for CUDA {torch.version.cuda or 'none'}; CUDA_VISIBLE_DEVICES="
-                           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use --device cpu or auto")
-    if index >= torch.cuda.device_count():
-        raise VoxanonError(f"device {device!r}: this process sees only {torch.cuda.device_count()} CUDA device(s)")
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when torch sees a CUDA device, else ``cpu``; other names unchanged.
-
-    Resolved in the process that runs the stage (a worker, a Ray actor on a GPU node), not where
-    the run was configured."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load_model(name: str, component: str, precision: str = "float32", device: str = "cpu"):
@@ -115,47 +72,26 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     """
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
-    _checked_precision(component, precision)
+    check_precision(precision, component)
     if component == "speaker" and precision != "float32":
         raise ValueError("the speaker encoder runs in float32 only")
-    from voxanon.models.checkpoints.registry import models_dir
-
-    home = str(models_dir())
     device = resolve_device(device)
-    key = ((home, name, component) if (device, precision) == ("cpu", "float32")
-           else (home, name, component, precision, device))
-    if key not in _loaded:
+
+    def build():
         import torch
 
         from voxanon.models.nets.hifigan import Vocoder
         from voxanon.models.nets.precision import prepared_for_device
 
         if device == "cpu" and precision == "float32":
-            model = _built(_model_set(home, name), name, component, cpu_plans=True)
-        else:
-            model = (load_model(name, component) if device == "cpu"
-                     else _built(_model_set(home, name), name, component, cpu_plans=False))
-            module = prepared_for_device(model.generator if component == "vocoder" else model, device,
-                                         getattr(torch, precision))
-            model = Vocoder(module, model.layout) if component == "vocoder" else module
-        _loaded[key] = model
-    return _loaded[key]
+            return _built(model_set(name), name, component, cpu_plans=True)
+        model = (load_model(name, component) if device == "cpu"
+                 else _built(model_set(name), name, component, cpu_plans=False))
+        module = prepared_for_device(model.generator if component == "vocoder" else model, device,
+                                     getattr(torch, precision))
+        return Vocoder(module, model.layout) if component == "vocoder" else module
 
-
-def _model_set(home: str, name: str):
-    """The installed set, its checksums verified once per process."""
-    if (home, name) not in _loaded:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from voxanon.models.checkpoints.registry import load_model_set
-
-        # The set's checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about
-        # 1 s): hashing releases the interpreter lock. The thread has ended before the runner forks.
-        with ThreadPoolExecutor(1) as verifier:
-            checked = verifier.submit(load_model_set, name)
-            import torch  # noqa: F401
-        _loaded[(home, name)] = checked.result()
-    return _loaded[(home, name)]
+    return cached_model(name, component, precision, device, build)
 
 
 def _built(model_set, name: str, component: str, cpu_plans: bool):
@@ -230,7 +166,7 @@ class F0Stage(Stage):
         self.params = backend_params(backend, f0_min_hz, f0_max_hz)
         self.cache = F0Cache(cache_dir) if cache_dir else None
         self.backend = backend
-        self.device = _checked_device("f0", device)
+        self.device = check_device_name(device, "f0.device")
         if self.backend == "pyaapt" and self.device != "cpu":
             raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
                              "set f0.device=cpu, or f0.backend=fast for the GPU version")
@@ -312,8 +248,8 @@ class ContentStage(Stage):
 
     def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = _checked_precision("content", precision)
-        self.device = _checked_device("content", device)
+        self.precision = check_precision(precision, "content.precision")
+        self.device = check_device_name(device, "content.device")
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
@@ -360,7 +296,7 @@ class SpeakerStage(Stage):
 
     def __init__(self, models: str = "ssl-sas", device: str = "cpu"):
         self.models = models
-        self.device = _checked_device("speaker", device)
+        self.device = check_device_name(device, "speaker.device")
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
@@ -404,8 +340,8 @@ class VocoderStage(Stage):
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
                  precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = _checked_precision("vocoder", precision)
-        self.device = _checked_device("vocoder", device)
+        self.precision = check_precision(precision, "vocoder.precision")
+        self.device = check_device_name(device, "vocoder.device")
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
 

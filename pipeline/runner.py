@@ -62,7 +62,7 @@ from voxanon.data_prep.digest import sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
-from voxanon.pipeline.neural_stages import check_device_available
+from voxanon.pipeline.model_service import check_device_available
 from voxanon.pipeline.stages import RunFault, Stage, Utterance, is_run_fault, one_line
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
 

@@ -48,6 +48,7 @@ from typing import Any, Iterator
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline import runner
 from voxanon.pipeline.runner import Batch, Job, Outcome
+from voxanon.pipeline.model_service import visible_gpus
 from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System
 
@@ -78,19 +79,6 @@ def cpu_stage_count(system: System) -> int:
     that stay on the CPU. The rest run in the device process."""
     return next((i for i, stage in enumerate(system.stages) if not (stage.model_free and stage.device == "cpu")),
                 len(system.stages))
-
-
-def visible_gpus(driver_listing: str = "/proc/driver/nvidia/gpus") -> list[str]:
-    """The GPUs this process may use, each as its CUDA_VISIBLE_DEVICES entry, found without starting CUDA
-    (a CUDA context does not survive a fork, and the CPU lane is forked from this process): the entries of
-    ``CUDA_VISIBLE_DEVICES`` where it is set, else one per GPU the NVIDIA driver lists."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [entry.strip() for entry in listed.split(",") if entry.strip() and entry.strip() != "-1"]
-    try:
-        return [str(index) for index in range(len(os.listdir(driver_listing)))]
-    except OSError:
-        return []
 
 
 def device_process_count(system: System) -> int:

@@ -24,9 +24,10 @@ from voxanon.models.nets.hifigan import ConditioningLayout, GeneratorConfig, Hif
 from voxanon.models.nets.hubert import SoftContentConfig, SoftContentEncoder, encode_on_device
 from voxanon.models.nets.precision import length_groups, prepared_for_device
 from voxanon.models.checkpoints.safe import built_with_weights
-from voxanon.pipeline import neural_stages
+from voxanon.pipeline import model_service
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderStage, load_model, resolve_device
+from voxanon.pipeline.model_service import resolve_device
+from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderStage, load_model
 from voxanon.pipeline.runner import Job, _parallel_batches
 from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
 
@@ -122,12 +123,12 @@ def test_device_form_in_lower_precision_agrees_with_float32(tiny_ssl_sas, precis
 def test_each_device_gets_its_form(tiny_ssl_sas, monkeypatch):
     from voxanon.models.nets.hifigan import spectral_convolutions
 
-    monkeypatch.setattr(neural_stages, "_loaded", {})
+    monkeypatch.setattr(model_service, "_loaded", {})
     # On a GPU ("meta" here: the preparation moves every tensor, and nothing runs), the set's weights go
     # straight into the direct form: no float32 CPU copy is kept, no spectral plan is built.
     for component in ("content", "vocoder"):
         load_model("ssl-sas", component, "bfloat16", "meta")
-    assert not [key for key in neural_stages._loaded if len(key) == 3]
+    assert not [key for key in model_service._loaded if len(key) == 3]
     assert len(spectral_convolutions) == 0
     generator = load_model("ssl-sas", "vocoder", "bfloat16", "meta").generator
     assert not generator.cpu_forms
@@ -182,7 +183,7 @@ def spectral_sized_models():
 def test_the_cpu_gets_spectral_forms_and_the_direct_form_plain_convolutions(monkeypatch):
     """One float32 utterance, where the CPU form takes its FFT and spectral convolutions on channels-last
     activations: the form prepared for CUDA, run on this CPU, takes none of them, with the same outputs."""
-    from voxanon.models import hifigan, spectral
+    from voxanon.models.nets import hifigan, spectral
 
     encoder, vocoder = spectral_sized_models()
     wave = voiced(0.5, 3)
@@ -326,13 +327,13 @@ def test_device_overrides_name_every_stage_that_has_the_setting():
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_load_models_loads_cpu_models_only(tiny_ssl_sas, monkeypatch):
-    monkeypatch.setattr(neural_stages, "_loaded", {})
+    monkeypatch.setattr(model_service, "_loaded", {})
     ContentStage(device="auto").load_models()
     VocoderStage(device="cuda").load_models()
-    assert neural_stages._loaded == {}  # a GPU model is each worker's to load: CUDA does not survive a fork
+    assert model_service._loaded == {}  # a GPU model is each worker's to load: CUDA does not survive a fork
     SpeakerStage().load_models()
     VocoderStage().load_models()
-    assert sorted(key[-1] for key in neural_stages._loaded if len(key) == 3) == ["speaker", "vocoder"]
+    assert sorted(key[-1] for key in model_service._loaded if len(key) == 3) == ["speaker", "vocoder"]
 
 
 def test_models_load_without_random_initialisation_and_refuse_missing_weights():

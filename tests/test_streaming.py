@@ -239,7 +239,8 @@ def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypa
 
 
 def test_the_gpus_a_run_sees_are_counted_without_starting_cuda(tmp_path, monkeypatch):
-    from voxanon.pipeline.streaming import device_process_count, visible_gpus
+    from voxanon.pipeline.model_service import visible_gpus
+    from voxanon.pipeline.streaming import device_process_count
     from voxanon.pipeline.systems import build_system
 
     listing = tmp_path / "gpus"

@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.models.checkpoints.registry import voxanon_home
+from voxanon.pipeline.model_service import device_option
 from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes, read_recipe
 
@@ -98,7 +98,7 @@ def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu",
 
     def embed(waves):
         if "embed" not in encoder:
-            from voxanon.pipeline.neural_stages import resolve_device
+            from voxanon.pipeline.model_service import resolve_device
 
             resolved = resolve_device(device)
             encoder["embed"] = embedding_function(build(resolved), resolved)
@@ -140,7 +140,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
     def transcribe(waves):
         if "asr" not in model:
             from voxanon.models.recognisers.asr import load_asr
-            from voxanon.pipeline.neural_stages import resolve_device
+            from voxanon.pipeline.model_service import resolve_device
 
             model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))
         return model["asr"].transcribe_many(waves)
@@ -161,16 +161,6 @@ def run_computations_on(backend, batch_size: int | None, *computations: CachedCo
                 computation.batch_size = batch_size
 
 
-DEVICE_PATTERN = re.compile(r"(cpu|cuda|auto)|(cpu|cuda):\d+")
-
-
-def device_option(value: str) -> str:
-    """``--device``'s value: cpu, cuda, auto, cuda:N, or cpu:N (the device code path on the CPU)."""
-    if not DEVICE_PATTERN.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected cpu, cuda, auto or cuda:N")
-    return value
-
-
 def add_device_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--device", type=device_option, default="auto", metavar="cpu|cuda|auto",
                         help=f"where {what} (default auto: CUDA wherever the process running a model sees a GPU). "
@@ -189,7 +179,7 @@ def anonymisation_device_overrides(config: dict, device: str, backend=None) -> l
     except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
         return []
     if backend is None:
-        from voxanon.pipeline.neural_stages import resolve_device
+        from voxanon.pipeline.model_service import resolve_device
 
         device = resolve_device(device)
     return [override for override in device_overrides(config, device)
@@ -200,7 +190,7 @@ def check_device(device: str, backend) -> None:
     """``--device cuda`` where this process sees no CUDA device: one error before any work. Under Ray the actors
     check their own (the machine that starts the run need not have a GPU)."""
     if backend is None:
-        from voxanon.pipeline.neural_stages import check_device_available
+        from voxanon.pipeline.model_service import check_device_available
 
         check_device_available(device)
 

@@ -151,7 +151,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
                                                read_training_sets, resolve_hparams, train_asv)
-    from voxanon.pipeline.training.checkpointing import resolve_device
+    from voxanon.pipeline.model_service import torch_device
     from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
@@ -162,7 +162,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     out = Path(inputs.out)
     # Every check before the first file is written.
     check_device(inputs.device, inputs.backend)
-    resolve_device(inputs.device)  # the attacker trains in this process, whatever the backend
+    torch_device(inputs.device)  # the attacker trains in this process, whatever the backend
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)

@@ -84,7 +84,7 @@ class FoldClassifiers:
     def classifier(self, fold: str):
         if fold not in self._loaded:
             from voxanon.models.recognisers.ser import EmotionClassifier
-            from voxanon.pipeline.neural_stages import resolve_device
+            from voxanon.pipeline.model_service import resolve_device
 
             self._loaded[fold] = EmotionClassifier(self.dirs[fold], device=resolve_device(self.device))
         return self._loaded[fold]

@@ -75,7 +75,8 @@ import numpy as np
 from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.training.checkpointing import (autocast_dtype, resolve_device, resolve_precision, restore_rng_state,
+from voxanon.pipeline.model_service import torch_device
+from voxanon.pipeline.training.checkpointing import (autocast_dtype, resolve_precision, restore_rng_state,
                                                     rng_state)
 
 log = logging.getLogger(__name__)
@@ -595,7 +596,7 @@ class AsvTrainer:
         from voxanon.models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
 
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
-        self.device = resolve_device(device)
+        self.device = torch_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.autocast_dtype = autocast_dtype(self.precision)
         self.workers = default_workers(self.device) if workers is None else workers

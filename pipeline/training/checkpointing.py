@@ -1,26 +1,11 @@
-"""What the training loops share: the device and precision a run trains in, and the RNG state a
+"""What the training loops share: the precision a run trains in (its device is
+:func:`voxanon.pipeline.model_service.torch_device`), and the RNG state a
 checkpoint keeps so that a resumed run continues bit for bit (on the CPU)."""
 from __future__ import annotations
 
 from voxanon.data_prep.errors import VoxanonError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-
-
-def resolve_device(name: str):
-    """``auto``: CUDA when torch sees it, else the CPU; ``cpu:N`` (the device code path of the anonymisation
-    stages, on the CPU) is the CPU; a name torch does not know, or a named CUDA device that is missing, is an
-    error."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name != "cpu" and not name.startswith(("cuda", "cpu:")):
-        raise VoxanonError(f"--device must be auto, cpu, cpu:N or cuda[:N], got {name!r}")
-    device = torch.device("cpu" if name.startswith("cpu:") else name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise VoxanonError(f"--device {name}: no CUDA device is available here")
-    return device
 
 
 def resolve_precision(name: str, device) -> str:

@@ -58,7 +58,8 @@ from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
                                             load_model)
 from voxanon.pipeline.stages import Utterance
-from voxanon.pipeline.training.checkpointing import (PRECISIONS, autocast_dtype, resolve_device, resolve_precision,
+from voxanon.pipeline.model_service import torch_device
+from voxanon.pipeline.training.checkpointing import (PRECISIONS, autocast_dtype, resolve_precision,
                                                     restore_rng_state, rng_state)
 
 log = logging.getLogger(__name__)
@@ -358,7 +359,7 @@ class VocoderTrainer:
 
         self.options = options
         self.features = features
-        self.device = resolve_device(options.device)
+        self.device = torch_device(options.device)
         self.precision = resolve_precision(options.precision, self.device)
         self.base, self.layout, self.generator_config = resolve_training_models(options)
         self.segment_frames = options.segment // SSL_SAS_MULTIPLE
@@ -678,7 +679,7 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
     from tqdm import tqdm
 
     resolve_training_models(options, verify=False)
-    resolve_precision(options.precision, resolve_device(options.device))
+    resolve_precision(options.precision, torch_device(options.device))
     options.out.mkdir(parents=True, exist_ok=True)
     features = prepare_features(data_dirs, options.models, options.cache_root, options.segment, options.progress,
                                 options.workers)

@@ -1,0 +1,138 @@
+"""Where models run and which models this process holds: one rule for device names, one per-process cache.
+
+Device names: ``cpu``, ``cuda``, ``auto`` (CUDA where the process running the model sees a GPU, else the CPU),
+``cuda:N``, and ``cpu:N`` (the device code path, padded batches and the direct model form, run on the CPU: how
+the GPU path is tested on machines without one). ``auto`` is resolved in the process that runs the model (a
+worker, a Ray actor on a GPU node), not where the run was configured.
+
+The cache holds installed model sets (checksums verified once per process) and the models built from them,
+keyed by (models directory, set, component, precision, device). Stages, the evaluation's embedders, SER and
+training all load through it, so a process builds each model once; the runner's forked workers share the CPU
+models their parent loaded. torch is imported only when a model is.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Any, Callable
+
+from voxanon.data_prep.errors import VoxanonError
+
+PRECISIONS = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "auto")
+DEVICE_NAME = re.compile(r"(cpu|cuda|auto)|(cpu|cuda):\d+")
+
+_loaded: dict[tuple, Any] = {}
+
+
+def check_device_name(device: str, what: str = "device") -> str:
+    """``device`` if it is a device name (see the module doc), else a ValueError naming ``what``."""
+    if not DEVICE_NAME.fullmatch(str(device)):
+        raise ValueError(f"{what} must be one of {', '.join(DEVICES)} (or cuda:N, or cpu:N: the device code path "
+                         f"on the CPU), got {device!r}")
+    return device
+
+
+def check_precision(precision: str, what: str = "precision") -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"{what} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def device_option(value: str) -> str:
+    """An argparse ``type`` for ``--device``."""
+    try:
+        return check_device_name(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected cpu, cuda, auto or cuda:N") from None
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a CUDA device, else ``cpu``; other names unchanged."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device_available(device: str) -> None:
+    """A :class:`VoxanonError` in one line unless this process can run models on ``device`` (``auto`` and the
+    CPU always can)."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available():
+        raise VoxanonError(f"device {device!r}: this process sees no CUDA device (torch {torch.__version__}, "
+                           f"built for CUDA {torch.version.cuda or 'none'}; CUDA_VISIBLE_DEVICES="
+                           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use --device cpu or auto")
+    if index >= torch.cuda.device_count():
+        raise VoxanonError(f"device {device!r}: this process sees only {torch.cuda.device_count()} CUDA device(s)")
+
+
+def torch_device(device: str):
+    """The ``torch.device`` a training loop runs on: ``auto`` resolved, ``cpu:N`` the CPU; a missing CUDA device is
+    a :class:`VoxanonError`."""
+    import torch
+
+    try:
+        check_device_name(device)
+    except ValueError:
+        raise VoxanonError(f"--device must be auto, cpu, cpu:N or cuda[:N], got {device!r}") from None
+    resolved = resolve_device(device)
+    if resolved.startswith("cuda") and not torch.cuda.is_available():
+        raise VoxanonError(f"--device {device}: no CUDA device is available here")
+    return torch.device("cpu" if resolved.startswith("cpu") else resolved)
+
+
+def visible_gpus(driver_listing: str = "/proc/driver/nvidia/gpus") -> list[str]:
+    """The GPUs this process may use, each as its CUDA_VISIBLE_DEVICES entry, found without starting CUDA
+    (a CUDA context does not survive a fork): the entries of ``CUDA_VISIBLE_DEVICES`` where it is set, else one
+    per GPU the NVIDIA driver lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip() and entry.strip() != "-1"]
+    try:
+        return [str(index) for index in range(len(os.listdir(driver_listing)))]
+    except OSError:
+        return []
+
+
+def models_home() -> str:
+    from voxanon.models.checkpoints.registry import models_dir
+
+    return str(models_dir())
+
+
+def model_set(name: str, check: Callable[[Any], None] | None = None):
+    """The installed set ``name``, its checksums verified once per process; ``check(set)`` runs on first load."""
+    key = (models_home(), name)
+    if key not in _loaded:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from voxanon.models.checkpoints.registry import load_model_set
+
+        # The checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about 1 s):
+        # hashing releases the interpreter lock. The thread has ended before the runner forks.
+        with ThreadPoolExecutor(1) as verifier:
+            checked = verifier.submit(load_model_set, name)
+            import torch  # noqa: F401
+        loaded = checked.result()
+        if check is not None:
+            check(loaded)
+        _loaded[key] = loaded
+    return _loaded[key]
+
+
+def cached_model(name: str, component: str, precision: str, device: str, build: Callable[[], Any]):
+    """The model ``build()`` makes for (set, component, precision, device), built once per process. ``device`` is
+    resolved first (``auto`` becomes this process's device)."""
+    device = resolve_device(device)
+    key = ((models_home(), name, component) if (device, precision) == ("cpu", "float32")
+           else (models_home(), name, component, precision, device))
+    if key not in _loaded:
+        _loaded[key] = build()
+    return _loaded[key]
