@@ -14,8 +14,8 @@ from sa_toolkit_fixtures import OUTPUT_DIM, SPEAKERS, reference_asr, tamper, wri
     write_converter_release
 from voxanon.models.checkpoints.safe import split_weight_norm
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
-from voxanon.models.checkpoints.catalogue import SA_TOOLKIT_CONVERTER_TAGS as CONVERTER_TAGS
-from voxanon.models.checkpoints.catalogue import SA_TOOLKIT_EXTRACTOR_TAGS as EXTRACTOR_TAGS
+from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_CONVERTER_TAGS as CONVERTER_TAGS
+from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_EXTRACTOR_TAGS as EXTRACTOR_TAGS
 from voxanon.models.checkpoints.sa_toolkit import (convert_asr_state, import_sa_toolkit,
                                        random_sa_toolkit, release_tdnnf_shapes)
 from voxanon.pipeline.cli import main

@@ -41,7 +41,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.catalogue import SA_TOOLKIT_CONVERTER_TAGS, SA_TOOLKIT_TAGS
+from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_CONVERTER_TAGS, SA_TOOLKIT_TAGS
 from voxanon.models.f0.params import SA_TOOLKIT_B5_B6
 
 # torch and the checkpoint readers are imported where they are used: the command line reads the tags

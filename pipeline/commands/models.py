@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.catalogue import CATALOGUE, SA_TOOLKIT_TAGS, importable
+from voxanon.models.checkpoints.catalogue import CATALOGUE, importable
+from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_TAGS
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
