@@ -47,7 +47,7 @@ drift-check: | $(UV)
 	VIRTUAL_ENV=$(DRIFT)/venv $(UV) pip install -q --no-deps --require-hashes -r $(DRIFT)/lock.txt
 	VIRTUAL_ENV=$(DRIFT)/venv $(UV) pip install -q --no-deps --no-build-isolation -e .
 	$(DRIFT)/venv/bin/python scripts/check_install.py
-	$(DRIFT)/venv/bin/python -m pytest -q
+	$(DRIFT)/venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Debian packages the tests use: headless Chromium renders the HTML report.
 system-deps:
@@ -58,8 +58,10 @@ system-deps:
 demo: install
 	$(VENV)/bin/voxanon demo
 
+# The suite runs on every core (pytest-xdist), a test file per worker so that module fixtures are built once.
+TEST_WORKERS ?= $(shell nproc)
 test: install system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install system-deps
 	$(PY) -m pytest -q -m ''
