@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(Path(__file__).resolve().parent)]
 
-from yaapt_parity import Agreement, agreement, demo_speech, synthetic_speech  # noqa: E402  (tests/yaapt_parity.py)
+from tests.helpers.yaapt_parity import Agreement, agreement, demo_speech, synthetic_speech  # noqa: E402  (tests/yaapt_parity.py)
 
 from voxanon.models.f0.extract import yaapt_f0, yaapt_f0_batch  # noqa: E402
 

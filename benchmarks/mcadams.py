@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import synthetic_vowel  # noqa: E402
-from reference_mcadams import mcadams_per_frame  # noqa: E402
+from tests.reference.mcadams import mcadams_per_frame  # noqa: E402
 from voxanon.data_prep.audio import load_audio  # noqa: E402
 from voxanon.data_prep.corpus import read_data_dir  # noqa: E402
 from voxanon.models.dsp.mcadams import mcadams  # noqa: E402

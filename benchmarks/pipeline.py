@@ -180,8 +180,8 @@ def reference_models() -> dict:
         import torch
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tests.reference_hifigan import Generator
-        from tests.reference_hubert import transformers_hubert
+        from tests.reference.hifigan import Generator
+        from tests.reference.hubert import transformers_hubert
         from voxanon.models.nets.speaker import ecapa_front_end, speechbrain_ecapa_tdnn
         from voxanon.pipeline.neural_stages import load_ssl_sas_models
 

@@ -127,7 +127,7 @@ def test_more_epochs_train_the_same_model_further(challenge, tmp_path):
 def test_challenge_with_iemocap_scores_ser_uar_beside_the_published_figures(challenge, tmp_path):
     import shutil as copier
 
-    from speechbrain_layouts import write_ser_dir
+    from tests.helpers.speechbrain_layouts import write_ser_dir
     from test_ser import UTTERANCES, write_set
 
     root, out, _, _, _ = challenge

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechbrain_layouts import trained_looking_batch_norms, write_asr_dir, write_ser_dir
+from tests.helpers.speechbrain_layouts import trained_looking_batch_norms, write_asr_dir, write_ser_dir
 from voxanon.models.recognisers.asr import Wav2Vec2CTCASR, load_asr
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

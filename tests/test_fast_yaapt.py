@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import make_corpus
-from yaapt_parity import agreement, demo_speech, synthetic_speech
+from tests.helpers.yaapt_parity import agreement, demo_speech, synthetic_speech
 from voxanon.models.f0 import yaapt
 from voxanon.models.f0.extract import F0Cache, yaapt_f0, yaapt_f0_batch
 from voxanon.models.f0.params import MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams

@@ -14,7 +14,7 @@ from scipy.stats import multivariate_normal
 from sklearn.datasets import make_moons
 from torch import nn
 
-from tests import reference_flow
+from tests.reference import flow as reference_flow
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import min_cllr
 from voxanon.models.checkpoints.ssl_sas import generator_families

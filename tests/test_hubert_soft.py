@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.reference_hubert_soft import HubertSoft, published_checkpoint
+from tests.reference.hubert_soft import HubertSoft, published_checkpoint
 from voxanon.models.checkpoints.keymaps import bshall_hubert_to_hf
 from voxanon.models.checkpoints.safe import CheckpointError
 from voxanon.models.nets.hifigan import ConditioningLayout

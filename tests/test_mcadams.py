@@ -8,7 +8,7 @@ import pytest
 import scipy.signal
 
 from conftest import SAMPLE_RATE, synthetic_vowel
-from reference_mcadams import mcadams_per_frame
+from tests.reference.mcadams import mcadams_per_frame
 from voxanon.models.dsp import mcadams as m
 
 FORMANTS = [(500, 60), (1500, 90), (3500, 150)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechbrain_layouts import ASR_HPARAMS, write_asr_dir
+from tests.helpers.speechbrain_layouts import ASR_HPARAMS, write_asr_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.recognisers.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
 from voxanon.models.checkpoints.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
@@ -89,7 +89,7 @@ def test_known_asr_layout_never_evaluates_its_yaml(tmp_path):
 
 @pytest.fixture(scope="module", params=["sequential", "vanilla", "ctc-text-encoder"])
 def asr_dir(tmp_path_factory, request):
-    from speechbrain_layouts import ASR_HPARAMS_CTC_TEXT, ASR_HPARAMS_VANILLA
+    from tests.helpers.speechbrain_layouts import ASR_HPARAMS_CTC_TEXT, ASR_HPARAMS_VANILLA
 
     hparams = {"sequential": ASR_HPARAMS, "vanilla": ASR_HPARAMS_VANILLA,
                "ctc-text-encoder": ASR_HPARAMS_CTC_TEXT}[request.param]
@@ -123,7 +123,7 @@ def test_wav2vec2_ctc_matches_speechbrain_encoder_asr(asr_dir):
 
 
 def test_wav2vec2_config_read_off_the_weights_when_no_source_is_at_hand(asr_dir):
-    from speechbrain_layouts import tiny_wav2vec2_config
+    from tests.helpers.speechbrain_layouts import tiny_wav2vec2_config
 
     state = {k[len("model."):]: v for k, v in torch.load(asr_dir / "wav2vec2.ckpt").items()}
     inferred = wav2vec2_config_from_state(state)
@@ -158,7 +158,7 @@ def test_asr_dir_missing_a_file_names_it(tmp_path):
 
 
 def test_published_style_yamls_are_on_the_allow_list(tmp_path):
-    from speechbrain_layouts import ASR_HPARAMS_VANILLA, SER_HPARAMS
+    from tests.helpers.speechbrain_layouts import ASR_HPARAMS_VANILLA, SER_HPARAMS
 
     for name, text in (("asr", ASR_HPARAMS), ("vanilla", ASR_HPARAMS_VANILLA), ("ser", SER_HPARAMS)):
         path = tmp_path / f"{name}.yaml"

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.reference_hifigan import Generator as ReferenceGenerator
+from tests.reference.hifigan import Generator as ReferenceGenerator
 from tests.test_release_layout import ECAPA, RELEASE_CONFIG, SSL_SAS_VOCODER
 from voxanon.models.checkpoints.safe import safe_load
 from voxanon.models.checkpoints.ssl_sas import soft_content_from_ssl_sas_state

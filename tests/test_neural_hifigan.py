@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.reference_hifigan import Generator as ReferenceGenerator
+from tests.reference.hifigan import Generator as ReferenceGenerator
 from voxanon.models.checkpoints.ssl_sas import split_ssl_sas_generator
 from voxanon.models.checkpoints.safe import CheckpointError, fold_weight_norm, safe_load
 from voxanon.models.nets.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,

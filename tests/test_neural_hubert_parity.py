@@ -8,7 +8,7 @@ import functools
 import pytest
 import torch
 
-from tests import reference_hubert
+from tests.reference import hubert as reference_hubert
 from voxanon.models.nets.hubert import HubertBackboneConfig, _conv_output_lengths, batch_hubert_features, plain_hubert
 from voxanon.models.checkpoints.safe import built_with_weights
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 
-from tests.reference_hifigan import Generator as ReferenceGenerator
+from tests.reference.hifigan import Generator as ReferenceGenerator
 from tests.test_neural_hubert import TINY as TINY_CONTENT
 from tests.test_neural_hubert import random_fairseq_soft_model
 from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, import_ssl_sas

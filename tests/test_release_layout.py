@@ -20,7 +20,7 @@ import torch
 from speechbrain.lobes.features import Fbank
 from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 
-from tests.reference_hifigan import Generator as ReferenceGenerator
+from tests.reference.hifigan import Generator as ReferenceGenerator
 from voxanon.models.checkpoints.ssl_sas import import_ssl_sas
 from voxanon.models.checkpoints.safe import CheckpointError
 from voxanon.models.checkpoints.registry import load_model_set

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sa_toolkit_fixtures import OUTPUT_DIM, SPEAKERS, reference_asr, tamper, write_asr_release, \
+from tests.helpers.sa_toolkit_fixtures import OUTPUT_DIM, SPEAKERS, reference_asr, tamper, write_asr_release, \
     write_converter_release
 from voxanon.models.checkpoints.safe import split_weight_norm
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError

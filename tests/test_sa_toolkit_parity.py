@@ -10,7 +10,7 @@ import soundfile
 import torch
 
 import reference_sa_toolkit as ref
-from sa_toolkit_fixtures import SPEAKERS, reference_asr, reference_converter, write_asr_release, \
+from tests.helpers.sa_toolkit_fixtures import SPEAKERS, reference_asr, reference_converter, write_asr_release, \
     write_converter_release
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir

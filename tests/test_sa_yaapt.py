@@ -15,7 +15,7 @@ import pytest
 import soundfile
 import torch
 from conftest import synthetic_vowel
-from reference_sa_toolkit import UttCMVN
+from tests.reference.sa_toolkit import UttCMVN
 
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.models.f0.sa_yaapt import (SA_TOOLKIT_B5_B6, SaToolkitYaaptParams, normalise_f0, normalise_f0_pooled,
@@ -23,7 +23,7 @@ from voxanon.models.f0.sa_yaapt import (SA_TOOLKIT_B5_B6, SaToolkitYaaptParams, 
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # the original is TorchScript, which torch deprecates
-    from reference_sa_yaapt import yaapt as reference_yaapt
+    from tests.reference.sa_yaapt import yaapt as reference_yaapt
 
 SAMPLE_RATE = 16000
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechbrain_layouts import IEMOCAP_LABELS, write_label_encoder, write_ser_dir
+from tests.helpers.speechbrain_layouts import IEMOCAP_LABELS, write_label_encoder, write_ser_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.recognisers.ser import EmotionClassifier, fold_model_dirs, read_label_encoder
 

@@ -107,7 +107,7 @@ def test_loss_mel_is_jik876_mel_spectrogram():
 
 @pytest.mark.filterwarnings("ignore:.*torch.nn.utils.weight_norm. is deprecated:FutureWarning")
 def test_generator_checkpoint_state_has_jik876_names_and_round_trips():
-    from reference_hifigan import Generator as ReferenceGenerator
+    from tests.reference.hifigan import Generator as ReferenceGenerator
 
     config = GeneratorConfig(upsample_initial_channel=32)
     generator = HifiganGenerator(config)

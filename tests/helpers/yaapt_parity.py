@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synthetic_voices import stress_voices
+from tests.helpers.synthetic_voices import stress_voices
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Fixtures and writers the tests share: published file layouts, synthetic voices, parity harnesses."""
