@@ -1,74 +1,25 @@
 """Shared fixtures: small synthetic corpora written in the real on-disk formats."""
 from __future__ import annotations
 
-import contextlib
 import os
 from importlib.util import find_spec
 from pathlib import Path
 
-import numpy as np
 import pytest
-import scipy.signal
-import soundfile
 
-from voxanon.data_prep.corpus import DataDir, Trial, write_data_dir
+from tests.helpers.corpora import make_corpus, single_torch_thread
+from tests.helpers.demo_sets import write_demo_subset
+from tests.reference import flow as reference_flow
+from voxanon.data_prep.corpus import DataDir, read_data_dir
+from voxanon.data_prep.demo_corpus import demo_corpus_dir
+from voxanon.pipeline.cli import main
+
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SAMPLE_RATE = 16000
 
 # Parity with fairseq needs the optional extra (pip install -e '.[fairseq]'; make test-fairseq).
 collect_ignore = [] if find_spec("fairseq") else ["test_neural_fairseq.py"]
-
-
-def synthetic_vowel(f0: float, formants: list[tuple[float, float]], seconds: float,
-                    sample_rate: int = SAMPLE_RATE, seed: int = 0) -> np.ndarray:
-    """A glottal pulse train through second-order formant resonators, with a little noise and vibrato."""
-    rng = np.random.default_rng(seed)
-    n = int(seconds * sample_rate)
-    t = np.arange(n) / sample_rate
-    phase = np.cumsum(f0 * (1 + 0.02 * np.sin(2 * np.pi * 5 * t)) / sample_rate)
-    source = np.diff(np.floor(phase), prepend=0.0)
-    source = scipy.signal.lfilter([1.0], [1.0, -0.95], source)
-    signal = source
-    for frequency, bandwidth in formants:
-        radius = np.exp(-np.pi * bandwidth / sample_rate)
-        theta = 2 * np.pi * frequency / sample_rate
-        signal = scipy.signal.lfilter([1 - radius], [1, -2 * radius * np.cos(theta), radius ** 2], signal)
-    signal = signal / np.max(np.abs(signal)) * 0.5 + 0.002 * rng.standard_normal(n)
-    return signal.astype(np.float32)
-
-
-def make_corpus(root: Path, n_speakers: int = 4, n_utts: int = 3, seconds: float = 1.0,
-                name: str = "toy") -> DataDir:
-    """A Kaldi data dir of synthetic vowels: alternating f/m speakers, enrolls and same-sex trials."""
-    data_dir = root / name
-    audio_dir = root / f"{name}_audio"
-    audio_dir.mkdir(parents=True, exist_ok=True)
-    wav, utt2spk, text, spk2gender = {}, {}, {}, {}
-    for s in range(n_speakers):
-        speaker = f"spk{s}"
-        gender = "f" if s % 2 == 0 else "m"
-        spk2gender[speaker] = gender
-        for u in range(n_utts):
-            utt = f"{speaker}-{u:03d}"
-            f0 = (200.0 if gender == "f" else 110.0) + 7 * u
-            formants = [(500 + 40 * s, 80), (1500 + 60 * u, 120), (2500, 160), (3500, 200)]
-            samples = synthetic_vowel(f0, formants, seconds + 0.1 * u, seed=100 * s + u)
-            path = audio_dir / f"{utt}.wav"
-            soundfile.write(path, samples, SAMPLE_RATE, subtype="PCM_16")
-            wav[utt] = str(path)
-            utt2spk[utt] = speaker
-            text[utt] = f"HELLO NUMBER {u}"
-    enrolls = [f"spk{s}-000" for s in range(n_speakers)]
-    trials = [Trial(f"spk{e}", utt, utt2spk[utt] == f"spk{e}")
-              for utt in sorted(wav) if utt not in enrolls
-              for e in range(n_speakers) if spk2gender[f"spk{e}"] == spk2gender[utt2spk[utt]]]
-    data = DataDir(name=name, wav=wav, utt2spk=utt2spk, spk2gender=spk2gender, text=text,
-                   utt2dur={u: soundfile.info(p).duration for u, p in wav.items()},
-                   enrolls=enrolls, trials=trials, path=data_dir)
-    write_data_dir(data, data_dir)
-    return data
 
 
 @pytest.fixture
@@ -85,22 +36,45 @@ def voxanon_home(tmp_path, monkeypatch):
     return home
 
 
-@contextlib.contextmanager
-def single_torch_thread():
-    """Tiny models run fastest on one thread, and the test machine's cores are shared (two threads
-    waiting on each other ran tiny ECAPA training 10-15x slower)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def one_torch_thread():
     with single_torch_thread():
         yield
 
+
+@pytest.fixture(scope="module")
+def random_home(tmp_path_factory):
+    """A models directory with a tiny random SSL-SAS set."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXANON_HOME", str(home))
+        assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
+    return home
+
+
+@pytest.fixture
+def reference_module():
+    """The releases' ``classes`` (stand-ins) importable as ``classes``, so ``torch.save`` pickles them as they do."""
+    with reference_flow.installed_as_classes() as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def installed_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXANON_HOME", str(home))
+        patch.setenv("OMP_NUM_THREADS", "1")
+        demo = read_data_dir(demo_corpus_dir())
+        speakers = ["de1", "de3", "slt", "us1", "awb", "joe", "kal", "ked"]
+        training = write_demo_subset(demo, home / "demo24", [u for s in speakers for u in sorted(demo.spk2utt[s])[1:4]])
+        data = write_demo_subset(demo, home / "demo8", [sorted(demo.spk2utt[s])[0] for s in speakers])
+        for name in ("ssl-sas", "zllr-vc"):
+            assert main(["models", "import", name, "--random-init", "--size", "tiny"]) == 0
+        for tag in ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"):  # B5, B6
+            assert main(["models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", "tiny"]) == 0
+        assert main(["pool", "build", "--data", str(training), "--out", "libritts-other-500",
+                     "--models", "ssl-sas"]) == 0
+        assert main(["train", "sex-flow", "--data", str(training), "--out", "sex", "--models", "zllr-vc",
+                     "--epochs", "2", "--held-out", "0", "--quiet"]) == 0
+        yield home, read_data_dir(data)

@@ -3,10 +3,11 @@ import json
 import numpy as np
 import pytest
 
-from test_attacks_inversion import synthetic_attack_inputs
+from tests.helpers.attacks import synthetic_attack_inputs
 from voxanon.data_prep.corpus import format_trials, write_mapping
-from voxanon.data_prep.vectors import Vectors, write_vectors
+from voxanon.data_prep.vectors import write_vectors
 from voxanon.pipeline.cli import main
+from tests.helpers.attacks import sexed_vectors
 
 
 @pytest.fixture
@@ -55,19 +56,6 @@ def test_user_errors_exit_2(attack_files, capsys):
     (attack_files / "trials").write_text("f0 ghost-utt target\n")
     assert main(inversion_args(attack_files, "procrustes")) == 2
     assert "ghost-utt" in capsys.readouterr().err
-
-
-def sexed_vectors(rng, speakers_per_sex, utterances, prefix):
-    ids, rows, spk2gender = [], [], {}
-    for sex in "fm":
-        for k in range(speakers_per_sex):
-            speaker = f"{prefix}{sex}{k}"
-            spk2gender[speaker] = sex
-            centre = rng.normal(size=6) + (1.5 if sex == "f" else -1.5) * np.eye(6)[0]
-            for u in range(utterances):
-                ids.append(f"{speaker}-{u}")
-                rows.append(centre + 0.3 * rng.normal(size=6))
-    return Vectors(tuple(ids), np.array(rows)), {utt: utt.split("-")[0] for utt in ids}, spk2gender
 
 
 def test_sex_attack_cli(tmp_path, capsys):

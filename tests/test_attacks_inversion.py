@@ -4,18 +4,12 @@ from scipy.stats import ortho_group
 
 from voxanon.data_prep.corpus import Trial
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, l2_normalise, speaker_means
+from voxanon.data_prep.vectors import Vectors, l2_normalise
 from voxanon.eval.attacks.alignment import (WassersteinProcrustesConfig, orthogonal_procrustes,
                                             wasserstein_procrustes)
 from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack, top1_accuracy
-
-
-def clustered(rng, speakers, per_speaker, dim, offset=3.0):
-    """x-vector-like data: a strong common direction plus speaker clusters, unit norm."""
-    scales = np.linspace(3.0, 0.5, dim)
-    centres = rng.normal(size=(speakers, dim)) * scales + offset * rng.normal(size=dim)
-    return l2_normalise(np.repeat(centres, per_speaker, axis=0)
-                        + 0.5 * rng.normal(size=(speakers * per_speaker, dim)) * scales)
+from tests.helpers.attacks import synthetic_attack_inputs
+from tests.helpers.attacks import clustered
 
 
 def test_procrustes_recovers_a_random_orthogonal_map_exactly():
@@ -65,28 +59,6 @@ def test_top1_counts_speaker_and_segment_hits():
     restored = Vectors(("a2", "a1", "b1"), np.eye(3))
     utt2spk = {"a1": "A", "a2": "A", "b1": "B"}
     assert top1_accuracy(original, restored, utt2spk) == (3, 1)
-
-
-def synthetic_attack_inputs(seed=0, dim=24, anonymiser=None):
-    """Enrolment (train) and trial utterances of 6 F + 6 M speakers, anonymised by a rotation + noise."""
-    rng = np.random.default_rng(seed)
-    speakers = [f"{sex}{k}" for sex in "fm" for k in range(6)]
-    spk2gender = {spk: spk[0] for spk in speakers}
-    data = clustered(rng, speakers=len(speakers), per_speaker=14, dim=dim)
-    ids = [f"{spk}-u{k:02d}" for spk in speakers for k in range(14)]
-    utt2spk = {utt: utt.split("-")[0] for utt in ids}
-    anonymiser = ortho_group.rvs(dim, random_state=seed + 7) if anonymiser is None else anonymiser
-    anonymised = l2_normalise(data @ anonymiser + 0.02 * rng.normal(size=data.shape))
-    train_ids = [utt for utt in ids if int(utt[-2:]) < 8]
-    test_ids = [utt for utt in ids if int(utt[-2:]) >= 8]
-    orig, anon = Vectors(tuple(ids), data), Vectors(tuple(ids), anonymised)
-    trials = [Trial(spk, utt, utt2spk[utt] == spk) for utt in test_ids for spk in speakers
-              if spk[0] == utt[0]]
-    inputs = InversionInputs(train_orig=orig.select(train_ids), train_anon=anon.select(train_ids),
-                             test_orig=orig.select(test_ids), test_anon=anon.select(test_ids),
-                             enroll=speaker_means(orig.select(train_ids), utt2spk), trials=trials,
-                             utt2spk=utt2spk)
-    return inputs, spk2gender
 
 
 @pytest.mark.parametrize("method", ["procrustes", "wasserstein-procrustes"])

@@ -24,7 +24,9 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
-from conftest import make_corpus, single_torch_thread
+from tests.helpers.corpora import make_corpus
+
+from tests.helpers.corpora import single_torch_thread
 
 TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
         "sentence_len": 0.5, "batch_size": 8, "step_size": 10, "valid_ratio": 0, "number_of_epochs": 2}
@@ -128,7 +130,7 @@ def test_challenge_with_iemocap_scores_ser_uar_beside_the_published_figures(chal
     import shutil as copier
 
     from tests.helpers.speechbrain_layouts import write_ser_dir
-    from test_ser import UTTERANCES, write_set
+    from tests.helpers.ser_sets import UTTERANCES, write_set
 
     root, out, _, _, _ = challenge
     copy = tmp_path / "out"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.cli import build_parser, main
 from voxanon.pipeline.systems import build_system, load_system_config

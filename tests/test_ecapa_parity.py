@@ -16,7 +16,7 @@ from speechbrain.lobes.features import Fbank as SpeechbrainFbank
 from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from speechbrain.processing.features import InputNormalization
 
-from tests.conftest import synthetic_vowel
+from tests.helpers.corpora import synthetic_vowel
 from voxanon.models.nets.ecapa import Fbank, sentence_mean_normalised
 from voxanon.models.checkpoints.ecapa import ecapa_config_from_state, ecapa_with_weights
 from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_tdnn

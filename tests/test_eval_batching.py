@@ -155,7 +155,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_cuda_without_a_cuda_device_is_one_error_before_any_work(name, tmp_path, capsys, voxanon_home):
-    from conftest import make_corpus
+    from tests.helpers.corpora import make_corpus
     from voxanon.pipeline.cli import main
 
     assert not torch.cuda.is_available()  # this test is about machines without one

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import SAMPLE_RATE, make_corpus, synthetic_vowel
+from tests.helpers.corpora import SAMPLE_RATE, make_corpus, synthetic_vowel
 from voxanon.data_prep.corpus import DataDir, write_data_dir
 from voxanon.models.f0.extract import F0Cache, yaapt_f0
 from voxanon.models.f0.params import SSL_SAS_YAAPT

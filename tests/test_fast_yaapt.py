@@ -13,7 +13,7 @@ import numba
 import numpy as np
 import pytest
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from tests.helpers.yaapt_parity import agreement, demo_speech, synthetic_speech
 from voxanon.models.f0 import yaapt
 from voxanon.models.f0.extract import F0Cache, yaapt_f0, yaapt_f0_batch

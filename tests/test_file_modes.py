@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 from voxanon.models.checkpoints.fetch import extract
 from voxanon.pipeline.runner import anonymise_set

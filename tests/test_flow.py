@@ -226,13 +226,6 @@ def tree(module) -> tuple[set[str], list[str], list[str]]:
     return plain, list(module._parameters), list(module._modules)
 
 
-@pytest.fixture
-def reference_module():
-    """The releases' ``classes`` (stand-ins) importable as ``classes``, so ``torch.save`` pickles them as they do."""
-    with reference_flow.installed_as_classes() as module:
-        yield module
-
-
 @pytest.mark.parametrize("zllr_vc", [True, False])
 def test_stand_ins_have_the_published_module_tree(tmp_path, zllr_vc):
     model = reference_flow.RealNVP(6, 12, zllr_vc=zllr_vc)

@@ -7,7 +7,7 @@ import parselmouth
 import pytest
 import scipy.signal
 
-from conftest import SAMPLE_RATE, synthetic_vowel
+from tests.helpers.corpora import SAMPLE_RATE, synthetic_vowel
 from tests.reference.mcadams import mcadams_per_frame
 from voxanon.models.dsp import mcadams as m
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_flow import reference_module  # noqa: F401 (a fixture: the ICASSP 2023 flow classes)
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import fetch as fetch_module
 from voxanon.models.checkpoints.fetch import DownloadError, UnsafeArchiveError, download, extract, fetch, zenodo_files
@@ -233,7 +232,7 @@ def test_unsafe_zip_members_are_refused_and_links_inside_are_kept(tmp_path):
 
 def _release_archive(root: Path, vocoder_subdir: str, archive: Path) -> None:
     """Everything under ``root`` (a release written there in the published layout) as a .zip or .tar.gz."""
-    from tests.test_neural_import import write_release
+    from tests.helpers.ssl_sas_release import write_release
 
     write_release(root / "pretrained_models_anon_xv", vocoder_subdir=vocoder_subdir)
     if archive.suffix == ".zip":

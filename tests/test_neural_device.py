@@ -31,8 +31,8 @@ from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderSt
 from voxanon.pipeline.runner import Job, _parallel_batches
 from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
 
-from tests.conftest import make_corpus
-from tests.test_neural_precision import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
+from tests.helpers.corpora import make_corpus
+from tests.helpers.device_checks import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
 
 ROOT = Path(__file__).resolve().parents[1]
 

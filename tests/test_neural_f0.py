@@ -8,7 +8,7 @@ import amfm_decompy.pYAAPT as pYAAPT
 import numpy as np
 import pytest
 
-from tests.conftest import synthetic_vowel
+from tests.helpers.corpora import synthetic_vowel
 from voxanon.models.f0 import extract as f0_module
 from voxanon.models.f0.extract import F0Cache, yaapt_f0
 from voxanon.models.f0.params import DEFAULT_BACKEND, MIN_SAMPLES, PYAAPT_BACKENDS, YaaptParams

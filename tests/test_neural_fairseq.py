@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.reference.hifigan import Generator as ReferenceGenerator
-from tests.test_release_layout import ECAPA, RELEASE_CONFIG, SSL_SAS_VOCODER
+from tests.helpers.ssl_sas_release import ECAPA, RELEASE_CONFIG, SSL_SAS_VOCODER
 from voxanon.models.checkpoints.safe import safe_load
 from voxanon.models.checkpoints.ssl_sas import soft_content_from_ssl_sas_state
 from voxanon.pipeline.cli import main

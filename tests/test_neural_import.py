@@ -3,57 +3,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 import numpy as np
 import pytest
 import torch
-from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 
-from tests.reference.hifigan import Generator as ReferenceGenerator
-from tests.test_neural_hubert import TINY as TINY_CONTENT
-from tests.test_neural_hubert import random_fairseq_soft_model
+from tests.helpers.hubert import TINY as TINY_CONTENT
 from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, import_ssl_sas
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES
+from tests.helpers.ssl_sas_release import write_release
 
 load_ssl_sas_models = __import__(STAGES["content"].__module__, fromlist=["x"]).load_ssl_sas_models
 
-GENERATOR_JSON = {"resblock": "1", "num_gpus": 0, "batch_size": 32, "learning_rate": 0.0002,
-                  "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
-                  "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7, 11],
-                  "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "model_in_dim": 393,
-                  "num_mels": 80, "segment_size": 8960, "sampling_rate": 16000}
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def write_release(root, *, embed_submodels: bool = True, payload=None,
-                  vocoder_subdir: str = "libri_tts_clean_100_fbank_xv_ssl_freeze"):
-    torch.manual_seed(7)
-    generator = ReferenceGenerator(GENERATOR_JSON, 393)
-    _, content_state = random_fairseq_soft_model(TINY_CONTENT, seed=2)
-    ecapa = ECAPA_TDNN(80, channels=[32, 32, 32, 32, 96], attention_channels=16, se_channels=16, res2net_scale=4)
-    state = dict(generator.state_dict())
-    if embed_submodels:
-        state.update({f"latent_encoder.{k}": v for k, v in content_state.items()})
-        state.update({f"xv_model.{k}": v for k, v in ecapa.state_dict().items()})
-    vocoder_dir = root / "HiFi-GAN" / vocoder_subdir
-    vocoder_dir.mkdir(parents=True)
-    (vocoder_dir / "config.json").write_text(json.dumps(GENERATOR_JSON))
-    checkpoint = {"generator": state}
-    if payload is not None:
-        checkpoint["payload"] = payload
-    torch.save({"generator": {}}, vocoder_dir / "g_00050000")
-    torch.save(checkpoint, vocoder_dir / "g_00100000")
-    (root / "HuBERT_soft").mkdir(exist_ok=True)
-    torch.save(content_state, root / "HuBERT_soft" / "soft_model.pt")
-    (root / "ECAPA-TDNN").mkdir(exist_ok=True)
-    torch.save(ecapa.state_dict(), root / "ECAPA-TDNN" / "embedding_model.ckpt")
-    return generator.eval(), content_state, ecapa.eval()
 
 
 def test_release_imports_and_reproduces_the_generator(tmp_path, monkeypatch, capsys):

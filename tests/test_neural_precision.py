@@ -11,16 +11,14 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.neural_stages import ContentStage, VocoderStage, load_model
 from voxanon.pipeline.systems import build_system, load_system_config
 
-from tests.conftest import make_corpus
+from tests.helpers.corpora import make_corpus
+from tests.helpers.device_checks import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
 
 # Measured on these tiny random models (seed 0) and the two utterances below, bfloat16 against
 # float32: content per-frame cosine similarity >= 0.99975 and SNR 36.8-37.1 dB (HuBERT-soft units
 # also about 37 dB; full-size HuBERT 37 dB); waveform SNR 54 dB (full-size vocoder 38 dB). The bounds
 # keep 4-9 dB of margin for other CPUs' kernels. A float32 output fails the "not equal" checks; a
 # path that keeps two or more fewer mantissa bits than bfloat16 (about 6 dB per bit) falls below them.
-MIN_CONTENT_COSINE = 0.999
-MIN_CONTENT_SNR_DB = 32.0
-MIN_WAVE_SNR_DB = 45.0
 
 
 @pytest.fixture
@@ -30,17 +28,6 @@ def voxanon_home(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
     return home
-
-
-def voiced_waves() -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    waves = []
-    for seconds in (0.8, 1.1):
-        t = np.arange(int(seconds * 16000) // 320 * 320) / 16000
-        f0 = 120 + 40 * np.sin(2 * np.pi * 1.5 * t)
-        wave = 0.5 * np.sin(2 * np.pi * np.cumsum(f0) / 16000) + 0.05 * rng.standard_normal(len(t))
-        waves.append((wave / np.max(np.abs(wave)) * 0.95).astype(np.float32))
-    return waves
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:

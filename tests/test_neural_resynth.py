@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.models.checkpoints.registry import ModelNotInstalledError, installed, load_model_set, write_model_set
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import STAGES

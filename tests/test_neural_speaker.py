@@ -8,7 +8,7 @@ from speechbrain.lobes.features import Fbank
 from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN
 from speechbrain.processing.features import InputNormalization
 
-from tests.conftest import synthetic_vowel
+from tests.helpers.corpora import synthetic_vowel
 from voxanon.models.checkpoints.safe import CheckpointError
 from voxanon.models.checkpoints.ecapa import ecapa_from_directory
 from voxanon.models.nets.speaker import SPKREC_ECAPA_VOXCELEB, SSL_SAS_ECAPA, EcapaConfig

@@ -8,46 +8,16 @@ chain) and a second run into a fresh folder is bit-identical.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
 import soundfile
 
-from voxanon.data_prep.corpus import read_data_dir, write_data_dir
-from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.systems import available_systems, build_system, load_system_config
+from tests.helpers.demo_sets import SMALL_POOL
 
 # The demo pool is tiny: worlds and regions scaled down (the recipe's 200/100 need a LibriTTS-size pool).
-SMALL_POOL = ["--set", "pseudo_speaker.world=3", "--set", "pseudo_speaker.region=2"]
-
-
-def write_demo_subset(demo, folder, utterances):
-    subset = demo.subset(utterances)
-    write_data_dir(dataclasses.replace(subset, wav=subset.absolute_wav(), name=folder.name, path=None), folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def installed_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VOXANON_HOME", str(home))
-        patch.setenv("OMP_NUM_THREADS", "1")
-        demo = read_data_dir(demo_corpus_dir())
-        speakers = ["de1", "de3", "slt", "us1", "awb", "joe", "kal", "ked"]
-        training = write_demo_subset(demo, home / "demo24", [u for s in speakers for u in sorted(demo.spk2utt[s])[1:4]])
-        data = write_demo_subset(demo, home / "demo8", [sorted(demo.spk2utt[s])[0] for s in speakers])
-        for name in ("ssl-sas", "zllr-vc"):
-            assert main(["models", "import", name, "--random-init", "--size", "tiny"]) == 0
-        for tag in ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"):  # B5, B6
-            assert main(["models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", "tiny"]) == 0
-        assert main(["pool", "build", "--data", str(training), "--out", "libritts-other-500",
-                     "--models", "ssl-sas"]) == 0
-        assert main(["train", "sex-flow", "--data", str(training), "--out", "sex", "--models", "zllr-vc",
-                     "--epochs", "2", "--held-out", "0", "--quiet"]) == 0
-        yield home, read_data_dir(data)
 
 
 @pytest.mark.parametrize("system", available_systems())

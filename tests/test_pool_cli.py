@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.vectors import Vectors, write_vectors

@@ -9,7 +9,7 @@ import pytest
 import scipy.signal
 import soundfile
 
-from conftest import SAMPLE_RATE, make_corpus, synthetic_vowel
+from tests.helpers.corpora import SAMPLE_RATE, make_corpus, synthetic_vowel
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.dsp.f0_transform import NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
 from voxanon.models.f0.praat_pitch import praat_f0

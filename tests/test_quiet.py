@@ -11,7 +11,7 @@ import pytest
 
 from voxanon.pipeline.cli import main
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 
 PROGRESS_MARKS = ("it/s", "utt/s", "s/utt", "%|")
 

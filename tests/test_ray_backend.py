@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make_corpus
-from test_run_faults import ON_CPU, random_home  # noqa: F401  (fixture)
+from tests.helpers.corpora import make_corpus
+from tests.helpers.device_checks import ON_CPU
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main

@@ -25,35 +25,9 @@ from voxanon.models.checkpoints.ssl_sas import import_ssl_sas
 from voxanon.models.checkpoints.safe import CheckpointError
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
+from tests.helpers.ssl_sas_release import SSL_SAS_VOCODER, ZLLR_VOCODER, RELEASE_CONFIG, ZLLR_CONFIG, HUBERT, ECAPA
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-SSL_SAS_VOCODER = "libri_tts_clean_100_fbank_xv_ssl_freeze"
-ZLLR_VOCODER = "libri_tts_clean_100_fbank_xv_ssl_freeze_xvnorm"
-"""A stand-in name: the importer takes the zLLR-VC release's only vocoder folder, whatever its name."""
-
-RELEASE_CONFIG = {
-    "input_training_file": "scp/libri/train.lst", "input_validation_file": "scp/libri/dev.lst",
-    "soft_model_path": "pretrained_models_anon_xv/HuBERT_soft/soft_model.pt",
-    "hubert_model_path": "pretrained_models_anon_xv/hubert_base_ls960.pt",
-    "ecapa_fbank_model_path": "pretrained_models_anon_xv/ECAPA-TDNN/embedding_model.ckpt",
-    "ssl_freeze": True, "xv_freeze": True, "model_in_dim": 393, "resblock": "1", "num_gpus": 0, "batch_size": 32,
-    "learning_rate": 0.0002, "adam_b1": 0.8, "adam_b2": 0.99, "lr_decay": 0.999, "seed": 1234,
-    "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
-    "upsample_initial_channel": 32,  # 512 in the release; the key structure does not depend on it
-    "resblock_kernel_sizes": [3, 7, 11], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    "segment_size": 8960, "latent": True, "f0": True, "f0_interp": False, "xv": True, "num_mels": 80,
-    "num_freq": 1025, "n_fft": 1024, "hop_size": 256, "win_size": 1024, "sampling_rate": 16000, "fmin": 0,
-    "fmax": 8000, "fmax_for_loss": None, "num_workers": 4,
-    "dist_config": {"dist_backend": "nccl", "dist_url": "env://"}}
-ZLLR_CONFIG = {**RELEASE_CONFIG, "xv_disentanglement": False,
-               "xv_disentanglement_model": "xv_disentanglement_model/model.pt", "xv_protect_dis": True,
-               "f0conv": True, "xv_protect_glob": False, "consistency_loss": True}
-
-HUBERT = {"conv_channels": 32, "hidden": 64, "ffn": 96, "layers": 2, "pos_kernel": 16, "pos_groups": 4,
-          "final_dim": 16, "classes": 504}
-"""A tiny fairseq HuBERT (base: 512, 768, 3072, 12, 128, 16, 256, 504)."""
-ECAPA = {"channels": [32, 32, 32, 32, 96], "attention_channels": 16, "se_channels": 16, "res2net_scale": 4}
 
 
 def jik876_generator_state(config: dict) -> dict[str, torch.Tensor]:

@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.pipeline import runner
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.stages import RunFault, Stage
 from voxanon.pipeline.systems import STAGES, load_system_config
-
-ON_CPU = ["--set", "content.device=cpu:0", "--set", "speaker.device=cpu:0", "--set", "vocoder.device=cpu:0"]
-
-
-@pytest.fixture(scope="module")
-def random_home(tmp_path_factory):
-    """A models directory with a tiny random SSL-SAS set."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VOXANON_HOME", str(home))
-        assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
-    return home
+from tests.helpers.device_checks import ON_CPU
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.run_lock import LOCK_NAME, RunLockedError, process_alive, process_start, run_lock
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set

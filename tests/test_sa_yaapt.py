@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import synthetic_vowel
+from tests.helpers.corpora import synthetic_vowel
 from tests.reference.sa_toolkit import UttCMVN
 
 from voxanon.data_prep.demo_corpus import demo_corpus_dir

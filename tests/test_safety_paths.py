@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir, read_mapping, scan_audio_folder
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path, id_problem

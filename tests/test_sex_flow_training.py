@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import cllr, min_cllr

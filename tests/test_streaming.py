@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
-from test_neural_systems import SMALL_POOL, installed_home  # noqa: F401  (fixture)
+from tests.helpers.corpora import make_corpus
+from tests.helpers.demo_sets import SMALL_POOL
 from voxanon.pipeline import runner, streaming
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, Job, anonymise_set

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline import systems

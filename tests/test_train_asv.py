@@ -32,7 +32,9 @@ from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enr
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config
 
-from conftest import make_corpus, single_torch_thread
+from tests.helpers.corpora import make_corpus
+
+from tests.helpers.corpora import single_torch_thread
 
 TINY = {"channels": [32, 32, 32, 32, 96], "lin_neurons": 32, "attention_channels": 16, "se_channels": 16,
         "sentence_len": 1.5, "batch_size": 16, "step_size": 20, "valid_ratio": 0.125}

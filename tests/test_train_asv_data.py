@@ -17,7 +17,9 @@ from voxanon.data_prep.corpus import write_data_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.training.asv import SKIPPED_FILE, TRAINING_FILE, train_asv, validation_counts
 
-from conftest import make_corpus, single_torch_thread
+from tests.helpers.corpora import make_corpus
+
+from tests.helpers.corpora import single_torch_thread
 
 TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
         "sentence_len": 1.5, "batch_size": 4, "number_of_epochs": 1}

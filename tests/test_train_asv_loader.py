@@ -16,7 +16,9 @@ from voxanon.models.checkpoints.safe import safe_load
 from voxanon.pipeline.training.asv import (TRAINING_FILE, AsvTrainer, ChunkBatches, float_waves, prepare_training_data,
                                            read_training_sets, resolve_hparams, train_asv)
 
-from conftest import make_corpus, single_torch_thread
+from tests.helpers.corpora import make_corpus
+
+from tests.helpers.corpora import single_torch_thread
 
 TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
         "sentence_len": 1.5, "batch_size": 4, "number_of_epochs": 2, "valid_ratio": 0.25}

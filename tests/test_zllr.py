@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_attacks_cli import sexed_vectors
-from test_flow import reference_module  # noqa: F401  (fixture)
+from tests.helpers.attacks import sexed_vectors
 from voxanon.data_prep.corpus import Trial, format_trials, write_mapping
 from voxanon.data_prep.vectors import read_vectors, write_vectors
 from voxanon.models.nets.flow import load_flow

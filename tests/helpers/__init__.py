@@ -1,1 +1,3 @@
 """Fixtures and writers the tests share: published file layouts, synthetic voices, parity harnesses."""
+
+

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import reference_sa_toolkit as ref
 import torch
 
-import reference_sa_toolkit as ref
 
 TINY_WAV2VEC2 = {**ref.WAV2VEC2_LARGE, "extractor_conv_layer_config": [[32, 10, 5]] + [[32, 3, 2]] * 4 + [[32, 2, 2]] * 2,
                  "encoder_embed_dim": 64, "encoder_pos_conv_kernel": 16, "encoder_pos_conv_groups": 4,
@@ -52,7 +52,7 @@ def _codebook_from_speech(net, seed: int) -> None:
     bias shifted to centre them. With its random normal codebook every frame of random weights picks the same
     row (the quantiser would go untested), and uncentred frames, nearly equal and far from the origin, would
     leave the nearest rows closer together than float32 can tell apart."""
-    from conftest import synthetic_vowel
+    from tests.helpers.corpora import synthetic_vowel
 
     layer = net.tdnnfs[-2]
     captured = []

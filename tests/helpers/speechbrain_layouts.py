@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+
 ASR_HPARAMS = """\
 sample_rate: 16000
 wav2vec2_hub: {hub}

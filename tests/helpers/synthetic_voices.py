@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.signal
 
+
 SAMPLE_RATE = 16000
 VOWELS = {"a": [(700, 90), (1200, 110), (2600, 160)], "i": [(300, 60), (2300, 120), (3000, 180)],
           "u": [(350, 70), (800, 90), (2400, 160)]}
