@@ -463,19 +463,25 @@ def write_anonymised_dir(source: DataDir, out_dir: str | os.PathLike, produced: 
 
     ``produced`` maps each utterance written to ``wav/<utt>.wav`` to its duration in
     seconds. Metadata is copied from the source; ``wav.scp`` and ``utt2dur`` are rebuilt
-    from what was produced. Utterances that failed keep their metadata, so validation
-    of the output names them as missing audio rather than silently losing them.
+    from what was produced. An utterance that failed (the run lists it in ``failures.tsv``)
+    leaves the metadata with its audio (its speaker's too when it was the speaker's last, and
+    its trials and enrolment), so the output set is itself a valid input set.
     """
     out_dir = Path(out_dir)
+    kept = source.subset(produced) if set(source.wav) - set(produced) else source
+    trials = kept.trials
+    if kept.enrolls is not None and trials is not None and kept is not source:
+        enrolled = {kept.utt2spk[utt] for utt in kept.enrolls if utt in kept.utt2spk}
+        trials = [trial for trial in trials if trial.enrol_speaker in enrolled]
     result = DataDir(
         name=out_dir.name,
         wav={utt: f"wav/{utt}.wav" for utt in produced},
-        utt2spk=dict(source.utt2spk),
-        spk2gender=dict(source.spk2gender),
-        text=dict(source.text),
+        utt2spk=dict(kept.utt2spk),
+        spk2gender=dict(kept.spk2gender),
+        text=dict(kept.text),
         utt2dur=dict(produced),
-        enrolls=source.enrolls,
-        trials=source.trials,
+        enrolls=kept.enrolls,
+        trials=trials,
         passthrough=dict(source.passthrough),
         path=out_dir,
     )

@@ -817,8 +817,13 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
                                               failures, data, system, progress, started)
             if hasattr(outcomes, "stats"):
                 manifest["executor"] = outcomes.stats()
-    except RunFault as fault:
-        manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "failed", "error": str(fault)})
+    except BaseException as error:
+        # What stopped the run, in run.json: Ctrl-C (or a SystemExit) leaves "interrupted", a fault "failed".
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         "status": "interrupted" if stopped else "failed",
+                         "error": (f"interrupted ({type(error).__name__})" if stopped
+                                   else str(error) if isinstance(error, RunFault) else one_line(error))})
         atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
         raise
 
