@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 JOURNAL = ".journal.jsonl"
 FAILURES = "failures.tsv"
 RUN_MANIFEST = "run.json"
+# Shorter, no system has one analysis frame (25 ms: the neural chains' first; McAdams takes 20 ms): the output
+# would be silence (a 1-sample input gave a 1-sample silent output).
+MIN_SECONDS = 0.025
 REPORTED_PACKAGES = ("voxanon", "numpy", "scipy", "librosa", "soundfile", "soxr", "torch", "torchaudio")
 
 
@@ -152,6 +155,10 @@ class Batch:
 def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
     """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
     audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, allow_pipe=allow_pipes)
+    if audio.seconds < MIN_SECONDS:
+        raise AudioError(job.source, f"too short: {len(audio.samples)} samples at {system.sample_rate} Hz "
+                                     f"({audio.seconds * 1000:.1f} ms); an utterance needs at least "
+                                     f"{MIN_SECONDS * 1000:g} ms, one analysis frame of every system")
     return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
                     audio.notes())
 

@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from conftest import make_corpus
-from voxanon.data_prep.corpus import read_data_dir
+from voxanon.data_prep.corpus import DataDirError, read_data_dir
 from voxanon.pipeline import runner
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, RUN_MANIFEST, anonymise_set
@@ -205,3 +205,31 @@ def test_a_long_input_is_refused_from_its_header_before_it_is_decoded(tmp_path, 
     result = anonymise_set(data, load_system_config("b2", ["max_seconds=2"]), tmp_path / "out", progress=False)
     assert [(f.failed_stage, f.error.split(":")[0]) for f in result.failures] == [("load", "too long")]
     assert reads == []
+
+
+def test_a_one_sample_input_is_a_failure_not_a_silent_output(tmp_path):
+    """Item 16."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    soundfile.write(data.wav["spk0-000"], np.array([0.5], dtype=np.float32), 16000)
+    result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    assert [(f.utt, f.error.split(":")[0]) for f in result.failures] == [("spk0-000", "too short")]
+    assert not (tmp_path / "out" / "wav" / "spk0-000.wav").exists()
+
+
+def test_a_line_separator_in_an_id_is_refused_not_read_as_a_space(tmp_path):
+    """Item 16: U+2028 is white space to str.split(), not to Kaldi."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=1)
+    scp = data.path / "wav.scp"
+    scp.write_text(scp.read_text().replace("spk0-000 ", "spk0\u2028x ", 1), encoding="utf-8")
+    with pytest.raises(DataDirError, match="U\\+2028"):
+        read_data_dir(data.path)
+
+
+def test_a_folder_in_wav_scp_is_named_as_a_folder(tmp_path):
+    """Item 16."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=1)
+    Path(data.wav["spk0-000"]).unlink()
+    Path(data.wav["spk0-000"]).mkdir()
+    assert any("is a folder" in problem for problem in read_data_dir(data.path).validate())
+    result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    assert "is a folder" in result.failures[0].error
