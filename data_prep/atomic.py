@@ -96,3 +96,17 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
                     path.unlink()
                     removed.append(path)
     return removed
+
+
+def ensure_writable_folder(folder: str | os.PathLike, option: str) -> Path:
+    """``folder``, created if need be, once a file could be created in it; else one :class:`VoxanonError` naming
+    the option and the folder, before any work whose results would have nowhere to go."""
+    from voxanon.data_prep.errors import VoxanonError
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _create_unique(folder, ".write-check.", ".tmp", _create_file).unlink()
+    except OSError as error:
+        raise VoxanonError(f"{option} {folder}: cannot write there ({error.strerror or error})") from None
+    return folder

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from voxanon.data_prep.atomic import ensure_writable_folder
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
@@ -103,6 +104,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ensure_writable_folder(args.out, "--out")
     if args.semi_informed:
         return run_semi_informed(args)
     from voxanon.pipeline.evaluation.sets import discover_sets
