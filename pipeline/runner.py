@@ -320,10 +320,12 @@ def _init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] |
 def _die_with_parent() -> None:
     """Ask the kernel to kill this process when its parent dies (``PR_SET_PDEATHSIG``): a forked one holds
     copies of the parent's files, the output lock's among them, and must not keep them (nor the models'
-    memory, nor a device) after a killed run."""
+    memory, nor a device) after a killed run. Ctrl-C, which the terminal sends to every process of the run, is
+    left to the parent, which ends its workers: a worker that took it printed a 20-line traceback of its own."""
     import ctypes
     import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
@@ -419,6 +421,7 @@ def _init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int
     # buffers, which spawned workers map afresh for each block above 32 MB (2-8 % faster neural chains,
     # measured).
     os.environ.update({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")})
+    _die_with_parent()
     load_worker(config, allow_pipes, stages)
 
 

@@ -233,3 +233,22 @@ def test_a_folder_in_wav_scp_is_named_as_a_folder(tmp_path):
     assert any("is a folder" in problem for problem in read_data_dir(data.path).validate())
     result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
     assert "is a folder" in result.failures[0].error
+
+
+def _ctrl_c_ignored() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_processes_leave_ctrl_c_to_the_run(method):
+    """Item 11: the terminal's SIGINT reaches every process of the run; only the parent acts on it (a streaming
+    run's forked workers each printed a KeyboardInterrupt traceback before "interrupted")."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    initializer, initargs = ((runner._die_with_parent, ()) if method == "fork"
+                             else (runner._init_spawned_worker, (load_system_config("b2"), False)))
+    with ProcessPoolExecutor(1, mp_context=get_context(method), initializer=initializer, initargs=initargs) as pool:
+        assert pool.submit(_ctrl_c_ignored).result()
