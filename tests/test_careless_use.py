@@ -252,3 +252,16 @@ def test_worker_processes_leave_ctrl_c_to_the_run(method):
                              else (runner._init_spawned_worker, (load_system_config("b2"), False)))
     with ProcessPoolExecutor(1, mp_context=get_context(method), initializer=initializer, initargs=initargs) as pool:
         assert pool.submit(_ctrl_c_ignored).result()
+
+
+def test_evaluate_names_an_unknown_enrolment_speaker(tmp_path, capsys, monkeypatch):
+    """Item 16: a trial whose enrolment speaker has no enrolment utterance is named, not left out silently."""
+    data = make_corpus(tmp_path / "vpc", n_speakers=2, n_utts=2, name="dev_enrolls")
+    trials_dir = make_corpus(tmp_path / "vpc", n_speakers=2, n_utts=2, name="dev_trials_f").path
+    with (trials_dir / "trials").open("a") as handle:
+        handle.write("ghost spk0-001 nontarget\n")
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    code = main(["evaluate", "--orig", str(data.path.parent), "--anon", str(tmp_path / "vpc"), "--suffix", "_b2",
+                 "--out", str(tmp_path / "eval"), "--quiet"])
+    error = capsys.readouterr().err
+    assert code == 2 and "'ghost'" in error and str(data.path / "enrolls") in error

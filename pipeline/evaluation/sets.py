@@ -70,12 +70,24 @@ def discover_sets(orig: Path, anon: Path | None = None, suffix: str | None = Non
         enroll = _read(enroll_dir, allow_pipes) if enroll_dir != trials_dir else None
         trials = _read(trials_dir, allow_pipes)
         enroll = enroll or trials
+        _check_enrolment_speakers(enroll, trials)
         evaluation = EvaluationSet(name, enroll, trials)
         if anon is not None:
             evaluation.anon_enroll, evaluation.anon_trials = _anonymised_twins(
                 Path(anon), enroll_dir, trials_dir, suffix, allow_pipes)
         sets.append(evaluation)
     return sets
+
+
+def _check_enrolment_speakers(enroll: DataDir, trials: DataDir) -> None:
+    """Every trial's enrolment speaker has an utterance in the enrolment list; else one error naming the speakers
+    and both files (their trials would only have been left out, as if an embedding had failed)."""
+    enrolled = {enroll.utt2spk[utt] for utt in enroll.enrolls or () if utt in enroll.utt2spk}
+    unknown = sorted({trial.enrol_speaker for trial in trials.trials or ()} - enrolled)
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:10])) + (f" ... ({len(unknown) - 10} more)" if len(unknown) > 10 else "")
+        raise VoxanonError(f"{trials.path / 'trials'}: {len(unknown)} enrolment speaker(s) have no utterance in "
+                           f"{enroll.path / 'enrolls'}: {shown}")
 
 
 def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: str | None,
