@@ -375,6 +375,12 @@ class RayBackend:
             raise VoxanonError(f"cannot join the Ray cluster at {self.options.address or 'local'}: "
                                f"{message[:300]}") from None
         self.connect_seconds = round(time.time() - started, 3)
+        if self.options.address is None:
+            # The instance started here is this process's: if it is killed, its agents and workers would wait
+            # minutes for the raylet; the reaper ends them within seconds.
+            from voxanon.pipeline.orphan_reaper import start_reaper
+
+            start_reaper()
 
     def describe(self) -> dict:
         """What run.json records: the backend, its options and the cluster's resources (connects)."""

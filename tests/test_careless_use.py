@@ -265,3 +265,47 @@ def test_evaluate_names_an_unknown_enrolment_speaker(tmp_path, capsys, monkeypat
                  "--out", str(tmp_path / "eval"), "--quiet"])
     error = capsys.readouterr().err
     assert code == 2 and "'ghost'" in error and str(data.path / "enrolls") in error
+
+
+_DRIVER = """
+import subprocess, sys, time
+from voxanon.pipeline.orphan_reaper import start_reaper
+# As a local Ray instance: a server the driver starts, which starts an agent of its own, and dies with the driver.
+server = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                           "agent = subprocess.Popen(['sleep', '300']); print(agent.pid, flush=True); time.sleep(300)"],
+                          stdout=subprocess.PIPE, text=True)
+agent = server.stdout.readline().strip()
+start_reaper()
+time.sleep(1.5)   # the reaper has seen the tree
+print(server.pid, agent, flush=True)
+time.sleep(300)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_drivers_local_processes_end_within_seconds(tmp_path):
+    """Item 6: kill -9 of a command that started a local Ray instance leaves its agents and workers running (the
+    raylet dies with it, they wait minutes for it); the reaper started beside it ends them."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER], stdout=subprocess.PIPE, text=True)
+    server, agent = map(int, driver.stdout.readline().split())
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(map(_running, (server, agent))):
+        time.sleep(0.2)
+    alive = [pid for pid in (server, agent) if _running(pid)]
+    for pid in alive:   # not to leave them if the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
