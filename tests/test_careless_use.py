@@ -309,3 +309,58 @@ def test_a_killed_drivers_local_processes_end_within_seconds(tmp_path):
     for pid in alive:   # not to leave them if the test fails
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+
+
+def _metrics_inputs(tmp_path: Path, tar: list[float], non: list[float]) -> tuple[Path, Path]:
+    trials, scores = tmp_path / "trials", tmp_path / "scores"
+    rows = [(f"t{k}", "target", s) for k, s in enumerate(tar)] + [(f"n{k}", "nontarget", s) for k, s in enumerate(non)]
+    trials.write_text("".join(f"spk {utt} {kind}\n" for utt, kind, _ in rows))
+    scores.write_text("".join(f"spk {utt} {float(score)!r}\n" for utt, _, score in rows))
+    return trials, scores
+
+
+def test_metrics_of_an_empty_score_file_is_one_line(tmp_path, capsys):
+    """Item 9."""
+    trials, scores = _metrics_inputs(tmp_path, [1.0], [0.0])
+    scores.write_text("")
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores)]) == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "have no score" in error
+
+
+def test_metrics_of_scores_near_the_float64_limit(tmp_path, capsys):
+    """Item 9: ±1e308 overflowed the linkability histogram's range."""
+    trials, scores = _metrics_inputs(tmp_path, [1e308] * 30, [-1e308] * 30)
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    from voxanon.eval.linkability import linkability
+
+    # D_sys does not depend on the scores' scale: as for ±1 (on 3 bins: the trapezoid gives the top one half).
+    assert metrics["linkability"] == pytest.approx(linkability(np.ones(30), -np.ones(30))) and metrics["eer_rocch"] == 0.0
+
+
+def test_metrics_say_when_a_figure_is_degenerate(tmp_path, capsys):
+    """Item 13: equal scores read as perfect discrimination (min Cllr 0), and linkability under 20 targets is 0
+    whatever the scores; each is said."""
+    trials, scores = _metrics_inputs(tmp_path, [0.5] * 25, [0.5] * 25)
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores)]) == 0
+    report = capsys.readouterr().out
+    assert "Cllr (min/act): 0.000" in report and "every score is the same" in report
+    trials, scores = _metrics_inputs(tmp_path, [5.0, 6.0, 7.0], [-5.0, -6.0, -7.0])
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["linkability"] == 0.0 and "fewer than 20" in metrics["notes"]["linkability"]
+    trials, scores = _metrics_inputs(tmp_path, list(np.linspace(1, 2, 30)), list(np.linspace(-2, -1, 30)))
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out), "no note where nothing is degenerate"
+
+
+def test_metrics_plot_into_an_unwritable_folder_fails_before_computing(tmp_path, capsys, monkeypatch):
+    """Item 7."""
+    from voxanon.eval import summary
+
+    trials, scores = _metrics_inputs(tmp_path, [1.0, 2.0], [0.0, -1.0])
+    monkeypatch.setattr(summary, "compute_metrics", lambda *a, **k: pytest.fail("computed before the check"))
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--plot", str(trials / "plots")]) == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "--plot" in error and str(trials) in error
