@@ -364,3 +364,12 @@ def test_metrics_plot_into_an_unwritable_folder_fails_before_computing(tmp_path,
     assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--plot", str(trials / "plots")]) == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error and "--plot" in error and str(trials) in error
+
+
+def test_evaluate_checks_its_out_folder_before_any_work(tmp_path, capsys):
+    """Item 7: evaluate wrote its outputs only after computing everything, and failed there with a traceback."""
+    (tmp_path / "file").write_text("x")
+    code = main(["evaluate", "--orig", str(tmp_path / "nowhere"), "--anon", str(tmp_path / "nowhere"),
+                 "--out", str(tmp_path / "file" / "evaluation"), "--quiet"])
+    error = capsys.readouterr().err
+    assert code == 2 and "--out" in error and "Traceback" not in error and "nowhere" not in error
