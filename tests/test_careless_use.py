@@ -95,6 +95,7 @@ def test_workers_are_capped_by_the_machine_and_the_set(tmp_path, monkeypatch, ca
 
     def recording_pool(workers, **kwargs):
         sizes.append(workers)
+        assert workers <= len(os.sched_getaffinity(0)), f"a pool of {workers} processes"  # never start them
         return real_pool(workers, **kwargs)
 
     monkeypatch.setattr(runner, "ProcessPoolExecutor", recording_pool)
@@ -104,6 +105,9 @@ def test_workers_are_capped_by_the_machine_and_the_set(tmp_path, monkeypatch, ca
     assert manifest["workers"] <= len(os.sched_getaffinity(0))
     assert all(size <= 2 for size in sizes)
     assert "--workers 100000" in caplog.text
+    sizes.clear()
+    result = anonymise_set(data, load_system_config("b2"), tmp_path / "capped", workers=8, progress=False)
+    assert result.ok and sizes and all(size <= 2 for size in sizes), "no more processes than utterances"
 
 
 def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
@@ -160,6 +164,8 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_its_traceback(tmp_path,
     error = capsys.readouterr().err
     assert "Traceback" not in error and "ZeroDivisionError: a bug" in error and "--debug" in error
     assert main(["--debug", "anonymise", "--system", "b2", "--data", str(data.path), "--quiet"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+    assert _anonymise(data.path, "--debug") == 2
     assert "Traceback" in capsys.readouterr().err
     monkeypatch.setenv("VOXANON_DEBUG", "1")
     assert _anonymise(data.path) == 2
