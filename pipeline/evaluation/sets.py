@@ -17,6 +17,7 @@ from typing import Iterable
 
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import named_folder
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: st
     if suffix is None:
         raise VoxanonError(f"{anon} is a folder of sets: give --suffix to find the anonymised twin of "
                            f"{trials_dir.name}")
-    dirs = [anon / f"{d.name}{suffix}" for d in (enroll_dir, trials_dir)]
+    dirs = [named_folder(anon, f"{d.name}{suffix}", f"--suffix {suffix!r}") for d in (enroll_dir, trials_dir)]
     for directory in dirs:
         if not (directory / "wav.scp").is_file():
             raise VoxanonError(f"anonymised set {directory} not found")
