@@ -131,15 +131,15 @@ def test_an_unwritable_out_folder_is_one_line_and_exit_2(where, tmp_path, capsys
     if where == "under_a_file":
         (tmp_path / "file").write_text("x")
         out = tmp_path / "file" / "out"
+    elif os.geteuid() == 0:   # root writes into read-only folders, not into /proc
+        out = Path("/proc/voxanon-out")
     else:
-        if os.geteuid() == 0:
-            pytest.skip("root writes into read-only folders")
         (tmp_path / "ro").mkdir()
         (tmp_path / "ro").chmod(0o555)
         out = tmp_path / "ro" / "out"
     assert _anonymise(data.path, "--out", str(out)) == 2
     error = capsys.readouterr().err
-    assert "Traceback" not in error and len(error.strip().splitlines()) == 1 and str(tmp_path) in error
+    assert "Traceback" not in error and len(error.strip().splitlines()) == 1 and str(out.parent) in error
 
 
 @pytest.mark.parametrize("override", ["seed=abc", "max_seconds=abc", "mcadams=3", "mcadams.alpha=-0.5",
