@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -76,3 +77,36 @@ def atomic_write_text(target: str | os.PathLike, text: str) -> None:
 def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> None:
     with atomic_path(target) as tmp:
         tmp.write_bytes(data)
+
+
+# The names atomic_path gives its temporary files: ".<target name>.<12 hex digits><suffix>.tmp".
+_TEMPORARY_NAME = re.compile(r"^\..+\.[0-9a-f]{12}[^/]*\.tmp$")
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Removes the temporary files that writes into ``folder`` (and its subfolders) left when their process was
+    killed (``kill -9``: no ``finally`` ran); returns them. Only for a folder that no live process writes into,
+    such as a run's output folder while the run holds its lock."""
+    removed = []
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            if _TEMPORARY_NAME.match(name):
+                path = Path(parent, name)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+def ensure_writable_folder(folder: str | os.PathLike, option: str) -> Path:
+    """``folder``, created if need be, once a file could be created in it; else one :class:`VoxanonError` naming
+    the option and the folder, before any work whose results would have nowhere to go."""
+    from voxanon.data_prep.errors import VoxanonError
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _create_unique(folder, ".write-check.", ".tmp", _create_file).unlink()
+    except OSError as error:
+        raise VoxanonError(f"{option} {folder}: cannot write there ({error.strerror or error})") from None
+    return folder

@@ -62,6 +62,23 @@ def _read_pipe(command: str) -> bytes:
     return completed.stdout
 
 
+def _too_long(name: str, seconds: float, max_seconds: float) -> AudioError:
+    return AudioError(name, f"too long: {seconds:.1f} s, the maximum is {max_seconds:g} s "
+                            "(raise it with --set max_seconds=...)")
+
+
+def _check_header_length(name: str, source, max_seconds: float | None) -> None:
+    """Refuses audio longer than ``max_seconds`` from its header, before any sample is decoded (a 3-hour file
+    would take about 900 MB as float32 just to be refused). A header without a length is left to the decoder."""
+    if max_seconds is None:
+        return
+    info = soundfile.info(source)
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    if info.samplerate > 0 and 0 < info.frames < 2**62 and info.frames / info.samplerate > max_seconds:
+        raise _too_long(name, info.frames / info.samplerate, max_seconds)
+
+
 def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: float | None = None,
                allow_pipe: bool = False) -> Audio:
     """Read ``source`` as float32 mono at ``sample_rate`` Hz, or raise :class:`AudioError`.
@@ -75,10 +92,15 @@ def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: floa
         if is_pipe:
             if not allow_pipe:
                 raise AudioError(name, "is a shell command; commands run only with --allow-pipes")
-            data, rate = soundfile.read(io.BytesIO(_read_pipe(name)), dtype="float32", always_2d=True)
+            stream = io.BytesIO(_read_pipe(name))
+            _check_header_length(name, stream, max_seconds)
+            data, rate = soundfile.read(stream, dtype="float32", always_2d=True)
         else:
+            if Path(source).is_dir():
+                raise AudioError(name, "is a folder, not an audio file")
             if not Path(source).is_file():
                 raise AudioError(name, "missing file")
+            _check_header_length(name, source, max_seconds)
             data, rate = soundfile.read(source, dtype="float32", always_2d=True)
     except AudioError:
         raise
@@ -92,8 +114,7 @@ def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: floa
         raise AudioError(name, "silent (every sample is zero)")
     seconds = data.shape[0] / rate
     if max_seconds is not None and seconds > max_seconds:
-        raise AudioError(name, f"too long: {seconds:.1f} s, the maximum is {max_seconds:g} s "
-                               "(raise it with --set max_seconds=...)")
+        raise _too_long(name, seconds, max_seconds)
     channels = data.shape[1]
     mono = data.mean(axis=1) if channels > 1 else data[:, 0]
     if channels > 1:

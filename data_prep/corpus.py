@@ -108,6 +108,8 @@ class DataDir:
         if self.is_pipe(utt) or self.audio_path(utt).is_file():
             return None
         entry = self.wav[utt]
+        if self.audio_path(utt).is_dir():
+            return f"{self.audio_path(utt)} is a folder, not an audio file"
         if os.path.isabs(entry) or self.path is None:
             return f"missing file {entry}"
         return f"missing file {entry} (looked for it relative to the current directory and to {self.path})"
@@ -201,12 +203,26 @@ def _duplicates(items: Iterable[str]) -> list[str]:
     return repeated
 
 
+# Kaldi separates fields with ASCII white space alone; str.split() also splits at these (U+001C-U+001F, U+0085,
+# U+2028 "line separator" and the Unicode spaces), which in an id must be refused (or kept), never read as a space.
+_KALDI_SPACE = " \t\n\r\f\v"
+_OTHER_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_KALDI_SEPARATOR = re.compile(f"[{_KALDI_SPACE}]+")
+
+
+def _fields(line: str, maxsplit: int = -1) -> list[str]:
+    """``line`` (stripped) split at Kaldi's white space."""
+    if _OTHER_SPACE.search(line) is None:
+        return line.split(None, maxsplit)
+    return _KALDI_SEPARATOR.split(line, max(maxsplit, 0))
+
+
 def _lines(path: Path) -> Iterable[tuple[int, str]]:
     if not Path(path).is_file():
         raise DataDirError(str(path), [f"{path}: file not found"])
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            line = line.strip()
+            line = line.strip(_KALDI_SPACE)
             if line:
                 yield number, line
 
@@ -234,7 +250,7 @@ def read_mapping(path: str | os.PathLike, problems: list[str] | None = None, *, 
     found: list[str] = [] if own else problems
     mapping: dict[str, str] = {}
     for number, line in _lines(path):
-        parts = line.split(maxsplit=1)
+        parts = _fields(line, maxsplit=1)
         if len(parts) != 2:
             found.append(f"{path.name}:{number}: expected '<id> <value>', got {line!r}")
             continue
@@ -242,7 +258,7 @@ def read_mapping(path: str | os.PathLike, problems: list[str] | None = None, *, 
         where = f"{path.name}:{number}"
         if not _check_id(found, where, key_kind or "the", key):
             continue
-        if value_kind is not None and not all([_check_id(found, where, value_kind, word) for word in value.split()]):
+        if value_kind is not None and not all([_check_id(found, where, value_kind, word) for word in _fields(value)]):
             continue
         if key in mapping:
             found.append(f"{where}: duplicate id {key!r}")
@@ -263,8 +279,9 @@ def read_list(path: str | os.PathLike, problems: list[str] | None = None, *, kin
     found: list[str] = [] if own else problems
     ids = []
     for number, line in _lines(path):
-        if _check_id(found, f"{path.name}:{number}", kind or "the", line.split()[0]):
-            ids.append(line.split()[0])
+        first = _fields(line, maxsplit=1)[0]
+        if _check_id(found, f"{path.name}:{number}", kind or "the", first):
+            ids.append(first)
     if own and found:
         raise DataDirError(str(path), found)
     return ids
@@ -276,7 +293,7 @@ def read_trials(path: str | os.PathLike, problems: list[str] | None = None) -> l
     found: list[str] = [] if own else problems
     trials: list[Trial] = []
     for number, line in _lines(path):
-        parts = line.split()
+        parts = _fields(line)
         if len(parts) != 3 or parts[2] not in ("target", "nontarget"):
             found.append(f"{path.name}:{number}: expected '<enrol-spk> <utt> target|nontarget', got {line!r}")
             continue
@@ -326,7 +343,7 @@ def read_data_dir(path: str | os.PathLike, *, allow_pipes: bool = False) -> Data
         problems.append("utt2spk: missing")
     if (path / "spk2utt").is_file():
         spk2utt = read_mapping(path / "spk2utt", problems, key_kind="speaker", value_kind="utterance")
-        from_spk2utt = {utt: spk for spk, utts in spk2utt.items() for utt in utts.split()}
+        from_spk2utt = {utt: spk for spk, utts in spk2utt.items() for utt in _fields(utts)}
         if from_spk2utt != utt2spk:
             differing = sorted(set(from_spk2utt.items()) ^ set(utt2spk.items()))
             problems.append(f"spk2utt: disagrees with utt2spk for {len(differing)} entries, "
@@ -463,19 +480,25 @@ def write_anonymised_dir(source: DataDir, out_dir: str | os.PathLike, produced: 
 
     ``produced`` maps each utterance written to ``wav/<utt>.wav`` to its duration in
     seconds. Metadata is copied from the source; ``wav.scp`` and ``utt2dur`` are rebuilt
-    from what was produced. Utterances that failed keep their metadata, so validation
-    of the output names them as missing audio rather than silently losing them.
+    from what was produced. An utterance that failed (the run lists it in ``failures.tsv``)
+    leaves the metadata with its audio (its speaker's too when it was the speaker's last, and
+    its trials and enrolment), so the output set is itself a valid input set.
     """
     out_dir = Path(out_dir)
+    kept = source.subset(produced) if set(source.wav) - set(produced) else source
+    trials = kept.trials
+    if kept.enrolls is not None and trials is not None and kept is not source:
+        enrolled = {kept.utt2spk[utt] for utt in kept.enrolls if utt in kept.utt2spk}
+        trials = [trial for trial in trials if trial.enrol_speaker in enrolled]
     result = DataDir(
         name=out_dir.name,
         wav={utt: f"wav/{utt}.wav" for utt in produced},
-        utt2spk=dict(source.utt2spk),
-        spk2gender=dict(source.spk2gender),
-        text=dict(source.text),
+        utt2spk=dict(kept.utt2spk),
+        spk2gender=dict(kept.spk2gender),
+        text=dict(kept.text),
         utt2dur=dict(produced),
-        enrolls=source.enrolls,
-        trials=source.trials,
+        enrolls=kept.enrolls,
+        trials=trials,
         passthrough=dict(source.passthrough),
         path=out_dir,
     )

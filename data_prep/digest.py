@@ -11,3 +11,32 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_identity(path: str | os.PathLike, content_digest: bool = False) -> dict | None:
+    """What a resumed run compares to tell whether an input file changed since its output was made: its size and
+    modification time (ns), and with ``content_digest`` its sha256 (which a copy or a ``touch`` keeps, and a
+    same-size rewrite within the file system's time resolution does not); None when the file cannot be read."""
+    try:
+        status = os.stat(path)
+        identity = {"size": status.st_size, "mtime_ns": status.st_mtime_ns}
+        if content_digest:
+            identity["sha256"] = sha256_file(path)
+    except OSError:
+        return None
+    return identity
+
+
+def same_input(recorded: dict | None, current: dict | None) -> bool:
+    """Whether an input recorded by :func:`file_identity` (or as a pipe's ``command``) is the one there now: the
+    same size and content digest where both have a digest, else the same size and modification time. An entry
+    of a journal older than these records (``recorded`` None) is taken as is."""
+    if recorded is None:
+        return True
+    if current is None:
+        return False
+    if "command" in recorded or "command" in current:
+        return recorded.get("command") == current.get("command")
+    if "sha256" in recorded and "sha256" in current:
+        return (recorded["size"], recorded["sha256"]) == (current["size"], current["sha256"])
+    return (recorded.get("size"), recorded.get("mtime_ns")) == (current["size"], current["mtime_ns"])

@@ -72,3 +72,13 @@ def contained_path(root: str | os.PathLike, *parts: str) -> Path:
         raise VoxanonError(f"unsafe path {joined!r}: it lies outside its folder {str(root)!r} "
                            "(an id or name with '..' or '/')")
     return Path(joined)
+
+
+def named_folder(root: str | os.PathLike, name: str, what: str) -> Path:
+    """``root/name`` for a folder whose name the user's options make (a set's name and ``--suffix``): one plain
+    path component, refused as ids are (:func:`id_problem`), naming ``what`` made it."""
+    problem = "is empty" if not name else id_problem(name)
+    if problem is not None:
+        raise VoxanonError(f"{what}: the folder name {name!r} {problem}; it must be one plain folder name "
+                           "(no '/', '\\', NUL or other control characters, not '.' or '..')")
+    return contained_path(root, name)

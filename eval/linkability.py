@@ -48,6 +48,11 @@ def linkability_profile(mated, nonmated, *, omega: float = 1.0, n_bins: int | No
     if low == high:
         edges = np.array([low, high])
         return LinkabilityProfile(0.0, np.zeros(1), edges[:1].copy(), edges)
+    if high / 2 - low / 2 >= np.finfo(np.float64).max / 2:
+        # Scores near the float64 limit (±1e308): their range overflows, and the histogram with it. D_sys does
+        # not depend on the scores' scale (densities scale inversely to the bin centres), so they are scaled down.
+        scale = max(abs(low), abs(high))
+        mated, nonmated, low, high = mated / scale, nonmated / scale, low / scale, high / scale
     mated_density, edges = np.histogram(mated, bins=n_bins, range=(low, high), density=True)
     nonmated_density, _ = np.histogram(nonmated, bins=n_bins, range=(low, high), density=True)
     centres = (edges[1:] + edges[:-1]) / 2

@@ -88,7 +88,8 @@ def pair_trials_with_scores(trials: Sequence[Trial], table: ScoreTable, *,
         used = np.zeros(len(table), dtype=bool)
         used[rows[found]] = True
         unused = [(table.first[k], table.second[k]) for k in np.flatnonzero(~used).tolist()]
-        scores = table.scores[np.where(found, rows, 0)]
+        scores = np.zeros(len(trials))   # a trial without a score is dropped below, or refused
+        scores[found] = table.scores[rows[found]]
     if (missing or unused) and not allow_missing:
         problems = []
         if missing:

@@ -42,6 +42,29 @@ def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False)
     return {key: metrics[key] for key in JSON_KEYS}
 
 
+# Below this many target trials, linkability's histogram has one bin (n_target // 10 bins, at least 1), and D_sys,
+# the integral over the bin centres, is 0 whatever the scores.
+LINKABILITY_MIN_TARGETS = 20
+
+
+def degenerate_notes(tar: np.ndarray, non: np.ndarray) -> dict[str, str]:
+    """What a figure of :func:`compute_metrics` means where the scores make it degenerate, by its JSON key:
+    every score equal (the reference's tie order gives min Cllr 0 and Kaldi's EER its threshold on the tie),
+    or too few target trials for linkability's histogram."""
+    notes = {}
+    scores = np.concatenate([np.ravel(tar), np.ravel(non)])
+    if scores.size and np.all(scores == scores[0]):
+        same = "every score is the same, so the scores tell nothing apart"
+        notes["min_cllr"] = (f"{same}: min Cllr 0 comes from the reference's tie order (targets after non-targets), "
+                             "not from discrimination; with the ties pooled it is 1 bit")
+        notes["eer_kaldi"] = f"{same}: Kaldi's EER puts its threshold on the tie; the other EERs (50 %) apply"
+        notes["linkability"] = f"{same}: D_sys 0 is right (nothing is linkable)"
+    elif np.size(tar) < LINKABILITY_MIN_TARGETS:
+        notes["linkability"] = (f"only {np.size(tar)} target trial(s), fewer than {LINKABILITY_MIN_TARGETS}: the "
+                                "histogram has one bin, so D_sys is 0 whatever the scores (not a measurement)")
+    return notes
+
+
 def eer_cllr_min_cllr(tar, non, *, tie_order: str = "tar_non",
                       monotonicity_epsilon: float = 0.0) -> tuple[float, float, float]:
     """ROCCH-EER (fraction), Cllr and min Cllr (bits) from one sort and one PAV, as llreval's

@@ -16,8 +16,17 @@ class McAdamsStage(Stage):
         if randomise not in ("none",) + SEED_LEVELS:
             raise ValueError(f"mcadams.randomise must be none, utterance or speaker, got {randomise!r}")
         low, high = (float(v) for v in alpha_range)
-        if not 0.0 < low <= high:
-            raise ValueError(f"mcadams.alpha_range must be [low, high] with 0 < low <= high, got {alpha_range}")
+        if not 0.0 < low <= high <= 1.0:
+            raise ValueError(f"mcadams.alpha_range must be [low, high] with 0 < low <= high <= 1, got {alpha_range}")
+        # Above 1, a pole's angle raised to alpha passes the Nyquist frequency (pi ** alpha > pi) and folds back.
+        if not 0.0 < float(alpha) <= 1.0:
+            raise ValueError(f"mcadams.alpha must be in (0, 1] (above 1 the warped poles pass the Nyquist "
+                             f"frequency), got {alpha}")
+        if int(lp_order) != lp_order or lp_order < 1:
+            raise ValueError(f"mcadams.lp_order must be a positive integer, got {lp_order}")
+        if not 0.0 < float(shift_ms) <= float(win_ms):
+            raise ValueError(f"mcadams.win_ms and shift_ms must satisfy 0 < shift_ms <= win_ms, got win_ms={win_ms}, "
+                             f"shift_ms={shift_ms}")
         self.alpha = float(alpha)
         self.randomise = randomise
         self.alpha_range = (low, high)

@@ -71,6 +71,24 @@ def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) ->
                        help="utterances per batch, i.e. per worker task (default: the recipe's or protocol's)")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as taskset or a batch scheduler set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def machine_workers(requested: int) -> int:
+    """``requested`` local worker processes, at most one per usable CPU: more only share the same cores, each
+    with its own copy of the models (200 workers were 203 processes for a set of 4 utterances)."""
+    cpus = usable_cpus()
+    if requested > cpus:
+        log.info("--workers %d: this machine runs %d at a time (its usable CPUs); using %d workers",
+                 requested, cpus, cpus)
+    return min(requested, cpus)
+
+
 def backend_from_args(args: argparse.Namespace):
     """The backend the options name: ``None`` for local, else a :class:`RayBackend` (not yet connected)."""
     for name in ("workers", "batch_size"):
@@ -78,6 +96,8 @@ def backend_from_args(args: argparse.Namespace):
         if value is not None and value < 1:
             raise VoxanonError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
     if args.backend == "local":
+        if getattr(args, "workers", None) is not None:
+            args.workers = machine_workers(args.workers)
         return None
     if args.cpus_per_worker < 0 or args.gpus_per_worker < 0:
         raise VoxanonError("--cpus-per-worker and --gpus-per-worker cannot be negative")
@@ -355,6 +375,12 @@ class RayBackend:
             raise VoxanonError(f"cannot join the Ray cluster at {self.options.address or 'local'}: "
                                f"{message[:300]}") from None
         self.connect_seconds = round(time.time() - started, 3)
+        if self.options.address is None:
+            # The instance started here is this process's: if it is killed, its agents and workers would wait
+            # minutes for the raylet; the reaper ends them within seconds.
+            from voxanon.pipeline.orphan_reaper import start_reaper
+
+            start_reaper()
 
     def describe(self) -> dict:
         """What run.json records: the backend, its options and the cluster's resources (connects)."""

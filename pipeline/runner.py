@@ -4,9 +4,9 @@ Output goes to ``<out>/<set><suffix>/`` in the VoicePrivacy layout (``wav/<utt>.
 16-bit mono, plus the set's metadata with ``wav.scp`` and ``utt2dur`` rebuilt). Beside it:
 
 - ``.journal.jsonl``: one line per finished utterance (sha256 of its WAV, samples,
-  the parameters it drew, the configuration hash), appended and synced as each one
-  finishes. A rerun skips an utterance whose WAV exists and whose hash matches its
-  journal line for the same configuration, so a ``kill -9`` loses nothing written:
+  the parameters it drew, the configuration hash, its input's identity), appended and synced as each
+  one finishes. A rerun skips an utterance whose WAV exists and whose hash matches its
+  journal line for the same configuration and the same input (docs/resume.md), so a ``kill -9`` loses nothing written:
   WAVs are written to a temporary file and renamed, and an utterance whose WAV landed
   but whose journal line did not is simply redone (bit-identically).
 - ``<name>/<utt>.xvector``: per-utterance vectors a stage chose to keep (B1's pseudo
@@ -55,10 +55,10 @@ import numpy as np
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text
+from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
 from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
-from voxanon.data_prep.digest import sha256_file
+from voxanon.data_prep.digest import file_identity, same_input, sha256_file
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 JOURNAL = ".journal.jsonl"
 FAILURES = "failures.tsv"
 RUN_MANIFEST = "run.json"
+# Shorter, no system has one analysis frame (25 ms: the neural chains' first; McAdams takes 20 ms): the output
+# would be silence (a 1-sample input gave a 1-sample silent output).
+MIN_SECONDS = 0.025
 REPORTED_PACKAGES = ("voxanon", "numpy", "scipy", "librosa", "soundfile", "soxr", "torch", "torchaudio")
 
 
@@ -152,6 +155,10 @@ class Batch:
 def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
     """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
     audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, allow_pipe=allow_pipes)
+    if audio.seconds < MIN_SECONDS:
+        raise AudioError(job.source, f"too short: {len(audio.samples)} samples at {system.sample_rate} Hz "
+                                     f"({audio.seconds * 1000:.1f} ms); an utterance needs at least "
+                                     f"{MIN_SECONDS * 1000:g} ms, one analysis frame of every system")
     return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
                     audio.notes())
 
@@ -313,10 +320,12 @@ def _init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] |
 def _die_with_parent() -> None:
     """Ask the kernel to kill this process when its parent dies (``PR_SET_PDEATHSIG``): a forked one holds
     copies of the parent's files, the output lock's among them, and must not keep them (nor the models'
-    memory, nor a device) after a killed run."""
+    memory, nor a device) after a killed run. Ctrl-C, which the terminal sends to every process of the run, is
+    left to the parent, which ends its workers: a worker that took it printed a 20-line traceback of its own."""
     import ctypes
     import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
@@ -412,6 +421,7 @@ def _init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int
     # buffers, which spawned workers map afresh for each block above 32 MB (2-8 % faster neural chains,
     # measured).
     os.environ.update({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")})
+    _die_with_parent()
     load_worker(config, allow_pipes, stages)
 
 
@@ -537,6 +547,7 @@ def _run_parallel(system: System, batches: list[list[Job]], workers: int, allow_
     process already runs other threads, workers are spawned and each loads the system itself.
     """
     batches = _parallel_batches(batches, workers, system.config)
+    workers = min(workers, len(batches))   # a pool of fork processes starts them all, busy or not
     device_models = any(stage.device != "cpu" for stage in system.stages)
     if fork_safe():
         # Not THP_MEM_ALLOC_ENABLE here: forked workers keep every block on their heap
@@ -610,14 +621,23 @@ class LocalBackend:
                  streaming: "StreamingOptions | None" = None):
         """The outcomes of ``batches``, a list per finished batch, from an object to close (or leave with
         ``with``) once read, or when the run stops early."""
+        workers = self._set_workers(batches)
         if streaming is not None:
             from voxanon.pipeline.streaming import LocalLanes, StreamingRun
 
-            return StreamingRun(LocalLanes(system, allow_pipes, self.workers, streaming.device_processes), batches,
+            return StreamingRun(LocalLanes(system, allow_pipes, workers, streaming.device_processes), batches,
                                 streaming)
-        if self.workers > 1 and len(batches) > 1:
-            return _run_parallel(system, batches, self.workers, allow_pipes)
+        if workers > 1 and len(batches) > 1:
+            return _run_parallel(system, batches, workers, allow_pipes)
         return _InProcess(system, batches, allow_pipes)
+
+    def _set_workers(self, batches: list[list[Job]]) -> int:
+        """The workers that ``batches`` can keep busy: at most one per utterance to do (a forked pool starts
+        every process it is given at once)."""
+        todo = sum(not job.companion for batch in batches for job in batch)
+        if self.workers > todo:
+            log.info("%d utterance(s) to do: %d worker process(es), not %d", todo, max(1, todo), self.workers)
+        return max(1, min(self.workers, todo))
 
 
 def read_run_identity(out_dir: Path) -> dict | None:
@@ -739,7 +759,8 @@ def warn_random_model_sets(system: System) -> None:
 
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
                   allow_pipes: bool = False, progress: bool = True, backend=None, executor: str = "auto",
-                  queue_seconds: float | None = None, device_processes: int | None = None) -> SetResult:
+                  queue_seconds: float | None = None, device_processes: int | None = None,
+                  input_digest: bool = False) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
@@ -748,6 +769,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
     caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
     runs locally (default one per GPU: :class:`voxanon.pipeline.streaming.StreamingOptions`).
+    ``input_digest`` adds each input's sha256 to what a resumed run compares (:func:`input_identities`).
     """
     backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
@@ -762,26 +784,36 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     out_dir = Path(out_dir)
     with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
         return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress,
-                                 streaming, queue_seconds, device_processes)
+                                 streaming, queue_seconds, device_processes, input_digest)
 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
-                      device_processes: int | None) -> SetResult:
+                      device_processes: int | None, input_digest: bool) -> SetResult:
     from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)
     wav_dir = out_dir / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)
+    stale = remove_stale_temporaries(out_dir)  # a killed run's: this run holds the set's lock
+    if stale:
+        log.info("%s: removed %d temporary file(s) a killed run left, e.g. %s", out_dir, len(stale), stale[0])
     executor = "streaming" if streaming else "pool"
     current_hash = run_hash(config, executor)
     journal_path = out_dir / JOURNAL
     if not resume and journal_path.exists():
         journal_path.unlink()
     journal = read_journal(journal_path, current_hash)
+    inputs = input_identities(data, input_digest)
     finished = {utt: entry for utt, entry in journal.items()
                 if utt in data.wav and _sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
+    changed = sorted(utt for utt, entry in finished.items() if not same_input(entry.get("input"), inputs[utt]))
+    if changed:
+        log.info("%s: %d utterance(s) redone, their input changed since they were made, e.g. %s", data.name,
+                 len(changed), changed[0])
+        for utt in changed:
+            del finished[utt]
     started = time.time()
     options = None
     if streaming:
@@ -813,12 +845,17 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
         # The backend starts its processes (nothing to start, no models to load, for a finished set) before
         # the progress bar starts a thread.
         with backend.outcomes(system, batches, allow_pipes, wav_dir, options) if batches else _NoWork() as outcomes:
-            audio_seconds = _journal_outcomes(outcomes, jobs, backend, journal_path, current_hash, finished,
-                                              failures, data, system, progress, started)
+            audio_seconds = _journal_outcomes(outcomes, jobs, backend, journal_path, current_hash, inputs,
+                                              finished, failures, data, system, progress, started)
             if hasattr(outcomes, "stats"):
                 manifest["executor"] = outcomes.stats()
-    except RunFault as fault:
-        manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "failed", "error": str(fault)})
+    except BaseException as error:
+        # What stopped the run, in run.json: Ctrl-C (or a SystemExit) leaves "interrupted", a fault "failed".
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         "status": "interrupted" if stopped else "failed",
+                         "error": (f"interrupted ({type(error).__name__})" if stopped
+                                   else str(error) if isinstance(error, RunFault) else one_line(error))})
         atomic_write_text(out_dir / RUN_MANIFEST, json.dumps(manifest, indent=2) + "\n")
         raise
 
@@ -839,6 +876,14 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
                      failures, wall, audio_seconds)
 
 
+def input_identities(data: DataDir, content_digest: bool = False) -> dict[str, dict | None]:
+    """Each utterance's input as its journal line records it, taken before any worker reads it (an input that
+    changes during the run is redone by the next): a file's size and modification time, with ``content_digest``
+    its sha256 too (:func:`voxanon.data_prep.digest.file_identity`); a pipe's command."""
+    return {utt: {"command": data.wav[utt]} if data.is_pipe(utt) else file_identity(data.audio_path(utt), content_digest)
+            for utt in data.utterances}
+
+
 def _jobs(data: DataDir, utterances: list[str], wav_dir: Path, lengths: bool = True) -> list[Job]:
     seconds = _durations(data, utterances) if lengths else {}
     return [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
@@ -848,7 +893,7 @@ def _jobs(data: DataDir, utterances: list[str], wav_dir: Path, lengths: bool = T
 
 
 def _journal_outcomes(outcomes: Iterable[list[Outcome]], jobs: list[Job], backend, journal_path: Path,
-                      current_hash: str, finished: dict, failures: list[Outcome], data: DataDir, system: System,
+                      current_hash: str, inputs: dict[str, dict | None], finished: dict, failures: list[Outcome], data: DataDir, system: System,
                       progress: bool, started: float) -> float:
     """Journals each batch of outcomes as it comes (one fsync per batch), collects the failures, shows
     progress; returns the audio seconds processed. A backend must report each job once: an outcome of an
@@ -871,7 +916,7 @@ def _journal_outcomes(outcomes: Iterable[list[Outcome]], jobs: list[Job], backen
                     for note in outcome.notes:
                         log.info("%s: %s", outcome.utt, note)
                     entry = {"utt": outcome.utt, "sha256": outcome.sha256, "samples": outcome.n_samples,
-                             "config": current_hash, "record": outcome.record}
+                             "config": current_hash, "record": outcome.record, "input": inputs[outcome.utt]}
                     journal_file.write(json.dumps(entry) + "\n")
                     finished[outcome.utt] = entry
                     audio_seconds += outcome.input_seconds

@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import math
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import resources
@@ -88,7 +89,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise VoxanonError(f"--set {text!r}: expected key=value, e.g. mcadams.alpha=0.7")
     key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    try:
+        return key.strip().split("."), yaml.safe_load(value)
+    except yaml.YAMLError as error:  # a !!python tag among them: safe_load refuses it, and so do we
+        raise VoxanonError(f"--set {text!r}: not a YAML value ({' '.join(str(error).split())})") from None
 
 
 def apply_overrides(config: dict, overrides: list[str]) -> dict:
@@ -132,7 +136,43 @@ def load_system_config(system: str, overrides: list[str] = ()) -> dict:
     if unknown:
         raise VoxanonError(f"system {name!r}: unknown setting(s) {sorted(unknown)}; sections are "
                            f"{sorted(RUN_KEYS | set(config.get('stages', [])))}")
+    check_run_settings(config)
     return config
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# Each run-wide setting's test and what it must be, for the message.
+RUN_SETTING_CHECKS = {
+    "sample_rate": (lambda v: _is_integer(v) and v > 0, "a positive integer (Hz)"),
+    "max_seconds": (lambda v: v is None or (_is_number(v) and v > 0), "a positive number of seconds"),
+    "seed": (_is_integer, "an integer"),
+    "batch_size": (lambda v: _is_integer(v) and v >= 1, "an integer of at least 1"),
+    "batch_seconds": (lambda v: _is_number(v) and v > 0, "a positive number of seconds"),
+    "stochastic": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def check_run_settings(config: dict) -> None:
+    """The run-wide settings' types and ranges, and each stage's section a mapping: refused here, before any
+    utterance, rather than by every utterance in turn (or by a worker, mid-run)."""
+    name = config.get("name")
+    stages = config.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(stage, str) for stage in stages):
+        raise VoxanonError(f"system {name!r}: stages must be a list of stage names, got {stages!r}")
+    for key, (valid, expected) in RUN_SETTING_CHECKS.items():
+        if key in config and not valid(config[key]):
+            raise VoxanonError(f"system {name!r}: {key} must be {expected}, got {config[key]!r}")
+    for stage in stages:
+        if config.get(stage) is not None and not isinstance(config[stage], dict):
+            raise VoxanonError(f"system {name!r}: {stage} is a section of settings (e.g. --set {stage}.KEY=VALUE), "
+                               f"got {config[stage]!r}")
 
 
 STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
@@ -261,6 +301,8 @@ def build_system(config: dict) -> System:
                                f"known stages: {', '.join(sorted(STAGES))}")
         stage_class = STAGES[stage_name]
         options = config.get(stage_name) or {}
+        if not isinstance(options, dict):
+            raise VoxanonError(f"system {config['name']!r}: {stage_name} is a section of settings, got {options!r}")
         accepted = set(inspect.signature(stage_class.__init__).parameters) - {"self"}
         if set(options) - accepted:
             raise VoxanonError(f"system {config['name']!r}: stage {stage_name!r} has no setting(s) "

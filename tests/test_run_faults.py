@@ -112,3 +112,17 @@ def test_the_random_weights_warning_is_printed_once_per_run(executor, random_hom
                VOXANON_HOME=str(random_home))
     assert run.returncode == 0, run.stderr
     assert run.stderr.count("HAS RANDOM WEIGHTS") == 1, run.stderr
+
+
+def test_models_check_names_a_truncated_file_whose_checksum_was_recomputed(broken_home, capsys):
+    """Issue 29 item 10: not a SafetensorError traceback, but the file, in the check's report."""
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.registry import MANIFEST
+
+    folder = broken_home / "models" / "ssl-sas"
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"]["content.safetensors"] = sha256_file(folder / "content.safetensors")
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    code = main(["models", "check", "ssl-sas"])
+    out = capsys.readouterr().out
+    assert code == 1 and "content.safetensors: not a readable safetensors file" in out

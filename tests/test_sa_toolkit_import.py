@@ -93,6 +93,13 @@ def test_a_folder_not_named_after_a_tag_needs_a_name(releases, tmp_path, voxanon
     (lambda c: c.__setitem__("base_model_path", "local/tuning/hifigan_m2o.py"), r"base_model_path .*hifigan_m2o.py"),
     (lambda c: c["base_model_params"]["utt2spk"].__setitem__("extra_utt", "new_speaker"),
      r"hifigan.conv_pre takes 262 channels.*6 speakers"),
+    # Issue 29 item 17: the changed codebook copy is named, not the five untouched ones.
+    (lambda c: c["base_model_state_dict"].__setitem__(
+        "bn_extractor.tdnnfs.2.tdnn.bottleneck_func.quant._embedding.weight", torch.zeros(47, 256)),
+     r"shapes differ: tdnnfs.2.tdnn.bottleneck_func.quant._embedding.weight \(47, 256\) \(expected \(48, 256\)\)$"),
+    # ... and a weight-norm tensor by the key in the file, not by the folded weight's.
+    (lambda c: c["base_model_state_dict"].__setitem__("hifigan.conv_post.weight_v", torch.zeros(1, 1, 5)),
+     r"shapes differ: hifigan.conv_post.weight_v \(1, 1, 5\) \(expected \(1, 1, 7\)\)"),
 ])
 def test_refusals_name_the_file_and_the_key(change, message, releases, tmp_path, voxanon_home, capsys):
     path = tamper(copy_of(releases[B5], tmp_path), change)

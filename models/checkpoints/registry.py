@@ -71,9 +71,17 @@ class ModelSet:
         return bool(self.manifest.get("random"))
 
     def tensors(self, component: str) -> dict[str, torch.Tensor]:
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(self.weights_file(component))
+        from voxanon.models.checkpoints import CheckpointError
+
+        path = self.weights_file(component)
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError) as error:  # truncated, or not safetensors: the file, in one line
+            raise CheckpointError(f"{path}: not a readable safetensors file ({' '.join(str(error).split())}); "
+                                  f"reinstall model set {self.name!r}") from None
 
     def weights_file(self, component: str) -> Path:
         return self.path / f"{component}.safetensors"

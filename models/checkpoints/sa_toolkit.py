@@ -38,6 +38,7 @@ shape fails with one :class:`~voxanon.models.checkpoints.safe.CheckpointError` n
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path, PurePosixPath
 
 from voxanon.data_prep.errors import VoxanonError
@@ -188,6 +189,18 @@ def _wav2vec2_config(state: dict, source: str):
         pos_conv_kernel=kernel_channels[2], pos_conv_groups=hidden // max(1, kernel_channels[1]))
 
 
+def _codebook_size(state: dict, bn: str, source: str) -> int | None:
+    """The quantiser's codebook size: the row count most of its copies agree on (SA-toolkit's layer holds the
+    codebook and its EMA statistics under two names each, six tensors), so that a changed copy is the one named
+    against the others, not the other way round; None without a quantiser."""
+    copies = [key for key in (f"{bn}{inner}.bottleneck_func.quant.{name}" for inner in (".tdnn", "")
+                              for name in ("_embedding.weight", "_ema_w", "_ema_cluster_size")) if key in state]
+    if f"{bn}.tdnn.bottleneck_func.quant._embedding.weight" not in state:
+        return None
+    sizes = Counter(_shape(state, key, source)[0] for key in copies if _shape(state, key, source))
+    return sizes.most_common(1)[0][0]
+
+
 def asr_config_from_state(state: dict, source: str):
     """(:class:`~voxanon.models.nets.asr_bn.AsrBnConfig`, ASR output width) read off an ASR state dict's shapes."""
     from voxanon.models.nets.asr_bn import AsrBnConfig
@@ -203,14 +216,14 @@ def asr_config_from_state(state: dict, source: str):
     hidden, bottleneck = _shape(state, "tdnn1.tdnn.linearA.weight", source)[0], \
         _shape(state, "tdnn1.tdnn.linearB.inner_nat.weight", source)[0]
     tdnn1_in = _shape(state, "tdnn1.tdnn.linearB.inner_nat.weight", source)[1]
-    codebook_key = f"{bn}.tdnn.bottleneck_func.quant._embedding.weight"
+    codebook = _codebook_size(state, bn, source)
     wav2vec2 = _wav2vec2_config(state, source) if front_end == "wav2vec2" else None
     config = AsrBnConfig(front_end=front_end, wav2vec2=wav2vec2,
                          fbank_bins=tdnn1_in // context[0] if wav2vec2 is None else FBANK_BINS,
                          hidden_dim=hidden, bottleneck_dim=bottleneck,
                          bn_dim=_shape(state, f"{bn}.tdnn.linearB.inner_nat.weight", source)[0],
                          context=context, subsampling=subsampling,
-                         codebook_size=_shape(state, codebook_key, source)[0] if codebook_key in state else None)
+                         codebook_size=codebook)
     if front_end == "fbank" and config.fbank_bins != FBANK_BINS:
         raise _fail(source, f"tdnn1.tdnn.linearB.inner_nat.weight takes {tdnn1_in} inputs; SA-toolkit's filterbank "
                             f"ASR splices 3 frames of {FBANK_BINS} bands ({3 * FBANK_BINS})")
@@ -353,11 +366,25 @@ def import_sa_toolkit(path: str | Path, read=None) -> tuple[dict, dict]:
     generator_settings = generator_config(asr.bn_dim, len(speakers), upsample_initial_channel=int(conv_pre.shape[0]))
     with torch.device("meta"):
         module = CoreHifiGan(generator_settings)
-    check_state_fits(module, folded, "not CoreHifiGan as SA-toolkit's hifigan.py builds it (keys under hifigan.)",
-                     source)
+    try:
+        check_state_fits(module, folded, "not CoreHifiGan as SA-toolkit's hifigan.py builds it (keys under hifigan.)",
+                         source)
+    except CheckpointError as error:
+        raise CheckpointError(_file_keys(str(error), generator)) from None
     return {"extractor": extractor, "generator": folded}, \
         {**config, "extractor": asr.to_dict(), "asr_output_dim": output_dim,
          "generator": generator_settings.to_dict(), "speakers": speakers, "f0": dict(F0_SETTINGS)}
+
+
+def _file_keys(message: str, generator: dict) -> str:
+    """``message`` with each folded weight (``X.weight``, from a weight-norm pair) named as the file names the
+    tensor that gives it its shape, ``hifigan.X.weight_v`` (or its parametrization's ``original1``)."""
+    file_key = {}
+    for key in generator:
+        for suffix in (".weight_v", ".parametrizations.weight.original1"):
+            if key.endswith(suffix):
+                file_key[key[:-len(suffix)] + ".weight"] = f"hifigan.{key}"
+    return re.sub(r"(?<![\w.])[\w.]+\.weight\b", lambda m: file_key.get(m.group(0), m.group(0)), message)
 
 
 KEY_FAMILIES = (("front end (wav2vec2, preprocessor.*)", r"preprocessor\."),

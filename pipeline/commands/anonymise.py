@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from voxanon.data_prep.corpus import load_corpus
-from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
+from voxanon.data_prep.corpus import DataDir, load_corpus
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import named_folder
+from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args, usable_cpus
 from voxanon.pipeline.systems import available_systems, device_overrides, load_system_config, precision_overrides
 
 
@@ -58,6 +59,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, help="run seed (default: the recipe's); per-utterance seeds derive from it")
     parser.add_argument("--no-resume", dest="resume", action="store_false",
                         help="redo every utterance instead of skipping verified finished ones")
+    parser.add_argument("--input-digest", action="store_true",
+                        help="also record each input's sha256, and on resume compare it (with the size) instead of "
+                             "the modification time: a copied or touched corpus resumes, and any change of content "
+                             "is redone (reads every input once more; see docs/resume.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_corpus_arguments(parser)
     add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors "
@@ -77,16 +82,13 @@ def run(args: argparse.Namespace) -> int:
     if chosen:  # explicit --set overrides come last and win
         config = load_system_config(args.system, chosen + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
+    sets = _output_sets(args, suffix)
     any_failed = False
     try:
-        for data_path in args.data:
-            data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
-                               speaker_regex=args.speaker_regex)
-            out_root = args.out if args.out is not None else data_path.resolve().parent
-            result = anonymise_set(data, config, out_root / f"{data.name}{suffix}",
-                                   workers=args.workers or os.cpu_count() or 1,
+        for data, out_dir in sets:
+            result = anonymise_set(data, config, out_dir, workers=args.workers or usable_cpus(),
                                    resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
-                                   backend=backend, executor=args.executor)
+                                   backend=backend, executor=args.executor, input_digest=args.input_digest)
             status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
             print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} "
                   f"resumed), {status} -> {result.out_dir}", file=sys.stderr)
@@ -95,3 +97,28 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()   # its Ray actors served every set of the command
     return 1 if any_failed else 0
+
+
+def _output_sets(args: argparse.Namespace, suffix: str) -> list[tuple[DataDir, Path]]:
+    """Each input set with its output folder, ``<out>/<set><suffix>``, checked before any set runs: the name one
+    plain folder name, no output folder an input set, and no two inputs writing into one folder."""
+    sets, writers = [], {}
+    inputs = {data_path.resolve(): data_path for data_path in args.data}
+    if not suffix and args.out is None:
+        raise VoxanonError("--suffix '': each output set would be its input set, rewritten; give a suffix, or "
+                           "--out for another folder")
+    for data_path in args.data:
+        data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
+                           speaker_regex=args.speaker_regex)
+        out_root = args.out if args.out is not None else data_path.resolve().parent
+        out_dir = named_folder(out_root, f"{data.name}{suffix}", f"--data {data_path} with --suffix {suffix!r}")
+        resolved = out_dir.resolve()
+        if resolved in inputs:
+            raise VoxanonError(f"--data {data_path}: its output set {out_dir} is the input set --data "
+                               f"{inputs[resolved]}; give another --suffix or --out")
+        if resolved in writers:
+            raise VoxanonError(f"--data {writers[resolved]} and --data {data_path} would both write to {out_dir} "
+                               "(sets of the same name); run them with different --out folders")
+        writers[resolved] = data_path
+        sets.append((data, out_dir))
+    return sets

@@ -6,10 +6,12 @@ import json
 import os
 from pathlib import Path
 
+from voxanon.data_prep.atomic import ensure_writable_folder
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.commands.benchmark import compare
+from voxanon.pipeline.ray_backend import machine_workers
 from voxanon.pipeline.commands.evaluate import load_protocol, print_table, write_outputs
 
 DEMO_SYSTEMS = ("b2", "b2r")
@@ -103,6 +105,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ensure_writable_folder(args.out, "--out")
+    args.workers = machine_workers(max(1, args.workers))
     if args.semi_informed:
         return run_semi_informed(args)
     from voxanon.pipeline.evaluation.sets import discover_sets

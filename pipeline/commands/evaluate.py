@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from voxanon.data_prep.atomic import ensure_writable_folder
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.models.checkpoints.registry import voxanon_home
@@ -300,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
 
     backend = backend_from_args(args)
     check_device(args.device, backend)
+    ensure_writable_folder(args.out, "--out")   # now, not after every score is computed
     protocol = load_protocol(args.protocol, args.overrides)
     system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
     sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)

@@ -11,15 +11,17 @@ from typing import Iterator
 
 import numpy as np
 
+from voxanon.data_prep.atomic import ensure_writable_folder
 from voxanon.data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
 
-def format_report(metrics: dict[str, object], trials: Path, scores: Path) -> str:
-    """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named."""
+def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes: dict[str, str] | None = None) -> str:
+    """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named; each figure that the
+    scores make degenerate (``notes``, by JSON key) followed by what it means."""
     from voxanon.eval.zebra import format_zebra_value
 
-    return "\n".join((
+    lines = (
         f"ASV: trials {trials}, scores {scores}",
         f"trials: {metrics['n_target']} target, {metrics['n_nontarget']} nontarget",
         f"EER (kaldi): {metrics['eer_kaldi']:.3f}%",
@@ -30,7 +32,15 @@ def format_report(metrics: dict[str, object], trials: Path, scores: Path) -> str
         f"linkability: {metrics['linkability']:.3f}",
         f"Population: {format_zebra_value(metrics['zebra_dece'])} bit",
         f"Individual: {format_zebra_value(metrics['zebra_worst_case'])} ({metrics['zebra_tag']})",
-    )) + "\n"
+    )
+    keys = {"EER (kaldi)": "eer_kaldi", "Cllr (min/act)": "min_cllr", "linkability": "linkability"}
+    noted = []
+    for line in lines:
+        noted.append(line)
+        key = keys.get(line.split(":")[0])
+        if notes and key in notes:
+            noted.append(f"  note: {notes[key]}")
+    return "\n".join(noted) + "\n"
 
 
 def write_plots(directory: Path, label: str, tar: np.ndarray, non: np.ndarray) -> list[Path]:
@@ -82,10 +92,12 @@ def run(args: argparse.Namespace) -> int:
     from voxanon.data_prep.corpus import read_trials
     from voxanon.data_prep.scores import read_scores
     from voxanon.eval.scores import pair_trials_with_scores
-    from voxanon.eval.summary import compute_metrics
+    from voxanon.eval.summary import compute_metrics, degenerate_notes
 
     if not args.trials.is_file():
         raise VoxanonError(f"{args.trials}: trials file not found")
+    if args.plot is not None:
+        ensure_writable_folder(args.plot, "--plot")
     with _collector_paused():
         paired = pair_trials_with_scores(read_trials(args.trials), read_scores(args.scores),
                                          allow_missing=args.allow_missing)
@@ -96,10 +108,11 @@ def run(args: argparse.Namespace) -> int:
         log.warning("dropped %d score(s) without a trial, e.g. %s", len(paired.scores_without_trial),
                     " ".join(paired.scores_without_trial[0]))
     metrics = compute_metrics(paired.tar, paired.non, progress=True)
+    notes = degenerate_notes(paired.tar, paired.non)
     if args.json:
-        print(json.dumps(metrics, allow_nan=False))
+        print(json.dumps({**metrics, "notes": notes} if notes else metrics, allow_nan=False))
     else:
-        print(format_report(metrics, args.trials, args.scores), end="")
+        print(format_report(metrics, args.trials, args.scores, notes), end="")
     if args.plot is not None:
         for path in write_plots(args.plot, args.scores.name, paired.tar, paired.non):
             log.info("wrote %s", path)

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
+from voxanon.data_prep.paths import named_folder
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +71,24 @@ def discover_sets(orig: Path, anon: Path | None = None, suffix: str | None = Non
         enroll = _read(enroll_dir, allow_pipes) if enroll_dir != trials_dir else None
         trials = _read(trials_dir, allow_pipes)
         enroll = enroll or trials
+        _check_enrolment_speakers(enroll, trials)
         evaluation = EvaluationSet(name, enroll, trials)
         if anon is not None:
             evaluation.anon_enroll, evaluation.anon_trials = _anonymised_twins(
                 Path(anon), enroll_dir, trials_dir, suffix, allow_pipes)
         sets.append(evaluation)
     return sets
+
+
+def _check_enrolment_speakers(enroll: DataDir, trials: DataDir) -> None:
+    """Every trial's enrolment speaker has an utterance in the enrolment list; else one error naming the speakers
+    and both files (their trials would only have been left out, as if an embedding had failed)."""
+    enrolled = {enroll.utt2spk[utt] for utt in enroll.enrolls or () if utt in enroll.utt2spk}
+    unknown = sorted({trial.enrol_speaker for trial in trials.trials or ()} - enrolled)
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:10])) + (f" ... ({len(unknown) - 10} more)" if len(unknown) > 10 else "")
+        raise VoxanonError(f"{trials.path / 'trials'}: {len(unknown)} enrolment speaker(s) have no utterance in "
+                           f"{enroll.path / 'enrolls'}: {shown}")
 
 
 def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: str | None,
@@ -86,7 +99,7 @@ def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: st
     if suffix is None:
         raise VoxanonError(f"{anon} is a folder of sets: give --suffix to find the anonymised twin of "
                            f"{trials_dir.name}")
-    dirs = [anon / f"{d.name}{suffix}" for d in (enroll_dir, trials_dir)]
+    dirs = [named_folder(anon, f"{d.name}{suffix}", f"--suffix {suffix!r}") for d in (enroll_dir, trials_dir)]
     for directory in dirs:
         if not (directory / "wav.scp").is_file():
             raise VoxanonError(f"anonymised set {directory} not found")
