@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import make_corpus
+from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import DataDirError, read_data_dir
 from voxanon.pipeline import runner
 from voxanon.pipeline.cli import main

@@ -117,7 +117,7 @@ def test_the_random_weights_warning_is_printed_once_per_run(executor, random_hom
 def test_models_check_names_a_truncated_file_whose_checksum_was_recomputed(broken_home, capsys):
     """Issue 29 item 10: not a SafetensorError traceback, but the file, in the check's report."""
     from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.registry import MANIFEST
+    from voxanon.models.checkpoints.registry import MANIFEST
 
     folder = broken_home / "models" / "ssl-sas"
     manifest = json.loads((folder / MANIFEST).read_text())

@@ -74,7 +74,7 @@ class ModelSet:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from voxanon.models.checkpoints import CheckpointError
+        from voxanon.models.checkpoints.safe import CheckpointError
 
         path = self.weights_file(component)
         try:
