@@ -38,6 +38,7 @@ DEFAULT_PROTOCOL = "vpc2024"
 STAGES_FILE = "challenge.json"
 ANON_DIR = "anon"
 ATTACKER_DIR = "attacker"
+TRAIN_OPTION = "--train-set"   # the attacker's training settings, named in messages
 
 
 @dataclass
@@ -149,6 +150,7 @@ class _Anonymiser:
 
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
+    from voxanon.pipeline.evaluation.attackers import attacker_training_summary
     from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
                                                read_training_sets, resolve_hparams, train_asv)
     from voxanon.pipeline.training.checkpointing import resolve_device
@@ -166,7 +168,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)
-    hparams = resolve_hparams(None, inputs.train_overrides)
+    hparams = resolve_hparams(None, inputs.train_overrides, TRAIN_OPTION)
     train_sets = read_training_sets(inputs.train, inputs.allow_pipes, inputs.allow_missing)
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
@@ -177,9 +179,10 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     anonymise.check_targets([*train_sets, *(d for s in eval_sets for d in (s.enroll, s.trials)), *iemocap_sets])
     if not _attacker_possibly_done(out, system, hparams, [anonymise.target(d) for d in train_sets]):
         # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
-        # keeps every utterance's length; running them here fails before anything is anonymised.
+        # keeps every utterance's length; running them here fails before anything is anonymised. Its warnings
+        # wait for train_asv, which gives them once.
         prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
-                              allow_missing=inputs.allow_missing)
+                              allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()
@@ -191,8 +194,10 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     identities = [data_identity(d) for d in anonymised_train]
     model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
     attacker = train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
-                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing)
-    stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained}
+                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing,
+                         option=TRAIN_OPTION)
+    stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained,
+                                "training": attacker_training_summary(model_dir)}
     stages["train attacker"]["seconds"] = _since(stage_start)
 
     # 3. Anonymise the evaluation sets (and IEMOCAP).
