@@ -1,26 +1,37 @@
 """ASV attacker training memory on the CPU: peak RSS and step time of ``voxanon train asv`` per batch size.
 
 The VoicePrivacy 2024 ECAPA-TDNN (channels 512x4/1536, 192-d, 3 s chunks, the recipe's defaults) trained on
-the CPU for a few steps on synthetic 16 kHz 16-bit WAV utterances (243 speakers, as the issue's small real set),
+the CPU for a few steps on synthetic 16 kHz 16-bit WAV utterances (243 speakers, as issue 30's small real set),
 each configuration in a fresh process so that its peak RSS (``ru_maxrss``) and minor page faults are its own.
-Two allocator settings are compared side by side, in one run:
+Two allocator settings, side by side in one run:
 
-* ``glibc default``: what the process did before (issue 30): every activation above glibc's mmap threshold is
-  mapped and unmapped each step, so each step faults its whole working set in again (millions of minor faults,
-  most of the CPU time in the kernel);
-* ``heap kept`` (:func:`voxanon.pipeline.training.asv.kept_heap`, what ``train asv`` now does on the CPU):
-  activations come from the heap, which is kept between steps.
+* ``default``: glibc's malloc, as ``train asv`` runs. Every activation above glibc's mmap threshold (at most
+  32 MB; at batch 64 every big activation is above it) is mapped afresh and unmapped when freed, so each step
+  faults its working set in again: millions of minor faults, a third of the CPU time in the kernel;
+* ``kept``: :func:`kept_heap`, all blocks from the heap, which is never trimmed (``M_MMAP_MAX`` 0,
+  ``M_TRIM_THRESHOLD`` -1): the churn stops, but freed blocks fragment the heap and the peak grows.
 
-Printed per batch size: peak RSS, the trainer's own estimate (:func:`~voxanon.pipeline.training.asv.
-training_memory_estimate`), step time (median of the steps after the first) and minor faults per step, and the
-ratio of the step times. Batch 256 needs about 14 GB: ``--batch-sizes`` chooses which to run.
+Measured on the 2-core development machine (load from other jobs, so wall times are noisy; CPU time is the
+steadier figure), 3 steps each:
 
-    .venv/bin/python benchmarks/train_asv_memory.py [--batch-sizes 32 64 128] [--steps 3] [--modes default kept]
+    batch  32: default 3.78 GB, 15.4 s CPU/step (3.3 s system), 0.93 M faults/step;
+               kept    4.63 GB, 15.4 s CPU/step (1.4 s system), 0.30 M faults/step
+    batch  64: default 5.12 GB, 36.4 s CPU/step (11.8 s system), 3.17 M faults/step;
+               kept    8.11 GB, 24.6 s CPU/step (2.8 s system), 0.59 M faults/step
+
+Keeping the heap saves up to a third of the CPU time but raises the peak by 23-58 %, against issue 30's point
+(a laptop runs out of memory), so ``train asv`` keeps glibc's default; the peak per batch size it needs is in
+docs/training.md, and :func:`voxanon.pipeline.training.asv.check_cpu_memory` refuses a batch that will not fit.
+Batch 128 default needs about 8.5 GB and 256 about 14 GB: ``--batch-sizes`` and ``--modes`` choose what runs.
+
+    .venv/bin/python benchmarks/train_asv_memory.py [--batch-sizes 32 64] [--steps 3] [--modes default kept]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -32,10 +43,45 @@ from pathlib import Path
 SPEAKERS = 243
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_GLIBC_TRIM_THRESHOLD, _GLIBC_MMAP_MAX = 128 * 1024, 65536   # glibc's defaults
+
+
+def _glibc():
+    """The C library when it is glibc (whose mallopt :func:`kept_heap` sets), else None."""
+    import ctypes
+
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return None
+    except (AttributeError, ValueError, OSError):
+        return None
+    return ctypes.CDLL(None)
+
+
+@contextlib.contextmanager
+def kept_heap(enabled: bool = True):
+    """All blocks from glibc's heap, kept between steps (nothing changes elsewhere or when not ``enabled``);
+    afterwards glibc's defaults return and the heap is trimmed."""
+    libc = _glibc() if enabled else None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_MAX, 0)
+    libc.mallopt(_M_TRIM_THRESHOLD, -1)   # an int read as size_t by glibc: never trim
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+        libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
+        libc.malloc_trim(0)
+
+
 def child(batch_size: int, steps: int, mode: str) -> dict:
     import torch
 
-    from voxanon.pipeline.training.asv import (AsvTrainer, kept_heap, prepare_training_data, read_training_sets,
+    from voxanon.pipeline.training.asv import (AsvTrainer, prepare_training_data, read_training_sets,
                                                resolve_hparams, training_memory_estimate)
 
     sys.path.insert(0, str(Path(__file__).parent))

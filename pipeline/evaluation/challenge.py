@@ -15,8 +15,10 @@ Stages, in order (every one resumable, and skipped when its output is already th
    transcripts and emotion scores are cached by audio content, so a rerun computes none of them.
 
 Everything the user can get wrong (system, protocol, training settings, data directories, too few
-training speakers or speakers without an utterance of one chunk, IEMOCAP sets without
-``utt2emo``, SER model folders missing a file) is checked before the first file is written.
+training speakers or speakers without an utterance of one chunk, an attacker's batch that will not
+fit in the memory left on the CPU, IEMOCAP sets without ``utt2emo``, SER model folders missing a
+file) is checked before the first file is written; messages name ``--train-set`` for the
+attacker's settings.
 ``challenge.json`` in the output folder records what each stage did in the last run.
 """
 from __future__ import annotations
@@ -151,8 +153,8 @@ class _Anonymiser:
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from voxanon.pipeline.evaluation.attackers import attacker_training_summary
-    from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
-                                               read_training_sets, resolve_hparams, train_asv)
+    from voxanon.pipeline.training.asv import (attacker_identity, check_cpu_memory, data_identity,
+                                               prepare_training_data, read_training_sets, resolve_hparams, train_asv)
     from voxanon.pipeline.training.checkpointing import resolve_device
     from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
@@ -181,8 +183,10 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
         # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
         # keeps every utterance's length; running them here fails before anything is anonymised. Its warnings
         # wait for train_asv, which gives them once.
-        prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
-                              allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
+        data = prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
+                                     allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
+        if resolve_device(inputs.device).type == "cpu":
+            check_cpu_memory(hparams, len(data.train), TRAIN_OPTION)
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()

@@ -33,7 +33,12 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
 * optimisation: Adam with speechbrain's triangular ``CyclicLRScheduler`` stepped before each
   optimiser step (batch k is taken with ``lr(k)``), batches of ``batch_size`` (the last one of
   an epoch may be smaller, as speechbrain's loader keeps it; a last batch of one utterance joins
-  the one before, since ECAPA's batch norm after pooling cannot train on a single item).
+  the one before, since ECAPA's batch norm after pooling cannot train on a single item). A run whose
+  schedule will hardly start (its learning rate under a tenth of what the challenge's configuration
+  reaches on train-clean-360, :func:`schedule_reach`) is warned about before training, with the remedies;
+  ``training.json``'s ``schedule`` records how far it got;
+* memory: on the CPU a batch whose estimated peak (:func:`training_memory_estimate`) will not fit in the
+  memory left is refused before training, with the batch size that fits (docs/training.md).
 
 Loading keeps up with a GPU step (``benchmarks/train_asv.py``): each audio header is read once, at
 the scan; a chunk of a mono 16-bit WAV file is read as its bytes, other files through libsndfile
@@ -60,7 +65,6 @@ latest, exactly (bit for bit on the CPU), and refuses if the settings or data di
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -589,50 +593,11 @@ def float_waves(waves):
     return waves if waves.is_floating_point() else waves.float().mul_(PCM16_SCALE)
 
 
-# glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_GLIBC_TRIM_THRESHOLD, _GLIBC_MMAP_MAX = 128 * 1024, 65536   # glibc's defaults
-
-
-def _glibc():
-    """The C library when it is glibc (whose mallopt :func:`kept_heap` sets), else None."""
-    import ctypes
-
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
-            return None
-    except (AttributeError, ValueError, OSError):
-        return None
-    return ctypes.CDLL(None)
-
-
-@contextlib.contextmanager
-def kept_heap(enabled: bool = True):
-    """Keep freed memory in the heap while training on the CPU (glibc; elsewhere nothing changes).
-
-    A CPU step allocates and frees gigabytes of activations. glibc maps every block above its mmap threshold
-    (at most 32 MB) afresh and unmaps it when freed, so each step faulted its whole working set in again: millions
-    of minor page faults, more than half the CPU time in the kernel (issue 30). Here blocks come from the heap and
-    freed ones stay there for the next step; afterwards glibc's defaults return and the heap is trimmed, so the
-    process gives the memory back. The peak is the same (``benchmarks/train_asv_memory.py``)."""
-    libc = _glibc() if enabled else None
-    if libc is None:
-        yield
-        return
-    libc.mallopt(_M_MMAP_MAX, 0)
-    libc.mallopt(_M_TRIM_THRESHOLD, -1)   # an int read as size_t by glibc: never trim
-    try:
-        yield
-    finally:
-        libc.mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
-        libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD)
-        libc.malloc_trim(0)
-
-
-# The CPU training process's peak RSS, measured (benchmarks/train_asv_memory.py): a fixed part (torch, the model,
-# Adam's moments) and a part per chunk of the largest batch, for the recipe's network on 3 s chunks; other widths
-# and chunk lengths scale the latter by their channels x frames.
-CPU_BASE_BYTES = 600e6
+# The CPU training process's peak RSS: a fixed part and a part per chunk of the largest batch, for the recipe's
+# network on 3 s chunks (other widths and chunk lengths scale the latter by their channels x frames). Fitted,
+# rounded up, to the peaks measured with glibc (benchmarks/train_asv_memory.py, docs/training.md): 3.78 GB at
+# batch 32, 5.12 GB at 64, and issue 30's 14.3 GB for a batch of 243.
+CPU_BASE_BYTES = 2.2e9
 CPU_BYTES_PER_CHUNK = 50e6
 _RECIPE_CHANNELS, _RECIPE_SENTENCE_LEN = 3584, 3.0
 
@@ -1136,8 +1101,7 @@ def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | No
         reach = schedule_reach(h, h["number_of_epochs"] * batches_per_epoch(len(data.train), h["batch_size"]))
         if reach["undertrained"]:
             log.warning("%s", schedule_advice(reach, h, option))
-        with kept_heap(trainer.device.type == "cpu"):
-            _train(trainer, out_dir)
+        _train(trainer, out_dir)
     finally:
         trainer.close()
     return AsvTrainingRun(out_dir, trained=True)
