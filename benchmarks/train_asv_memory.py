@@ -18,11 +18,12 @@ steadier figure), 3 steps each:
                kept    4.63 GB, 15.4 s CPU/step (1.4 s system), 0.30 M faults/step
     batch  64: default 5.12 GB, 36.4 s CPU/step (11.8 s system), 3.17 M faults/step;
                kept    8.11 GB, 24.6 s CPU/step (2.8 s system), 0.59 M faults/step
+    batch 128: default 9.17 GB, 68.4 s CPU/step (26.5 s system), 6.49 M faults/step (2 steps; kept not run)
 
 Keeping the heap saves up to a third of the CPU time but raises the peak by 23-58 %, against issue 30's point
 (a laptop runs out of memory), so ``train asv`` keeps glibc's default; the peak per batch size it needs is in
 docs/training.md, and :func:`voxanon.pipeline.training.asv.check_cpu_memory` refuses a batch that will not fit.
-Batch 128 default needs about 8.5 GB and 256 about 14 GB: ``--batch-sizes`` and ``--modes`` choose what runs.
+Batch 256 needs about 15 GB: ``--batch-sizes`` and ``--modes`` choose what runs.
 
     .venv/bin/python benchmarks/train_asv_memory.py [--batch-sizes 32 64] [--steps 3] [--modes default kept]
 """

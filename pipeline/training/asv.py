@@ -594,11 +594,11 @@ def float_waves(waves):
 
 
 # The CPU training process's peak RSS: a fixed part and a part per chunk of the largest batch, for the recipe's
-# network on 3 s chunks (other widths and chunk lengths scale the latter by their channels x frames). Fitted,
-# rounded up, to the peaks measured with glibc (benchmarks/train_asv_memory.py, docs/training.md): 3.78 GB at
-# batch 32, 5.12 GB at 64, and issue 30's 14.3 GB for a batch of 243.
-CPU_BASE_BYTES = 2.2e9
-CPU_BYTES_PER_CHUNK = 50e6
+# network on 3 s chunks (other widths and chunk lengths scale the latter by their channels x frames). A line
+# above every peak measured with glibc (benchmarks/train_asv_memory.py, docs/training.md): 3.78 GB at batch 32,
+# 5.12 GB at 64, 9.17 GB at 128, and issue 30's 14.3 GB for a batch of 243 (estimates 4.1, 5.8, 9.2, 15.3 GB).
+CPU_BASE_BYTES = 2.4e9
+CPU_BYTES_PER_CHUNK = 53e6
 _RECIPE_CHANNELS, _RECIPE_SENTENCE_LEN = 3584, 3.0
 
 
