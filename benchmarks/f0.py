@@ -56,7 +56,7 @@ from voxanon.models.f0.params import SSL_SAS_YAAPT
 SPEED_TARGET = 4.0
 GPU_TARGET = 3000.0
 FIRST_CALL = {
-    "fast": "from voxanon.models.f0 import yaapt; yaapt.warm_up()",
+    "fast": "from voxanon.models.f0.extract import yaapt; yaapt.warm_up()",
     "pyaapt": "from voxanon.models.f0.extract import yaapt_f0; import numpy as np; "
               "yaapt_f0(np.sin(np.arange(1600) * 0.06), backend='pyaapt')",
 }

@@ -85,8 +85,8 @@ def _html_notes(notes: Mapping[str, object]) -> str:
 
 
 def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]], title: str, date: str,
-                notes: Mapping[str, object]) -> str:
-    """The report page; ``figures`` holds (caption, PNG bytes)."""
+                notes: Mapping[str, object], remarks: Sequence[str] = ()) -> str:
+    """The report page; ``figures`` holds (caption, PNG bytes); ``remarks`` are listed under the tables."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -108,7 +108,7 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
         parts.append(f"<h3>{html.escape(condition_heading(condition, group_attackers(group)))}</h3>")
         for title, table in condition_tables(group):
             parts += ([f"<h4>{html.escape(title)}</h4>"] if title else []) + [_html_table(table)]
-    table_explanations = table_notes(results)
+    table_explanations = table_notes(results) + list(remarks)
     if table_explanations:
         items = "".join(f"<li>{html.escape(note)}</li>" for note in table_explanations)
         parts.append(f'<ul class="table-notes">{items}</ul>')
@@ -131,15 +131,18 @@ def render_html(results: Sequence[Result], figures: Sequence[tuple[str, bytes]],
 
 
 def render_markdown(results: Sequence[Result], figures: Sequence[FigureFile], title: str, date: str,
-                    notes: Mapping[str, object], out_dir: Path) -> str:
-    """``results.md``: header, tables by condition, every metric in tables by metric family (none wider than
-    :data:`~voxanon.eval.tables.MAX_COLUMNS` columns; ``results.csv`` has every record), links to the figures."""
+                    notes: Mapping[str, object], out_dir: Path, remarks: Sequence[str] = ()) -> str:
+    """``results.md``: header, tables by condition (``remarks`` under them, e.g. what was not computed), every
+    metric in tables by metric family (none wider than :data:`~voxanon.eval.tables.MAX_COLUMNS` columns;
+    ``results.csv`` has every record), links to the figures."""
     lines = [f"# {title}", "", date, ""]
     lines += [f"- **{key}**: {value}" for key, value in notes.items()]
     if notes:
         lines.append("")
-    lines += ["## Results by condition", "", markdown_tables_by_condition(results),
-              "## All metrics", "", markdown_tables_by_family(results)]
+    lines += ["## Results by condition", "", markdown_tables_by_condition(results)]
+    if remarks:
+        lines += [*(f"- {remark}" for remark in remarks), ""]
+    lines += ["## All metrics", "", markdown_tables_by_family(results)]
     if figures:
         lines += ["## Figures", ""]
         lines += [f"![{caption}]({Path(os.path.relpath(Path(path).resolve(), out_dir.resolve())).as_posix()})"
@@ -149,11 +152,12 @@ def render_markdown(results: Sequence[Result], figures: Sequence[FigureFile], ti
 
 
 def write_report(out_dir: str | os.PathLike, results: Iterable[Result], figures: Sequence[FigureFile], title: str,
-                 notes: Mapping[str, object] | None = None) -> Path:
+                 notes: Mapping[str, object] | None = None, remarks: Sequence[str] = ()) -> Path:
     """Write results.json, results.csv, results.md and report.html into ``out_dir``; returns the HTML path.
 
     ``figures`` are (caption, PNG path) pairs, embedded into the HTML; ``notes`` (protocol,
-    encoder, data paths, versions, ...) are shown under the title.
+    encoder, data paths, versions, ...) are shown under the title, ``remarks`` (what was not
+    computed, and why) under the tables.
     """
     out_dir = Path(out_dir)
     results = validate_results(results)
@@ -162,7 +166,8 @@ def write_report(out_dir: str | os.PathLike, results: Iterable[Result], figures:
     date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     atomic_write_text(out_dir / "results.json", to_json(results))
     atomic_write_text(out_dir / "results.csv", to_csv(results))
-    atomic_write_text(out_dir / "results.md", render_markdown(results, figures, title, date, notes, out_dir))
+    atomic_write_text(out_dir / "results.md", render_markdown(results, figures, title, date, notes, out_dir,
+                                                                     remarks))
     report = out_dir / "report.html"
-    atomic_write_text(report, render_html(results, pngs, title, date, notes))
+    atomic_write_text(report, render_html(results, pngs, title, date, notes, remarks))
     return report

@@ -82,12 +82,14 @@ def available_systems() -> list[str]:
     return available_recipes("systems")
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``key.sub=value`` with the value read as YAML (numbers, lists, booleans, strings)."""
+def parse_override(text: str, option: str = "--set") -> tuple[list[str], Any]:
+    """``key.sub=value`` with the value read as YAML (numbers, lists, booleans, strings); ``option`` is the
+    command's option that gave it, named in the error."""
     import yaml
 
     if "=" not in text:
-        raise VoxanonError(f"--set {text!r}: expected key=value, e.g. mcadams.alpha=0.7")
+        raise VoxanonError(f"{option} {text!r}: expected key=value, e.g. "
+                           f"{'mcadams.alpha=0.7' if option == '--set' else 'number_of_epochs=20'}")
     key, value = text.split("=", 1)
     try:
         return key.strip().split("."), yaml.safe_load(value)
@@ -95,16 +97,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise VoxanonError(f"--set {text!r}: not a YAML value ({' '.join(str(error).split())})") from None
 
 
-def apply_overrides(config: dict, overrides: list[str]) -> dict:
+def apply_overrides(config: dict, overrides: list[str], option: str = "--set") -> dict:
     config = copy.deepcopy(config)
     for text in overrides:
-        path, value = parse_override(text)
+        path, value = parse_override(text, option)
         node = config
         for part in path[:-1]:
             child = node.get(part)
             if not isinstance(child, dict):
                 if child is not None:
-                    raise VoxanonError(f"--set {text!r}: {part!r} is not a section")
+                    raise VoxanonError(f"{option} {text!r}: {part!r} is not a section")
                 child = node[part] = {}
             node = child
         node[path[-1]] = value

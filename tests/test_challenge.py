@@ -14,7 +14,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 import torch
 
 from voxanon.data_prep.corpus import read_data_dir
@@ -305,3 +307,47 @@ def test_demo_semi_informed_prints_both_attackers_for_b2_and_b2r(tmp_path, capsy
     assert [line.split("|")[2].strip() for line in lines] == ["b2", "b2r"]
     header = next(line for line in printed.splitlines() if line.startswith("| set"))
     assert "lazy-informed a-a EER (%)" in header and "semi-informed a-a EER (%)" in header
+
+
+def test_small_set_run_says_each_thing_once_naming_the_challenges_options(challenge, tmp_path, capsys, caplog):
+    """Issue 30 on a small set: a speaker without a long enough utterance is refused naming --train-set (not the
+    system's --set); with drop_short_speakers each data warning is given once (the check ahead of the
+    anonymisation kept quiet); the challenge's step size warns once before training that the schedule hardly
+    starts, and the summary, training.json and the report record the learning rate reached and the accuracy;
+    evaluation sets without transcripts say once, and in results.md under the tables, that WER was not computed."""
+    cache = challenge[0] / "cache"   # the evaluation set's embeddings are the fixture's
+    train = make_corpus(tmp_path, n_speakers=5, n_utts=3, name="train")
+    for utt in [u for u in train.wav if u.startswith("spk4-")]:   # shorter than a 0.5 s chunk
+        soundfile.write(train.wav[utt], np.full(4000, 0.1, dtype=np.float32), 16000, subtype="PCM_16")
+    make_corpus(tmp_path, n_speakers=4, n_utts=3, name="evalset")
+    (tmp_path / "evalset" / "text").unlink()
+    args = [arg for arg in challenge_args(tmp_path, tmp_path / "out", "--train-set", "step_size=65000")
+            if arg not in ("--asr", "none")]
+    args[args.index("--cache") + 1] = str(cache)
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "--train-set drop_short_speakers=true" in error and "--train-set sentence_len=" in error
+    assert "--set " not in error and not (tmp_path / "out").exists()
+
+    with caplog.at_level(logging.WARNING):
+        assert main([*args, "--train-set", "drop_short_speakers=true"]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    for text in ("speaker(s) are not trained on", "shorter than one 0.5 s chunk are not used",
+                 "schedule hardly starts", "hardly trained", "WER not computed"):
+        assert len([w for w in warnings if text in w]) == 1, (text, warnings)
+    (before,) = [w for w in warnings if "schedule hardly starts" in w]
+    assert "--train-set step_size=" in before and "--train-set number_of_epochs=" in before
+    out = capsys.readouterr().out
+    assert re.search(r"train attacker: trained .*; 4 step\(s\) against step_size 65000: lr reached 6.25e-07 .*"
+                     r"last epoch train accuracy [0-9.]+; HARDLY TRAINED", out), out
+    model = _model_dir(tmp_path / "out")
+    schedule = json.loads((model / "training.json").read_text())["schedule"]
+    assert schedule["undertrained"] and schedule["steps"] == 4
+    markdown = (tmp_path / "out" / "results.md").read_text()
+    assert "**semi-informed attacker training**: 4 step(s) against step_size 65000: lr reached 6.25e-07" in markdown
+    assert "hardly trained" in markdown
+    tables, rest = markdown.split("## All metrics")
+    assert "WER not computed for 1 set(s)" in tables.split("## Results by condition")[1]
+    assert "WER not computed" not in rest and "WER not computed" in (tmp_path / "out" / "report.html").read_text()
+    stages = json.loads((tmp_path / "out" / "challenge.json").read_text())["stages"]
+    assert stages["train attacker"]["training"]["undertrained"]

@@ -24,8 +24,9 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.eer import rocch_eer
 from voxanon.models.checkpoints.safe import safe_load
-from voxanon.pipeline.training.asv import (CLASSIFIER_FILE, TRAINING_FILE, default_hparams, export_model,
-                                           resolve_hparams, select_utterances, train_asv)
+from voxanon.pipeline.training.asv import (CLASSIFIER_FILE, TRAINING_FILE, batches_per_epoch, default_hparams,
+                                           epoch_batches, export_model, reference_schedule, resolve_hparams,
+                                           schedule_advice, schedule_reach, select_utterances, train_asv)
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
 from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enrolment
@@ -323,3 +324,27 @@ def test_non_standard_kernels_and_dilations_load_as_speechbrain_builds_them(tmp_
     reference = EncoderClassifier.from_hparams(source=str(tmp_path), savedir=None)
     expected = reference.encode_batch(torch.from_numpy(wave)[None]).reshape(-1).numpy()
     assert np.abs(expected - ours.embed([wave])[0]).max() < 1e-5
+
+
+def test_schedule_warning_is_relative_to_the_challenges_run_on_train_clean_360():
+    """Issue 30: the challenge's configuration on train-clean-360 (104,014 utterances, one chunk each per epoch,
+    10 % held out: 93,613 chunks, 366 batches of 256, 10 epochs) takes 3,660 steps to lr 5.63e-4; it is not
+    warned about, and a run whose learning rate stays under a tenth of that is."""
+    h = default_hparams()
+    reference = reference_schedule()
+    assert reference["steps"] == 10 * 366 == 3660
+    assert reference["lr"] == pytest.approx(1e-8 + (0.01 - 1e-8) * 3660 / 65000)
+    assert not schedule_reach(h, 3660)["undertrained"]
+    assert schedule_reach(h, 365)["peak_lr"] < 0.1 * reference["lr"] and schedule_reach(h, 365)["undertrained"]
+    assert not schedule_reach(h, 367)["undertrained"]
+    # The issue's run: 2 steps reach 3.18e-7; the advice's step size reaches the yardstick in those 2 steps.
+    reach = schedule_reach(h, 2)
+    assert reach["undertrained"] and reach["final_lr"] == pytest.approx(3.177e-7, rel=1e-3)
+    advice = schedule_advice(reach, h, "--train-set")
+    assert "--train-set step_size=35 " in advice and "--train-set number_of_epochs" in advice
+    assert "3660 steps on LibriSpeech train-clean-360" in advice and "0.0032 % of the maximum 0.01" in advice
+    assert not schedule_reach({**h, "step_size": 35}, 2)["undertrained"]
+    # A full half cycle reaches the maximum even where the run ends low in the next one.
+    assert schedule_reach({**h, "step_size": 10}, 20)["peak_lr"] == h["lr"]
+    for n_train in (2, 255, 256, 257, 93613):
+        assert batches_per_epoch(n_train, 256) == len(epoch_batches(n_train, np.ones(n_train), 256, 0, 0))

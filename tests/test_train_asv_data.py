@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -209,3 +210,80 @@ def test_a_checkpoint_of_the_per_speaker_split_is_refused(tmp_path):
                       tmp_path / "model" / "checkpoints" / "ckpt_0000000001_0000_0000001.pt")
     with pytest.raises(Exception, match="older voxanon.*new --out folder"):
         train_asv([corpus.path], tmp_path / "model", TINY, device="cpu", progress=False)
+
+
+# Issue 30: a small set's run says how far it trains, and what it needs --------------------------------------------
+
+
+def test_a_schedule_that_hardly_starts_is_warned_once_before_training_and_recorded_after(tmp_path, capsys, caplog):
+    """One epoch of two batches with the challenge's step size 65000: lr 3.18e-7, as in the issue. Warned once
+    before training, naming the remedies with --set; training.json and the summary line record the learning rate
+    reached and the accuracy."""
+    corpus = make_corpus(tmp_path, n_speakers=3, n_utts=3, seconds=2.0)
+    with caplog.at_level(logging.WARNING):
+        assert _train(["--data", str(corpus.path), "--out", str(tmp_path / "model")]) == 0
+    warned = [r.getMessage() for r in caplog.records if "schedule hardly starts" in r.getMessage()]
+    assert len(warned) == 1 and "2 step(s) against step_size 65000 reach lr 3.18e-07" in warned[0]
+    assert "--set number_of_epochs=..." in warned[0] and "--set step_size=35 " in warned[0]
+    schedule = _training(tmp_path / "model")["schedule"]
+    assert schedule["undertrained"] and schedule["steps"] == 2
+    assert schedule["final_lr"] == pytest.approx(3.18e-7, rel=1e-2)
+    assert schedule["reference"]["steps"] == 3660
+    out = capsys.readouterr().out
+    assert "last epoch train accuracy" in out and "lr reached 3.18e-07" in out and "too low for the model" in out
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert _train(["--data", str(corpus.path), "--out", str(tmp_path / "fast"), "--set", "step_size=1"]) == 0
+    assert "schedule hardly starts" not in caplog.text
+    assert not _training(tmp_path / "fast")["schedule"]["undertrained"]
+
+
+def test_epoch_progress_shows_the_utterance_rate_of_the_log_line(tmp_path, capsys, monkeypatch):
+    """The progress bar said 0.0 utt/s (the time was counted after the postfix was made) while the log said 2.8:
+    with one batch per epoch, as in the issue, its only postfix came before any time was counted."""
+    from voxanon.pipeline.training import asv
+
+    monkeypatch.setattr(asv, "POSTFIX_SECONDS", 0.0)
+    corpus = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=2.0)
+    assert main(["train", "asv", "--data", str(corpus.path), "--out", str(tmp_path / "model"), "--device", "cpu",
+                 *TINY_SET, "--set", "batch_size=16"]) == 0
+    bar = capsys.readouterr().err
+    rates = [float(rate) for rate in re.findall(r"([0-9.]+) utt/s", bar)]
+    assert rates and min(rates) > 0, bar
+
+
+def _one_utterance_speakers(root, n_speakers: int, seconds: float):
+    """``n_speakers`` speakers of one noise utterance each (the issue's set: one utterance per speaker)."""
+    from voxanon.data_prep.corpus import DataDir
+
+    rng = np.random.default_rng(0)
+    (root / "audio").mkdir()
+    wav, utt2spk = {}, {}
+    for s in range(n_speakers):
+        utt = f"{s:04d}-1-0001"
+        wav[utt], utt2spk[utt] = str(root / "audio" / f"{utt}.wav"), f"{s:04d}"
+        soundfile.write(wav[utt], 0.1 * rng.standard_normal(int(seconds * 16000)), 16000, subtype="PCM_16")
+    write_data_dir(DataDir(name="small", wav=wav, utt2spk=utt2spk, path=root / "small"), root / "small")
+    return root / "small"
+
+
+def test_a_cpu_run_that_will_not_fit_in_memory_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """243 utterances at the default batch size 256 (one batch of 243 chunks of 3 s: about 13 GB measured) on a
+    machine of 8 GB: refused before anything is written, with what it needs and a batch size that fits."""
+    from voxanon.pipeline.training import asv
+
+    data = _one_utterance_speakers(tmp_path, 243, 3.5)
+    monkeypatch.setattr(asv, "available_memory", lambda: 8_000_000_000 - asv._resident_bytes())
+    assert main(["train", "asv", "--data", str(data), "--out", str(tmp_path / "model"), "--device", "cpu",
+                 "--quiet"]) == 2
+    error = capsys.readouterr().err.strip()
+    found = re.search(r"batches of 243 chunks of 3 s need about ([0-9.]+) GB on the CPU, and 8.0 GB is available; "
+                      r"--set batch_size=([0-9]+) fits", error)
+    assert found and float(found[1]) > 8 and len(error.splitlines()) == 1, error
+    assert not (tmp_path / "model").exists()
+    fitting = int(found[2])
+    h = asv.resolve_hparams({"batch_size": fitting})
+    asv.check_cpu_memory(h, 243)   # the suggested size passes the same check
+    assert asv.training_memory_estimate(h, fitting) <= 8e9
+    with pytest.raises(Exception, match="need about"):
+        asv.check_cpu_memory({**h, "batch_size": fitting + 1}, 243)

@@ -104,6 +104,7 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
         merged.scores += [s for s in found.scores if (s.set_name, s.system, s.condition) not in seen]
         merged.similarity.update({f"{name} {system}": m for name, m in found.similarity.items()})
         merged.computed += found.computed
+        merged.remarks += [remark for remark in found.remarks if remark not in merged.remarks]
     return merged
 
 

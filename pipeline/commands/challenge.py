@@ -92,6 +92,10 @@ def stage_summary(stages: dict) -> str:
                     + (f", {record['failed']} failed (left out)" if record.get("failed") else ""))
         elif "trained" in record:
             what = ("trained " if record["trained"] else "cached, not retrained: ") + record["model"]
+            if record.get("training"):
+                what += f"; {record['training']['line']}" + (
+                    "; HARDLY TRAINED: the semi-informed rows come from a model close to its random start"
+                    if record["training"]["undertrained"] else "")
         else:
             what = f"{record['computed']} embedding(s)/transcript(s)/score(s) computed, the rest from the cache"
         lines.append(f"{name}: {what} ({record['seconds']:.1f} s)")

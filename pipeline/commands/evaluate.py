@@ -114,7 +114,8 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
     """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
     warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
     A missing model file is an error naming it."""
-    from voxanon.pipeline.evaluation.attackers import SemiInformed, attacker_training_warnings, check_attacker_model
+    from voxanon.pipeline.evaluation.attackers import (SemiInformed, attacker_training_summary,
+                                                       attacker_training_warnings, check_attacker_model)
 
     training = check_attacker_model(model_dir)
     spec = f"ecapa:{model_dir}"
@@ -122,7 +123,7 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
     warnings = attacker_training_warnings(model_dir, training, sets, system)
     for warning in warnings:
         log.warning("%s", warning)
-    return SemiInformed(embedder, encoder_label(spec, embedder.tag)), warnings
+    return SemiInformed(embedder, encoder_label(spec, embedder.tag), attacker_training_summary(training)), warnings
 
 
 def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
@@ -223,7 +224,9 @@ def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict
             paths = save_figure(zoo_figure(matrix.zoo(), title=f"{set_name} {setting}"),
                                 contained_path(plots, f"{stem}_zoo_{setting}"))
             figures.append((f"{set_name}: zoo plot in the {setting} setting", paths[0]))
-    return write_report(out_dir, evaluation.results, figures, title, notes=notes)
+    for remark in evaluation.remarks:
+        log.warning("%s", remark)
+    return write_report(out_dir, evaluation.results, figures, title, notes=notes, remarks=evaluation.remarks)
 
 
 def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -285,6 +288,8 @@ def add_parser(subparsers) -> None:
 def attacker_notes(semi_informed: SemiInformed, warnings: list[str]) -> dict[str, str]:
     """Report notes naming the semi-informed attacker's model and any warning about its training data."""
     notes = {"semi-informed attacker": f"a-a scored with {semi_informed.model} (cosine scoring)"}
+    if semi_informed.training is not None:
+        notes["semi-informed attacker training"] = semi_informed.training["line"]
     notes.update({f"warning {k}" if len(warnings) > 1 else "warning": w for k, w in enumerate(warnings, 1)})
     return notes
 

@@ -181,11 +181,17 @@ def run_asv(args: argparse.Namespace) -> int:
     model_dir = run.model_dir
     summary = json.loads((model_dir / TRAINING_FILE).read_text(encoding="utf-8"))
     last = summary["epochs"][-1] if summary["epochs"] else None
-    metrics = "" if last is None or last["valid_accuracy"] is None else \
-        f"; last epoch valid loss {last['valid_loss']:.3f}, accuracy {last['valid_accuracy']:.3f}"
+    metrics = "" if last is None else f"; last epoch train accuracy {last['train_accuracy']:.3f}"
+    if last is not None and last["valid_accuracy"] is not None:
+        metrics += f", valid loss {last['valid_loss']:.3f}, accuracy {last['valid_accuracy']:.3f}"
     selection = summary["selection"]
     unreadable = selection["skipped_unreadable_utterances"]
     dropped = selection["dropped_speakers"]
+    schedule = summary.get("schedule")
+    if schedule is not None:
+        metrics += (f"; lr reached {schedule['peak_lr']:.3g} ({100 * schedule['share_of_max']:.2g} % of the maximum)"
+                    + (", too low for the model to train: raise number_of_epochs or lower step_size with --set"
+                       if schedule["undertrained"] else ""))
     print(f"asv: {summary['epochs_done']} epochs ({summary['steps']} steps) on {selection['speakers']} speakers"
           f"{f' ({dropped} dropped)' if dropped else ''}, {selection['train_utterances']} training / "
           f"{selection['valid_utterances']} validation utterances, {selection['skipped_short_utterances']} too short"

@@ -8,14 +8,53 @@ from pathlib import Path
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.evaluation.sets import EvaluationSet
-from voxanon.pipeline.training.asv import HYPERPARAMS_FILE, TRAINING_FILE
+from voxanon.pipeline.training.asv import HYPERPARAMS_FILE, TRAINING_FILE, schedule_reach
+
 
 @dataclass
 class SemiInformed:
-    """The semi-informed attacker's ASV model: its embedder (a CachedComputation) and its label in the tables."""
+    """The semi-informed attacker's ASV model: its embedder (a CachedComputation), its label in the tables and
+    how far it trained (:func:`attacker_training_summary`; None when its folder does not say)."""
 
     embedder: object
     model: str
+    training: dict | None = None
+
+
+def attacker_training_summary(training: dict | Path | None) -> dict | None:
+    """How far the attacker trained, from its ``training.json`` (a record, or the model folder): optimiser steps,
+    the learning rate reached (:func:`~voxanon.pipeline.training.asv.schedule_reach`, also for records written
+    before it was stored), the last epoch's accuracies, and a line saying so. None without a usable record."""
+    import json
+
+    if isinstance(training, Path):
+        path = training / TRAINING_FILE
+        try:
+            training = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+    try:
+        reach = schedule_reach(training["hparams"], int(training["steps"]))
+        last = (training.get("epochs") or [{}])[-1]
+    except (KeyError, TypeError, ValueError):
+        return None
+    accuracy = {key: last.get(key) for key in ("train_accuracy", "valid_accuracy")}
+    shown = ", ".join(f"{key.split('_')[0]} accuracy {value:.3f}" for key, value in accuracy.items()
+                      if value is not None)
+    line = (f"{reach['steps']} step(s) against step_size {reach['step_size']:g}: lr reached {reach['peak_lr']:.3g} "
+            f"({100 * reach['share_of_max']:.2g} % of the maximum {reach['max_lr']:g}; final lr "
+            f"{reach['final_lr']:.3g})" + (f"; last epoch {shown}" if shown else ""))
+    return {**{key: reach[key] for key in ("steps", "final_lr", "peak_lr", "share_of_max", "undertrained")},
+            **accuracy, "line": line}
+
+
+def undertrained_warning(model_dir: Path, summary: dict) -> str:
+    from voxanon.pipeline.training.asv import reference_schedule
+
+    reference = reference_schedule()
+    return (f"{model_dir} hardly trained ({summary['line']}; the challenge's configuration reaches lr "
+            f"{reference['lr']:.3g} in {reference['steps']} steps on {reference['set']}): its semi-informed a-a "
+            "figures come from a model close to its random start")
 
 
 # What a semi-informed attacker's model directory must hold (speechbrain's EncoderClassifier layout).
@@ -60,12 +99,13 @@ def attacker_training_warnings(model_dir: Path, training: dict | None, sets: lis
     if training is None:
         return [f"{model_dir}: no {TRAINING_FILE}, so the data it was trained on are unknown; the a-a "
                 f"semi-informed figures assume it was trained on {system} output"]
+    summary = attacker_training_summary(training)
+    warnings = [undertrained_warning(model_dir, summary)] if summary is not None and summary["undertrained"] else []
     evaluated: dict[tuple[str, str] | None, list[str]] = {}
     for evaluation in sets:
         for data in (evaluation.anon_enroll, evaluation.anon_trials):
             if data is not None:
                 evaluated.setdefault(_run_identity(data), []).append(data.name)
-    warnings = []
     trained: dict[tuple[str, str], list[str]] = {}
     for entry in training["data"]:
         anonymisation = entry.get("anonymisation") if isinstance(entry, dict) else None

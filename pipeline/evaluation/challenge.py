@@ -15,8 +15,10 @@ Stages, in order (every one resumable, and skipped when its output is already th
    transcripts and emotion scores are cached by audio content, so a rerun computes none of them.
 
 Everything the user can get wrong (system, protocol, training settings, data directories, too few
-training speakers or speakers without an utterance of one chunk, IEMOCAP sets without
-``utt2emo``, SER model folders missing a file) is checked before the first file is written.
+training speakers or speakers without an utterance of one chunk, an attacker's batch that will not
+fit in the memory left on the CPU, IEMOCAP sets without ``utt2emo``, SER model folders missing a
+file) is checked before the first file is written; messages name ``--train-set`` for the
+attacker's settings.
 ``challenge.json`` in the output folder records what each stage did in the last run.
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ DEFAULT_PROTOCOL = "vpc2024"
 STAGES_FILE = "challenge.json"
 ANON_DIR = "anon"
 ATTACKER_DIR = "attacker"
+TRAIN_OPTION = "--train-set"   # the attacker's training settings, named in messages
 
 
 @dataclass
@@ -149,9 +152,10 @@ class _Anonymiser:
 
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
-    from voxanon.pipeline.training.asv import (attacker_identity, data_identity, prepare_training_data,
-                                               read_training_sets, resolve_hparams, train_asv)
+    from voxanon.pipeline.evaluation.attackers import attacker_training_summary
     from voxanon.pipeline.model_service import torch_device
+    from voxanon.pipeline.training.asv import (attacker_identity, check_cpu_memory, data_identity,
+                                               prepare_training_data, read_training_sets, resolve_hparams, train_asv)
     from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
                                                     make_transcriber, run_computations_on, semi_informed_attacker,
                                                     write_outputs)
@@ -166,7 +170,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)
-    hparams = resolve_hparams(None, inputs.train_overrides)
+    hparams = resolve_hparams(None, inputs.train_overrides, TRAIN_OPTION)
     train_sets = read_training_sets(inputs.train, inputs.allow_pipes, inputs.allow_missing)
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
@@ -177,9 +181,12 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     anonymise.check_targets([*train_sets, *(d for s in eval_sets for d in (s.enroll, s.trials)), *iemocap_sets])
     if not _attacker_possibly_done(out, system, hparams, [anonymise.target(d) for d in train_sets]):
         # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
-        # keeps every utterance's length; running them here fails before anything is anonymised.
-        prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
-                              allow_missing=inputs.allow_missing)
+        # keeps every utterance's length; running them here fails before anything is anonymised. Its warnings
+        # wait for train_asv, which gives them once.
+        data = prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
+                                     allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
+        if torch_device(inputs.device).type == "cpu":
+            check_cpu_memory(hparams, len(data.train), TRAIN_OPTION)
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()
@@ -191,8 +198,10 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     identities = [data_identity(d) for d in anonymised_train]
     model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
     attacker = train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
-                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing)
-    stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained}
+                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing,
+                         option=TRAIN_OPTION)
+    stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained,
+                                "training": attacker_training_summary(model_dir)}
     stages["train attacker"]["seconds"] = _since(stage_start)
 
     # 3. Anonymise the evaluation sets (and IEMOCAP).

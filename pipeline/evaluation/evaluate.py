@@ -15,7 +15,7 @@ cached per audio file content, so reruns only compute what changed.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -83,6 +83,7 @@ class Evaluation:
     scores: list[SetScores]
     similarity: dict[str, object]     # set name -> SimilarityMatrices
     computed: int                     # embeddings, transcripts and pitch tracks computed (not served from cache)
+    remarks: list[str] = field(default_factory=list)   # what was not computed and why, for under the tables
 
 
 
@@ -108,6 +109,7 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
     kept: list[SetScores] = []
     matrices: dict[str, object] = {}
     failures: dict[str, str] = {}
+    without_text: list[EvaluationSet] = []
     pitch_tracker = _pitch_tracker(embedder.progress) if protocol.get("pitch_correlation") else None
     for evaluation in sets:
         missing = set(check_anonymised(evaluation, allow_missing)) if evaluation.anon_trials is not None else set()
@@ -170,6 +172,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
             results += _pitch_results(evaluation, missing, pitch_tracker, cache, system, failures)
         if asr is not None and evaluation.trials.text:
             results += _wer_results(evaluation, sides, missing, asr, cache, system, failures)
+        elif asr is not None:
+            without_text.append(evaluation)
     if failures and not allow_missing:
         shown = "\n  ".join(f"{k}: {v}" for k, v in list(failures.items())[:10])
         raise VoxanonError(f"{len(failures)} utterance(s) could not be used:\n  {shown}\n"
@@ -187,7 +191,15 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
         from voxanon.eval.published import load_published, published_beside
         results += published_beside(results, load_published("vpc2024"))
     computations = [embedder, asr, semi_informed.embedder if semi_informed else None, pitch_tracker]
-    return Evaluation(results, kept, matrices, sum(c.computed for c in computations if c is not None))
+    return Evaluation(results, kept, matrices, sum(c.computed for c in computations if c is not None),
+                      remarks=[_no_transcripts_remark(without_text)] if without_text else [])
+
+
+def _no_transcripts_remark(sets: list[EvaluationSet]) -> str:
+    """Why WER is missing for these sets: their trials have no transcripts."""
+    where = ", ".join(f"{s.name} ({s.trials.path / 'text' if s.trials.path else 'no text'})" for s in sets)
+    return (f"WER not computed for {len(sets)} set(s) whose trials have no transcripts (the data directory's "
+            f"text file is missing): {where}")
 
 
 # Records derived from speaker embeddings but attacked by no one in particular (voice similarity).

@@ -33,7 +33,12 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
 * optimisation: Adam with speechbrain's triangular ``CyclicLRScheduler`` stepped before each
   optimiser step (batch k is taken with ``lr(k)``), batches of ``batch_size`` (the last one of
   an epoch may be smaller, as speechbrain's loader keeps it; a last batch of one utterance joins
-  the one before, since ECAPA's batch norm after pooling cannot train on a single item).
+  the one before, since ECAPA's batch norm after pooling cannot train on a single item). A run whose
+  schedule will hardly start (its learning rate under a tenth of what the challenge's configuration
+  reaches on train-clean-360, :func:`schedule_reach`) is warned about before training, with the remedies;
+  ``training.json``'s ``schedule`` records how far it got;
+* memory: on the CPU a batch whose estimated peak (:func:`training_memory_estimate`) will not fit in the
+  memory left is refused before training, with the batch size that fits (docs/training.md).
 
 Loading keeps up with a GPU step (``benchmarks/train_asv.py``): each audio header is read once, at
 the scan; a chunk of a mono 16-bit WAV file is read as its bytes, other files through libsndfile
@@ -112,15 +117,16 @@ def default_hparams() -> dict:
     return read_recipe("training", RECIPE)
 
 
-def resolve_hparams(overrides: dict | None = None, set_options: list[str] = ()) -> dict:
-    """The recipe's settings, then ``overrides`` (key -> value), then ``--set key=value`` texts; checked."""
+def resolve_hparams(overrides: dict | None = None, set_options: list[str] = (), option: str = "--set") -> dict:
+    """The recipe's settings, then ``overrides`` (key -> value), then ``key=value`` texts given with the command's
+    ``option`` (``--set`` in train asv, ``--train-set`` in challenge); checked."""
     from voxanon.pipeline.systems import apply_overrides
 
     defaults = default_hparams()
-    hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options))
+    hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options), option)
     unknown = sorted(set(hparams) - set(defaults))
     if unknown:
-        raise VoxanonError(f"train asv: unknown setting(s) {', '.join(unknown)}; settings are "
+        raise VoxanonError(f"train asv: unknown setting(s) {', '.join(unknown)} ({option}); settings are "
                            f"{', '.join(sorted(defaults))}")
     check_hparams(hparams)
     return hparams
@@ -358,11 +364,16 @@ def data_identity(data: DataDir) -> dict:
 
 
 def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = False, progress: bool = True, *,
-                          allow_missing: bool = False, identities: list[dict] | None = None) -> TrainingData:
+                          allow_missing: bool = False, identities: list[dict] | None = None, option: str = "--set",
+                          warn: bool = True) -> TrainingData:
     """Select, measure and split the utterances; every check on the data happens here, before anything is written.
 
-    ``identities`` are the sets' :func:`data_identity` where the caller has them already.
+    ``identities`` are the sets' :func:`data_identity` where the caller has them already. ``option`` is the
+    command's option for training settings, named in messages (``--set`` in train asv, ``--train-set`` in
+    challenge). ``warn``: log the warnings on the data (dropped speakers, skipped utterances, a partial
+    validation split); a check run ahead of the training, which warns itself, passes False.
     """
+    warnings: list[str] = []
     utt2spk = {utt: spk for data in sets for utt, spk in data.utt2spk.items()}
     all_speakers = sorted(set(utt2spk.values()))
     if len(all_speakers) < 2:
@@ -377,17 +388,18 @@ def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = Fals
     usable = [item for item in items if item.samples >= chunk]
     skipped = {f"{i.set_name}/{i.utt}": f"{i.samples / h['sample_rate']:.2f} s, shorter than one "
                f"{h['sentence_len']:g} s chunk" for i in items if i.samples < chunk}
-    dropped = _speakers_without_usable_utterances(sorted({utt2spk[u] for u in chosen}), items, usable, h)
+    dropped = _speakers_without_usable_utterances(sorted({utt2spk[u] for u in chosen}), items, usable, h, option,
+                                                  warnings)
     speakers = sorted({i.speaker for i in usable})
     if len(speakers) < 2:
         raise VoxanonError(f"train asv: the selection keeps {len(speakers)} speaker(s); at least 2 are needed")
     if skipped:
-        log.warning("%d utterance(s) shorter than one %g s chunk are not used (listed in %s)", len(skipped),
-                    h["sentence_len"], SKIPPED_FILE)
+        warnings.append(f"{len(skipped)} utterance(s) shorter than one {h['sentence_len']:g} s chunk are not used "
+                        f"(listed in {SKIPPED_FILE})")
     if unreadable:
-        log.warning("--allow-missing: %d utterance(s) with missing or unreadable audio are not used (listed in %s): "
-                    "%s", len(unreadable), SKIPPED_FILE, ", ".join(sorted(unreadable)[:10])
-                    + (", ..." if len(unreadable) > 10 else ""))
+        warnings.append(f"--allow-missing: {len(unreadable)} utterance(s) with missing or unreadable audio are not "
+                        f"used (listed in {SKIPPED_FILE}): " + ", ".join(sorted(unreadable)[:10])
+                        + (", ..." if len(unreadable) > 10 else ""))
     by_speaker: dict[str, list[TrainingUtterance]] = {}
     for item in usable:
         by_speaker.setdefault(item.speaker, []).append(item)
@@ -399,17 +411,22 @@ def prepare_training_data(sets: list[DataDir], h: dict, allow_pipes: bool = Fals
             (valid if index in held else train).append(item)
     digest = hashlib.sha256(json.dumps([[i.set_name, i.utt, i.speaker, i.samples] for i in usable])
                             .encode()).hexdigest()[:16]
+    validation = _validation_record(counts, {s: len(m) for s, m in by_speaker.items()}, h, warnings)
+    for warning in warnings if warn else ():
+        log.warning("%s", warning)
     return TrainingData(speakers=speakers, train=train, valid=valid, skipped=skipped,
                         sets=identities if identities is not None else [data_identity(d) for d in sets],
                         digest=digest, unreadable=unreadable, dropped=dropped,
-                        validation=_validation_record(counts, {s: len(m) for s, m in by_speaker.items()}, h))
+                        validation=validation)
 
 
 def _speakers_without_usable_utterances(selected: list[str], items: list[TrainingUtterance],
-                                        usable: list[TrainingUtterance], h: dict) -> dict[str, str]:
-    """The selected speakers left with no usable utterance (speaker -> why), with a warning line listing them;
-    an error for those with a readable but short one unless ``drop_short_speakers``. A speaker whose every
-    utterance was skipped under --allow-missing is dropped: the user chose to train without those files."""
+                                        usable: list[TrainingUtterance], h: dict, option: str,
+                                        warnings: list[str]) -> dict[str, str]:
+    """The selected speakers left with no usable utterance (speaker -> why), with a warning line listing them
+    (added to ``warnings``); an error for those with a readable but short one unless ``drop_short_speakers``,
+    whose remedies name ``option``. A speaker whose every utterance was skipped under --allow-missing is
+    dropped: the user chose to train without those files."""
     left = {i.speaker for i in usable}
     readable = {i.speaker for i in items}
     short = [s for s in selected if s not in left and s in readable]
@@ -419,13 +436,13 @@ def _speakers_without_usable_utterances(selected: list[str], items: list[Trainin
             f"train asv: {len(short)} speaker(s) have no utterance of at least one {h['sentence_len']:g} s "
             f"chunk: " + ", ".join(f"{s} (in {', '.join(where[s])})" for s in short[:20])
             + (", ..." if len(short) > 20 else "")
-            + "; remove them, lower sentence_len (--set sentence_len=...), or train without them "
-              "(--set drop_short_speakers=true)")
+            + f"; remove them, lower sentence_len ({option} sentence_len=...), or train without them "
+              f"({option} drop_short_speakers=true)")
     dropped = {s: f"no utterance of at least one {h['sentence_len']:g} s chunk" for s in short}
     dropped |= {s: "no readable utterance (--allow-missing)" for s in selected if s not in readable}
     if dropped:
-        log.warning("%d speaker(s) are not trained on (recorded in %s): %s", len(dropped), TRAINING_FILE,
-                    ", ".join(f"{s} ({why})" for s, why in sorted(dropped.items())))
+        warnings.append(f"{len(dropped)} speaker(s) are not trained on (recorded in {TRAINING_FILE}): "
+                        + ", ".join(f"{s} ({why})" for s, why in sorted(dropped.items())))
     return dict(sorted(dropped.items()))
 
 
@@ -452,8 +469,9 @@ def validation_counts(sizes: dict[str, int], ratio: float, seed: int) -> dict[st
     return counts
 
 
-def _validation_record(counts: dict[str, int], sizes: dict[str, int], h: dict) -> dict:
-    """What the split held out, for training.json, with a warning where it is less than valid_ratio asks for."""
+def _validation_record(counts: dict[str, int], sizes: dict[str, int], h: dict, warnings: list[str]) -> dict:
+    """What the split held out, for training.json, with a warning (added to ``warnings``) where it is less than
+    valid_ratio asks for."""
     asked, held = int(round(h["valid_ratio"] * sum(sizes.values()))), sum(counts.values())
     record = {"valid_ratio": h["valid_ratio"], "asked": asked, "held_out": held,
               "speakers": sum(1 for n in counts.values() if n), "status": "on"}
@@ -468,7 +486,7 @@ def _validation_record(counts: dict[str, int], sizes: dict[str, int], h: dict) -
         reason = (f"{held} of the {asked} utterance(s) valid_ratio={h['valid_ratio']:g} asks for could be held out: "
                   f"{singles} of the {len(sizes)} speakers have a single usable utterance, which must train")
     record |= {"status": "off" if held == 0 else "partial", "reason": reason}
-    log.warning("validation is %s: %s; %s records it", "off" if held == 0 else "partial", reason, TRAINING_FILE)
+    warnings.append(f"validation is {'off' if held == 0 else 'partial'}: {reason}; {TRAINING_FILE} records it")
     return record
 
 
@@ -574,6 +592,72 @@ class BatchKeys:
 def float_waves(waves):
     """A loader batch as float32 samples: int16 PCM scaled by 2^-15 (exact), float32 as it is."""
     return waves if waves.is_floating_point() else waves.float().mul_(PCM16_SCALE)
+
+
+# The CPU training process's peak RSS: a fixed part and a part per chunk of the largest batch, for the recipe's
+# network on 3 s chunks (other widths and chunk lengths scale the latter by their channels x frames). A line
+# above every peak measured with glibc (benchmarks/train_asv_memory.py, docs/training.md): 3.78 GB at batch 32,
+# 5.12 GB at 64, 9.17 GB at 128, and issue 30's 14.3 GB for a batch of 243 (estimates 4.1, 5.8, 9.2, 15.3 GB).
+CPU_BASE_BYTES = 2.4e9
+CPU_BYTES_PER_CHUNK = 53e6
+_RECIPE_CHANNELS, _RECIPE_SENTENCE_LEN = 3584, 3.0
+
+
+def training_memory_estimate(h: dict, batch_items: int) -> int:
+    """Bytes the CPU training process needs at its peak for batches of ``batch_items`` chunks."""
+    scale = sum(h["channels"]) / _RECIPE_CHANNELS * h["sentence_len"] / _RECIPE_SENTENCE_LEN
+    return int(CPU_BASE_BYTES + CPU_BYTES_PER_CHUNK * scale * batch_items)
+
+
+def largest_batch(n_train: int, batch_size: int) -> int:
+    """The most chunks a batch of :func:`epoch_batches` holds: a last batch of one joins the one before."""
+    if n_train <= batch_size:
+        return n_train
+    return batch_size + 1 if n_train % batch_size == 1 else batch_size
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still take: the system's available memory, or what its cgroup's limit leaves if
+    less; None where neither can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            found += [int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:")]
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def check_cpu_memory(h: dict, n_train: int, option: str = "--set") -> None:
+    """Refuse, before training, a CPU run whose largest batch will not fit in the memory left
+    (:func:`training_memory_estimate` against :func:`available_memory` and what the process holds already),
+    naming what it needs and the largest ``batch_size`` that fits."""
+    available = available_memory()
+    if available is None:
+        return
+    items = largest_batch(n_train, h["batch_size"])
+    needed = training_memory_estimate(h, items)
+    room = available + _resident_bytes()
+    if needed <= room:
+        return
+    per_chunk = training_memory_estimate(h, 1) - training_memory_estimate(h, 0)
+    fitting = int((room - training_memory_estimate(h, 0)) // per_chunk)
+    remedy = (f"{option} batch_size={fitting} fits (about {training_memory_estimate(h, fitting) / 1e9:.1f} GB; "
+              "a smaller batch than the challenge's 256 changes the training), or train on a GPU (--device cuda)"
+              if fitting >= 2 else "no batch size fits; train on a GPU (--device cuda) or free memory")
+    raise VoxanonError(f"train asv: batches of {items} chunks of {h['sentence_len']:g} s need about "
+                       f"{needed / 1e9:.1f} GB on the CPU, and {room / 1e9:.1f} GB is available; {remedy}")
 
 
 def default_workers(device) -> int:
@@ -722,21 +806,25 @@ class AsvTrainer:
             loss_sum += loss.detach().double() * count
             correct += (cosines[:, 0].argmax(dim=1) == labels).sum()
             self.running["count"] += count
-            bar.update(1)
             now = time.monotonic()
             save = self.position < len(batches) and now - last_save >= interval
             show = self.progress and now - last_shown >= POSTFIX_SECONDS
             if save or show:
                 self.running["loss_sum"], self.running["correct"] = float(loss_sum), int(correct)
                 now = last_shown = time.monotonic()
-                bar.set_postfix_str(self._postfix(), refresh=False)
+            # The time is counted before the postfix shows it (it said 0.0 utt/s after the first batch).
             self.running["seconds"] += now - started
             started = now
+            if show:
+                bar.set_postfix_str(self._postfix(), refresh=False)
+            bar.update(1)
             if save:
                 self.save_checkpoint()
                 started = last_save = time.monotonic()
         self.running["loss_sum"], self.running["correct"] = float(loss_sum), int(correct)
         self.running["seconds"] += time.monotonic() - started
+        if self.progress:
+            bar.set_postfix_str(self._postfix(), refresh=False)
         bar.close()
 
     def _postfix(self) -> str:
@@ -868,7 +956,8 @@ def _summary(trainer: AsvTrainer, status: str) -> dict:
                           "dropped_speakers": len(data.dropped)},
             "validation": data.validation, "dropped_speakers": data.dropped,
             "unreadable_utterances": data.unreadable,
-            "epochs_done": trainer.epoch, "steps": trainer.step, "epochs": trainer.history}
+            "epochs_done": trainer.epoch, "steps": trainer.step, "epochs": trainer.history,
+            "schedule": schedule_reach(trainer.h, trainer.step)}
 
 
 def _train_log(history: list[dict]) -> str:
@@ -877,6 +966,68 @@ def _train_log(history: list[dict]) -> str:
     return "".join(f"epoch: {e['epoch']}, lr: {e['lr']:.3g} - train loss: {number(e['train_loss'])}, train accuracy: "
                    f"{number(e['train_accuracy'])} - valid loss: {number(e['valid_loss'])}, valid accuracy: "
                    f"{number(e['valid_accuracy'])} - {number(e['utterances_per_s'])} utt/s\n" for e in history)
+
+
+# How far the learning rate schedule gets ---------------------------------------------------------------------
+
+# The yardstick of the schedule warning: the challenge's own configuration (the recipe's defaults) on LibriSpeech
+# train-clean-360, 104,014 utterances of 921 speakers. One chunk per utterance and epoch, 10 % held out:
+# 93,613 training chunks, 366 batches of 256 per epoch, 3,660 steps in 10 epochs, where the cyclic schedule
+# (step size 65,000) reaches lr 5.63e-4, 5.6 % of its maximum 0.01.
+TRAIN_CLEAN_360_UTTERANCES = 104_014
+UNDERTRAINED_SHARE = 0.1   # a run whose highest learning rate is under this share of the yardstick's is warned
+
+
+def batches_per_epoch(n_train: int, batch_size: int) -> int:
+    """Batches of an epoch of ``n_train`` chunks, as :func:`epoch_batches` deals them (a last one of one joins)."""
+    batches = math.ceil(n_train / batch_size)
+    return batches - 1 if batches > 1 and n_train % batch_size == 1 else batches
+
+
+def _peak_learning_rate(h: dict, steps: int) -> float:
+    from voxanon.models.nets.asv_model import cyclic_learning_rate
+
+    # The triangular schedule rises for step_size steps, to lr, then falls.
+    return h["lr"] if steps >= h["step_size"] else cyclic_learning_rate(steps, h["base_lr"], h["lr"], h["step_size"])
+
+
+def reference_schedule() -> dict:
+    """Steps and learning rate the challenge's configuration reaches on train-clean-360 (see above)."""
+    from voxanon.models.nets.asv_model import cyclic_learning_rate
+
+    h = default_hparams()
+    held_out = sum(validation_counts({"all": TRAIN_CLEAN_360_UTTERANCES}, h["valid_ratio"], h["seed"]).values())
+    steps = h["number_of_epochs"] * batches_per_epoch(TRAIN_CLEAN_360_UTTERANCES - held_out, h["batch_size"])
+    return {"set": "LibriSpeech train-clean-360", "utterances": TRAIN_CLEAN_360_UTTERANCES, "steps": steps,
+            "lr": cyclic_learning_rate(steps, h["base_lr"], h["lr"], h["step_size"])}
+
+
+def schedule_reach(h: dict, steps: int) -> dict:
+    """How far ``steps`` optimiser steps take the cyclic schedule of settings ``h``, against the challenge's
+    configuration on train-clean-360 (:func:`reference_schedule`): ``undertrained`` when the highest learning
+    rate reached is under :data:`UNDERTRAINED_SHARE` of the one it reaches."""
+    from voxanon.models.nets.asv_model import cyclic_learning_rate
+
+    reference = reference_schedule()
+    peak = _peak_learning_rate(h, steps)
+    return {"steps": steps, "step_size": h["step_size"],
+            "final_lr": cyclic_learning_rate(steps, h["base_lr"], h["lr"], h["step_size"]), "peak_lr": peak,
+            "max_lr": h["lr"], "share_of_max": peak / h["lr"] if h["lr"] else 0.0, "reference": reference,
+            "undertrained": peak < UNDERTRAINED_SHARE * reference["lr"]}
+
+
+def schedule_advice(reach: dict, h: dict, option: str) -> str:
+    """Why a run with this :func:`schedule_reach` hardly trains, and the settings that make it train."""
+    reference = reach["reference"]
+    # The step size at which this run's steps reach the reference's learning rate.
+    fitting = max(1, math.floor(reach["steps"] * (h["lr"] - h["base_lr"])
+                                / max(reference["lr"] - h["base_lr"], 1e-30)))
+    return (f"the attacker's learning rate schedule hardly starts: {reach['steps']} step(s) against step_size "
+            f"{h['step_size']:g} reach lr {reach['peak_lr']:.3g}, {100 * reach['share_of_max']:.2g} % of the maximum "
+            f"{h['lr']:g} (the challenge's configuration reaches {reference['lr']:.3g} in {reference['steps']} steps "
+            f"on {reference['set']}), so the model stays close to its random start; train longer "
+            f"({option} number_of_epochs=...) or shorten the schedule ({option} step_size={fitting} reaches "
+            f"{reference['lr']:.3g} in this run)")
 
 
 # A finished model ------------------------------------------------------------------------------------
@@ -924,24 +1075,33 @@ class AsvTrainingRun:
 
 def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | None = None, device: str = "auto",
               progress: bool = True, *, set_options: list[str] = (), precision: str = "auto",
-              workers: int | None = None, allow_pipes: bool = False, allow_missing: bool = False) -> AsvTrainingRun:
+              workers: int | None = None, allow_pipes: bool = False, allow_missing: bool = False,
+              option: str = "--set") -> AsvTrainingRun:
     """Train (or resume, or find finished) the ASV model in ``out_dir``.
 
-    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts. A folder that
+    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts given with the
+    command's ``option`` (named in messages: ``--set`` in train asv, ``--train-set`` in challenge). A folder that
     holds the finished model for these settings and data (:func:`finished_attacker`) is left as it is, before
     any audio is read. ``allow_missing`` trains without listed utterances whose audio is missing or unreadable.
-    Every check on the settings and data runs before anything is written.
+    Every check on the settings, data and memory runs before anything is written; a schedule that will hardly
+    start (:func:`schedule_reach`) is warned about before training.
     """
     out_dir = Path(out_dir)
-    h = resolve_hparams(hparams, set_options)
+    h = resolve_hparams(hparams, set_options, option)
     sets = read_training_sets(data_dirs, allow_pipes, allow_missing)
     identities = [data_identity(d) for d in sets]
     if finished_attacker(out_dir, h, identities, allow_missing):
         log.info("train asv: %s is complete for these settings and data; not retrained", out_dir)
         return AsvTrainingRun(out_dir, trained=False)
-    data = prepare_training_data(sets, h, allow_pipes, progress, allow_missing=allow_missing, identities=identities)
+    data = prepare_training_data(sets, h, allow_pipes, progress, allow_missing=allow_missing, identities=identities,
+                                 option=option)
+    if torch_device(device).type == "cpu":
+        check_cpu_memory(h, len(data.train), option)
     trainer = AsvTrainer(h, data, out_dir, device, precision, workers, allow_pipes, progress)
     try:
+        reach = schedule_reach(h, h["number_of_epochs"] * batches_per_epoch(len(data.train), h["batch_size"]))
+        if reach["undertrained"]:
+            log.warning("%s", schedule_advice(reach, h, option))
         _train(trainer, out_dir)
     finally:
         trainer.close()
