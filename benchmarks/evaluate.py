@@ -20,7 +20,8 @@ import numpy as np
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.pipeline.commands.evaluate import load_protocol, make_embedder, make_transcriber
+from voxanon.pipeline.evaluation.protocols import load_protocol
+from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
 from voxanon.pipeline.evaluation.evaluate import evaluate_sets
 from voxanon.pipeline.evaluation.sets import discover_sets
 from voxanon.pipeline.feature_cache import ContentCache

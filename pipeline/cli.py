@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
-        module.add_parser(subparsers)
+        if hasattr(module, "add_parser"):  # commands/options.py holds the options several commands share
+            module.add_parser(subparsers)
     for command in {id(p): p for p in subparsers.choices.values()}.values():  # also after the command's name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser

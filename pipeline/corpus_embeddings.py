@@ -21,7 +21,7 @@ import numpy as np
 from voxanon.data_prep.corpus import DataDir, merge_labelled_sets, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors
-from voxanon.models.checkpoints.registry import voxanon_home
+from voxanon.models.checkpoints.registry import default_cache_dir
 from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,6 @@ def add_embedding_arguments(parser, out_help: str, allow_failures_help: str) -> 
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="embedding cache (default $VOXANON_HOME/cache; 'none' disables)")
     parser.add_argument("--allow-failures", action="store_true", help=allow_failures_help)
-
-
-def default_cache_dir() -> Path:
-    return voxanon_home() / "cache"
 
 
 def cache_from_option(option: Path | None) -> ContentCache:

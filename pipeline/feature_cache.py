@@ -202,3 +202,5 @@ def _seconds(path: Path) -> float:
 
 def _computation_worker(computation: CachedComputation):
     return computation.compute_batch
+
+

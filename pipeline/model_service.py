@@ -13,11 +13,15 @@ models their parent loaded. torch is imported only when a model is.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 from typing import Any, Callable
 
 from voxanon.data_prep.errors import VoxanonError
+
+
+log = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "auto")
@@ -119,7 +123,6 @@ def model_set(name: str, check: Callable[[Any], None] | None = None):
         # hashing releases the interpreter lock. The thread has ended before the runner forks.
         with ThreadPoolExecutor(1) as verifier:
             checked = verifier.submit(load_model_set, name)
-            import torch  # noqa: F401
         loaded = checked.result()
         if check is not None:
             check(loaded)
@@ -136,3 +139,21 @@ def cached_model(name: str, component: str, precision: str, device: str, build: 
     if key not in _loaded:
         _loaded[key] = build()
     return _loaded[key]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as taskset or a batch scheduler set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def machine_workers(requested: int) -> int:
+    """``requested`` local worker processes, at most one per usable CPU: more only share the same cores, each
+    with its own copy of the models (200 workers were 203 processes for a set of 4 utterances)."""
+    cpus = usable_cpus()
+    if requested > cpus:
+        log.info("--workers %d: this machine runs %d at a time (its usable CPUs); using %d workers",
+                 requested, cpus, cpus)
+    return min(requested, cpus)

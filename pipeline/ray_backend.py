@@ -26,7 +26,6 @@ that do not load, a missing device) is the run's fault: one message, no retry.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import hashlib
@@ -43,67 +42,12 @@ from voxanon.pipeline.stages import RunFault, one_line
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("local", "ray")
 # The driver's settings a worker must share: where models live, offline hubs.
 SHARED_ENVIRONMENT = ("VOXANON_HOME", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")
 ATTEMPTS = 3
 IN_FLIGHT = 2          # tasks queued on one actor at a time
 CONNECT_TIMEOUT_S = 10.0
 WORKS_KEPT = 2         # work functions an actor keeps built (evaluate alternates an embedder and a transcriber)
-
-
-def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) -> None:
-    """The execution options: ``--backend``, ``--ray-address``, ``--workers``, ``--cpus-per-worker``,
-    ``--gpus-per-worker`` and ``--batch-size``."""
-    group = parser.add_argument_group("execution backend")
-    group.add_argument("--backend", choices=BACKENDS, default="local",
-                       help="where the per-utterance work runs: this machine (default) or a Ray cluster")
-    group.add_argument("--ray-address", metavar="HOST:PORT",
-                       help="Ray cluster to join (default: $RAY_ADDRESS if set, else a Ray instance started on "
-                            "this machine); inputs and outputs must be on a path every node sees")
-    group.add_argument("--workers", type=int, metavar="N", help=workers_help)
-    group.add_argument("--cpus-per-worker", type=float, default=1.0, metavar="C",
-                       help="CPUs reserved by each Ray worker (default 1)")
-    group.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
-                       help="GPUs reserved by each Ray worker; a fraction (e.g. 0.25) fits several on one GPU "
-                            "(default 0)")
-    group.add_argument("--batch-size", type=int, metavar="N",
-                       help="utterances per batch, i.e. per worker task (default: the recipe's or protocol's)")
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, as taskset or a batch scheduler set it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def machine_workers(requested: int) -> int:
-    """``requested`` local worker processes, at most one per usable CPU: more only share the same cores, each
-    with its own copy of the models (200 workers were 203 processes for a set of 4 utterances)."""
-    cpus = usable_cpus()
-    if requested > cpus:
-        log.info("--workers %d: this machine runs %d at a time (its usable CPUs); using %d workers",
-                 requested, cpus, cpus)
-    return min(requested, cpus)
-
-
-def backend_from_args(args: argparse.Namespace):
-    """The backend the options name: ``None`` for local, else a :class:`RayBackend` (not yet connected)."""
-    for name in ("workers", "batch_size"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise VoxanonError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-    if args.backend == "local":
-        if getattr(args, "workers", None) is not None:
-            args.workers = machine_workers(args.workers)
-        return None
-    if args.cpus_per_worker < 0 or args.gpus_per_worker < 0:
-        raise VoxanonError("--cpus-per-worker and --gpus-per-worker cannot be negative")
-    return RayBackend(RayOptions(address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
-                                 workers=args.workers, cpus_per_worker=args.cpus_per_worker,
-                                 gpus_per_worker=args.gpus_per_worker))
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def write_ecapa_dir(directory):
 
 def test_ecapa_embedder_on_a_device_runs_padded_batches_equal_to_the_cpu_vectors(tmp_path, monkeypatch):
     from voxanon.models.nets.speaker import EcapaEncoder
-    from voxanon.pipeline.commands.evaluate import make_embedder
+    from voxanon.pipeline.evaluation.computations import make_embedder
 
     spec = f"ecapa:{write_ecapa_dir(tmp_path / 'ecapa')}"
     on_cpu = np.stack(make_embedder({}, spec, device="cpu").compute(SIGNALS))
@@ -125,7 +125,7 @@ def test_ecapa_embedder_on_a_device_runs_padded_batches_equal_to_the_cpu_vectors
 
 
 def test_ge2e_embedder_on_a_device_gives_the_cpu_vectors():
-    from voxanon.pipeline.commands.evaluate import make_embedder
+    from voxanon.pipeline.evaluation.computations import make_embedder
 
     on_cpu = np.stack(make_embedder({}, "ge2e", device="cpu").compute(SIGNALS[:3]))
     on_device = np.stack(make_embedder({}, "ge2e", device="cpu:0").compute(SIGNALS[:3]))
@@ -195,7 +195,7 @@ def test_computations_batch_utterances_of_similar_length(tmp_path):
 def test_benchmark_and_challenge_move_a_systems_models_only_where_they_are_not():
     """--device reaches the systems they anonymise with, without touching a CPU run's configuration (its hash
     names the finished outputs and the attacker trained on them)."""
-    from voxanon.pipeline.commands.evaluate import anonymisation_device_overrides
+    from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides
     from voxanon.pipeline.systems import load_system_config
 
     resynth = load_system_config("resynth")

@@ -71,8 +71,8 @@ def test_outputs_and_report_are_written(benchmark_run):
 
 
 def test_rerun_reuses_cached_embeddings_and_transcripts(benchmark_run, small_demo, tmp_path):
-    from voxanon.pipeline.commands.benchmark import compare
-    from voxanon.pipeline.commands.evaluate import load_protocol
+    from voxanon.pipeline.evaluation.benchmark import compare
+    from voxanon.pipeline.evaluation.protocols import load_protocol
     from voxanon.pipeline.evaluation.sets import discover_sets
     from voxanon.pipeline.feature_cache import ContentCache
 
@@ -163,7 +163,7 @@ def test_ecapa_model_folder_as_the_speaker_encoder(small_demo, benchmark_run, tm
     assert 0.0 <= _value(results, "b2", "o-a", "eer", "kaldi") <= 100.0
     assert [p.name for p in (tmp_path / "cache").iterdir()][0].startswith("ecapa-")
     with pytest.raises(VoxanonError, match="unknown speaker encoder"):
-        from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
+        from voxanon.pipeline.evaluation.computations import speaker_encoder_factory
         speaker_encoder_factory("xvector:/nowhere")
 
 

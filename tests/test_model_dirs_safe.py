@@ -181,7 +181,7 @@ def test_nonstandard_feature_extractor_without_config_is_a_clear_error():
 
 def test_trust_model_code_flag_reaches_the_asr_loader(tmp_path):
     from tests.helpers.asr_dirs import write_tiny_encoder_asr
-    from voxanon.pipeline.commands.evaluate import make_transcriber
+    from voxanon.pipeline.evaluation.computations import make_transcriber
 
     model = write_tiny_encoder_asr(tmp_path / "custom", favoured_label="B")
     with open(model / "hyperparams.yaml", "a") as handle:

@@ -13,7 +13,8 @@ from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.models.nets.flow import load_flow
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.training.sex_flow import add_train_parser, held_out_speakers
+from voxanon.pipeline.training.sex_flow import held_out_speakers
+from voxanon.pipeline.commands.train import add_train_parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -28,7 +28,7 @@ from voxanon.pipeline.training.asv import (CLASSIFIER_FILE, TRAINING_FILE, batch
                                            epoch_batches, export_model, reference_schedule, resolve_hparams,
                                            schedule_advice, schedule_reach, select_utterances, train_asv)
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.commands.evaluate import speaker_encoder_factory
+from voxanon.pipeline.evaluation.computations import speaker_encoder_factory
 from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enrolment
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems import load_system_config

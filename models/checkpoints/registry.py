@@ -41,6 +41,11 @@ def voxanon_home() -> Path:
     return Path(os.environ.get("VOXANON_HOME") or Path.home() / ".cache" / "voxanon")
 
 
+def default_cache_dir() -> Path:
+    """Where embeddings and transcripts are cached unless a command is told otherwise."""
+    return voxanon_home() / "cache"
+
+
 def models_dir() -> Path:
     return voxanon_home() / "models"
 

@@ -1,8 +1,10 @@
 """CLI sub-commands, one module each.
 
-Every module here defines ``add_parser(subparsers)``, which registers its parser and
-sets ``run=<function(args) -> int>`` as a default; ``voxanon.pipeline.cli`` finds
-them by listing this package, so adding a command touches no other file.
+Every module here but ``options`` (the options several commands share) defines
+``add_parser(subparsers)``, which registers its parser and sets ``run=<function(args) -> int>``
+as a default; ``voxanon.pipeline.cli`` finds them by listing this package, so adding a command
+touches no other file. A command parses and prints: what it runs lives below ``commands/``, and
+no command imports another.
 
 Every command module is imported to build the parser, for ``voxanon --help`` as for any
 command, so a command module imports heavy modules lazily: torch, torchaudio, speechbrain,

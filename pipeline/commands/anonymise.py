@@ -8,21 +8,10 @@ from pathlib import Path
 from voxanon.data_prep.corpus import DataDir, load_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import named_folder
-from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args, usable_cpus
+from voxanon.pipeline.commands.options import add_corpus_arguments
+from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
+from voxanon.pipeline.model_service import usable_cpus
 from voxanon.pipeline.systems import available_systems, device_overrides, load_system_config, precision_overrides
-
-
-def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options for reading input sets, shared by every command that takes ``--data``."""
-    parser.add_argument("--allow-pipes", action="store_true",
-                        help="run 'command |' entries of wav.scp through the shell (they execute text "
-                             "from the data files: only for data you trust)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--speaker-level", type=int, default=1, metavar="N",
-                       help="plain audio folders: the speaker is the folder N levels above each file (default 1)")
-    group.add_argument("--speaker-regex", metavar="REGEX",
-                       help="plain audio folders: take the speaker from the group 'spk' (or the first group) "
-                            "of REGEX matched against each file's relative path")
 
 
 def add_parser(subparsers) -> None:

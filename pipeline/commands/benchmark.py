@@ -4,20 +4,10 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.evaluate import (add_device_argument, add_evaluation_arguments,
-                                                anonymisation_device_overrides, cache_from, check_device,
-                                                load_protocol, make_embedder, make_transcriber, print_table,
-                                                run_computations_on, write_outputs)
-from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
-from voxanon.pipeline.systems import build_system, load_system_config
-
-if TYPE_CHECKING:
-    from voxanon.pipeline.evaluation.evaluate import Evaluation
-    from voxanon.pipeline.evaluation.sets import EvaluationSet
+from voxanon.pipeline.commands.options import add_device_argument, add_evaluation_arguments, cache_from
+from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
 
 
 def add_parser(subparsers) -> None:
@@ -38,77 +28,12 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int,
-                             second_run: bool = False, *, backend=None, batch_size: int | None = None,
-                             device: str = "cpu", progress: bool = True) -> list[EvaluationSet]:
-    """Each set's enrolment and trial directories anonymised with ``system`` (reusing finished work), its models
-    on ``device``.
-
-    With ``second_run`` a stochastic system also anonymises the trials again with the next
-    seed (``<set>_<system>_run2``), for the adversary-calibration extension.
-    """
-    from voxanon.pipeline.evaluation.sets import EvaluationSet
-    from voxanon.pipeline.runner import anonymise_set
-
-    overrides = [f"batch_size={batch_size}"] if batch_size is not None else []
-    overrides = anonymisation_device_overrides(load_system_config(system, overrides), device, backend) + overrides
-    config = load_system_config(system, overrides)
-    done: dict[tuple[str, str], DataDir] = {}
-
-    def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
-        key = (str(data.path), suffix)
-        if key not in done:
-            result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers,
-                                   backend=backend, progress=progress)
-            if not result.ok:
-                raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
-                                   f"see {result.out_dir / 'failures.tsv'}")
-            done[key] = read_data_dir(result.out_dir)
-        return done[key]
-
-    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"] + overrides)
-              if second_run and build_system(config).stochastic else None)
-    return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll, config, ""), anonymised(s.trials, config, ""),
-                          anonymised(s.trials, second, "_run2") if second else None) for s in sets]
-
-
-def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: Path, workers: int, cache,
-            allow_missing: bool, *, backend=None, batch_size: int | None = None,
-            trust_model_code: bool = False, device: str = "cpu", progress: bool = True) -> Evaluation:
-    """One evaluation per system, merged: the o-o (original) rows once, every system's own rows.
-
-    ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches; every model
-    runs on ``device``; ``progress``: the anonymisation's and the evaluation's progress bars.
-    """
-    from voxanon.pipeline.evaluation.evaluate import Evaluation, evaluate_sets
-    from voxanon.pipeline.feature_cache import FileDigests
-
-    embedder = make_embedder(protocol.get("asv", {}), device=device, digest=FileDigests(cache.root))
-    transcriber = make_transcriber(protocol.get("asr"), trust_model_code, device=device)
-    run_computations_on(backend, batch_size, embedder, transcriber, progress=progress)
-    # Every system is anonymised before any evaluation model loads: the runner forks its workers from
-    # this process, which must not hold the evaluation models' threads by then.
-    anonymised = {system: anonymise_for_evaluation(sets, system, out / "anon", workers,
-                                                   second_run=bool(protocol.get("adversary_calibration")),
-                                                   backend=backend, batch_size=batch_size, device=device,
-                                                   progress=progress)
-                  for system in systems}
-    merged = Evaluation([], [], {}, 0)
-    for system in systems:
-        found = evaluate_sets(anonymised[system], protocol, system, embedder=embedder, cache=cache, asr=transcriber,
-                              allow_missing=allow_missing)
-        known = {(r.set, r.system, r.condition, r.metric, r.variant, r.attacker, r.model) for r in merged.results}
-        merged.results += [r for r in found.results
-                           if (r.set, r.system, r.condition, r.metric, r.variant, r.attacker, r.model) not in known]
-        seen = {(s.set_name, s.system, s.condition) for s in merged.scores}
-        merged.scores += [s for s in found.scores if (s.set_name, s.system, s.condition) not in seen]
-        merged.similarity.update({f"{name} {system}": m for name, m in found.similarity.items()})
-        merged.computed += found.computed
-        merged.remarks += [remark for remark in found.remarks if remark not in merged.remarks]
-    return merged
-
-
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation.benchmark import compare
+    from voxanon.pipeline.evaluation.computations import check_device
+    from voxanon.pipeline.evaluation.outputs import print_table, write_outputs
+    from voxanon.pipeline.evaluation.protocols import load_protocol
+
     from voxanon.pipeline.evaluation.sets import discover_sets
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]

@@ -5,8 +5,8 @@ import argparse
 import os
 from pathlib import Path
 
-from voxanon.pipeline.commands.evaluate import add_device_argument, add_evaluation_input_arguments
-from voxanon.pipeline.ray_backend import add_backend_arguments, backend_from_args
+from voxanon.pipeline.commands.options import add_device_argument, add_evaluation_input_arguments
+from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
 from voxanon.pipeline.systems import available_recipes
 
 
@@ -58,8 +58,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation.challenge import stage_summary
+
     from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
-    from voxanon.pipeline.commands.evaluate import cache_from, print_table
+    from voxanon.pipeline.commands.options import cache_from
+    from voxanon.pipeline.evaluation.outputs import print_table
 
     inputs = ChallengeInputs(
         system=args.system, train=list(args.train), data=args.data, out=args.out, iemocap=list(args.iemocap),
@@ -80,23 +83,3 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def stage_summary(stages: dict) -> str:
-    """One line per stage: what it did (or that it was cached) and how long it took."""
-    lines = []
-    for name, record in stages.items():
-        if not isinstance(record, dict):
-            lines.append(f"{name}: {record}")
-            continue
-        if "processed" in record:
-            what = (f"{record['processed']} utterance(s) anonymised, {record['resumed']} already done"
-                    + (f", {record['failed']} failed (left out)" if record.get("failed") else ""))
-        elif "trained" in record:
-            what = ("trained " if record["trained"] else "cached, not retrained: ") + record["model"]
-            if record.get("training"):
-                what += f"; {record['training']['line']}" + (
-                    "; HARDLY TRAINED: the semi-informed rows come from a model close to its random start"
-                    if record["training"]["undertrained"] else "")
-        else:
-            what = f"{record['computed']} embedding(s)/transcript(s)/score(s) computed, the rest from the cache"
-        lines.append(f"{name}: {what} ({record['seconds']:.1f} s)")
-    return "\n".join(lines)

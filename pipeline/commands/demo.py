@@ -10,9 +10,8 @@ from voxanon.data_prep.atomic import ensure_writable_folder
 from voxanon.data_prep.corpus import DataDir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.benchmark import compare
-from voxanon.pipeline.ray_backend import machine_workers
-from voxanon.pipeline.commands.evaluate import load_protocol, print_table, write_outputs
+from voxanon.pipeline.model_service import machine_workers
+
 
 DEMO_SYSTEMS = ("b2", "b2r")
 DEMO_PROTOCOL = "vpc2022"
@@ -105,6 +104,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.evaluation.benchmark import compare
+    from voxanon.pipeline.evaluation.outputs import print_table, write_outputs
+    from voxanon.pipeline.evaluation.protocols import load_protocol
+
     ensure_writable_folder(args.out, "--out")
     args.workers = machine_workers(max(1, args.workers))
     if args.semi_informed:
@@ -134,7 +137,7 @@ def run_semi_informed(args: argparse.Namespace) -> int:
     from voxanon.data_prep.corpus import read_data_dir
     from voxanon.eval.tables import Table, markdown
     from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
-    from voxanon.pipeline.commands.challenge import stage_summary
+    from voxanon.pipeline.evaluation.challenge import stage_summary
     from voxanon.pipeline.feature_cache import ContentCache
 
     import torch

@@ -52,7 +52,7 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     from voxanon.pipeline.f0_targets import compute_f0_targets
-    from voxanon.pipeline.ray_backend import machine_workers
+    from voxanon.pipeline.model_service import machine_workers
 
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]
     targets = compute_f0_targets(sets, workers=machine_workers(max(1, args.workers)), cache_dir=_cache_dir(args),

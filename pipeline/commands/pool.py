@@ -32,7 +32,7 @@ SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
 
 def add_parser(subparsers) -> None:
     from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
-    from voxanon.pipeline.ray_backend import add_backend_arguments
+    from voxanon.pipeline.commands.options import add_backend_arguments
 
     parser = subparsers.add_parser(
         "pool", help="build, import or inspect a speaker-vector pool (B1 pseudo-speakers)",
@@ -83,7 +83,7 @@ def add_parser(subparsers) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
-    from voxanon.pipeline.ray_backend import backend_from_args
+    from voxanon.pipeline.commands.options import backend_from_args
 
     backend = backend_from_args(args)
     data_dirs, sex = read_labelled_data_dirs(args.data)

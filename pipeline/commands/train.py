@@ -16,8 +16,8 @@ from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.anonymise import add_corpus_arguments
-from voxanon.pipeline.training.sex_flow import add_train_parser as add_sex_flow_parser
+from voxanon.pipeline.commands.options import add_corpus_arguments
+
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,6 @@ def add_asv_parser(actions) -> None:
     parser.set_defaults(run=run_asv)
 
 
-ACTIONS = (add_vocoder_parser, add_sex_flow_parser, add_asv_parser)
 
 
 def add_parser(subparsers) -> None:
@@ -198,3 +197,28 @@ def run_asv(args: argparse.Namespace) -> int:
           f"{f', {unreadable} unreadable' if unreadable else ''}{metrics}; model in {model_dir}"
           f"{'' if run.trained else ' (complete already: not retrained)'} (--set asv.encoder=ecapa:{model_dir})")
     return 0
+
+
+def add_sex_flow_parser(actions) -> None:
+    """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
+    from voxanon.pipeline.training.sex_flow import run_sex_flow
+
+    from voxanon.pipeline.commands.options import add_flow_training_arguments
+    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
+
+    parser = actions.add_parser(
+        "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",
+        description="Embed every utterance of the data directories with the model set's ECAPA (cached), "
+                    "L2-normalise, and train the zero-LLR normalizing flow whose first base coordinate is the "
+                    "female-vs-male LLR (voxanon zllr train's trainer, with its baselines), into "
+                    "$VOXANON_HOME/flows/NAME. Speakers held out per sex give the Cllr of the LLR coordinate.")
+    add_embedding_arguments(parser, "flow name (under $VOXANON_HOME/flows, e.g. sex) or folder path",
+                            "train without utterances whose audio cannot be used (listed) instead of failing")
+    parser.add_argument("--held-out", type=float, default=0.1, metavar="FRACTION",
+                        help="share of each sex's speakers kept out of training to measure the LLR's Cllr "
+                             "(default 0.1; 0 trains on all)")
+    add_flow_training_arguments(parser)
+    parser.set_defaults(run=run_sex_flow)
+
+
+ACTIONS = (add_vocoder_parser, add_sex_flow_parser, add_asv_parser)

@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from voxanon.data_prep.corpus import load_corpus
-from voxanon.pipeline.commands.anonymise import add_corpus_arguments
+from voxanon.pipeline.commands.options import add_corpus_arguments
 
 
 def add_parser(subparsers) -> None:

@@ -17,86 +17,27 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file as load_arrays
-from safetensors.numpy import save_file as save_arrays
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
 from voxanon.data_prep.corpus import read_mapping, read_trials
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
-from voxanon.models.nets.flow_config import MU_STRATEGIES, FlowConfig, TrainingConfig
-from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant, balanced_global_average
-from voxanon.pipeline.commands.attack import read_spk2gender, sex_labels
+from voxanon.data_prep.vectors import Vectors, read_vectors, speaker_means, write_vectors
+from voxanon.models.nets.flow_config import FlowConfig, MU_STRATEGIES, TrainingConfig
+from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant
+from voxanon.pipeline.commands.options import add_flow_training_arguments
+from voxanon.pipeline.training.zllr_flow import METHODS, Protections
+
 
 log = logging.getLogger(__name__)
 
-BASELINES_FILE = "baselines.safetensors"
-TRAINING_FILE = "training.json"
-METHODS = ("zllr", "lda", "global")
 DEFAULT_TRAINING = TrainingConfig()
 
 
-def default_hidden_width(dim: int) -> int:
-    """The next power of two at or above ``dim`` (512 for x-vectors, 256 for 192-d ECAPA; spec §9.2)."""
-    return 1 << max(0, int(dim - 1).bit_length())
-
-
-class Protections:
-    """The methods a model folder offers, each mapping an ``(n, d)`` array to protected vectors."""
-
-    def __init__(self, directory: Path):
-        from voxanon.models.nets.flow import load_flow
-
-        self.directory = directory
-        self.flow = load_flow(directory)
-        self.lda: LinearDiscriminant | None = None
-        self.global_average: np.ndarray | None = None
-        if (directory / BASELINES_FILE).is_file():
-            arrays = load_arrays(str(directory / BASELINES_FILE))
-            self.lda = LinearDiscriminant.from_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("lda_")})
-            self.global_average = arrays["global_average"]
-
-    @property
-    def available(self) -> tuple[str, ...]:
-        return ("zllr",) if self.lda is None else METHODS
-
-    def _input(self, vectors: np.ndarray) -> np.ndarray:
-        return l2_normalise(vectors) if self.flow.config.l2_normalise_input else np.asarray(vectors, np.float64)
-
-    def protect(self, method: str, vectors: np.ndarray) -> np.ndarray:
-        if method not in self.available:
-            raise VoxanonError(f"{self.directory}: no {method!r} protection here "
-                               f"(available: {', '.join(self.available)}); imported flows carry no baselines")
-        if method == "zllr":
-            return self.flow.protect_numpy(vectors)
-        if method == "lda":
-            return self.lda.protect(self._input(vectors))
-        return np.tile(self.global_average, (len(vectors), 1))
-
-
-def add_flow_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flow options shared by ``voxanon zllr train`` and ``voxanon train sex-flow``."""
-    parser.add_argument("--hidden", type=int, help="coupling-network width (default: next power of two ≥ dim)")
-    parser.add_argument("--layers", type=int, default=6, help="coupling layers (default 6)")
-    parser.add_argument("--mu-strategy", choices=MU_STRATEGIES, default=DEFAULT_TRAINING.mu_strategy,
-                        help="mle: smoothed closed-form μ update (thesis); learned: gradient on log μ (ICASSP 2023)")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_TRAINING.alpha, help="μ smoothing (default 0.99)")
-    parser.add_argument("--mu0", type=float, help="initial μ (default: shared-covariance Gaussian KL of the data)")
-    parser.add_argument("--lr", type=float, default=DEFAULT_TRAINING.learning_rate, help="Adam learning rate (1e-4)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_TRAINING.batch_size)
-    parser.add_argument("--epochs", type=int, default=DEFAULT_TRAINING.max_epochs, help="maximum epochs")
-    parser.add_argument("--patience", type=int, default=DEFAULT_TRAINING.patience,
-                        help="stop after this many epochs without a better validation NLL")
-    parser.add_argument("--no-zero-init", action="store_true", help="random (not identity) initial couplings")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the training (and sex-flow's held-out split)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
 def add_parser(subparsers) -> None:
+    from voxanon.pipeline.training.zllr_flow import run_train
+
     parser = subparsers.add_parser(
         "zllr", help="zero-LLR sex neutralisation of embeddings",
         description="Zero-LLR sex neutralisation: train a normalizing-flow discriminant analysis whose first "
@@ -169,44 +110,6 @@ def add_parser(subparsers) -> None:
     toy.add_argument("--quiet", action="store_true", help="no progress bars")
     toy.add_argument("--json", action="store_true")
     toy.set_defaults(run=run_toy)
-
-
-def _labelled(vectors_path: Path, utt2spk_path: Path, spk2gender_path: Path) -> tuple[Vectors, np.ndarray, list[str]]:
-    vectors = read_vectors(vectors_path)
-    is_female, speakers = sex_labels(vectors, read_spk2gender(spk2gender_path),
-                                     read_mapping(utt2spk_path, value_kind="speaker"), f"vectors {vectors_path}")
-    return vectors, is_female, speakers
-
-
-def run_train(args: argparse.Namespace) -> int:
-    from voxanon.models.nets.flow import save_flow, train_zero_llr_flow
-
-    vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
-    config = FlowConfig(dim=vectors.dim, hidden=args.hidden or default_hidden_width(vectors.dim),
-                        n_layers=args.layers, zero_init=not args.no_zero_init, l2_normalise_input=args.l2_normalise)
-    training = TrainingConfig(mu_strategy=args.mu_strategy, alpha=args.alpha, learning_rate=args.lr,
-                              batch_size=args.batch_size, max_epochs=args.epochs, patience=args.patience,
-                              initial_mu=args.mu0, seed=args.seed)
-    model, history = train_zero_llr_flow(vectors.matrix, is_female, config, training, groups=speakers,
-                                         progress=not args.quiet)
-    inputs = l2_normalise(vectors.matrix) if args.l2_normalise else vectors.matrix
-    lda = LinearDiscriminant.fit(inputs, is_female)
-    sexes = ["f" if female else "m" for female in is_female]
-    average = balanced_global_average(inputs, speakers, sexes)
-    if args.l2_normalise:
-        average = l2_normalise(average[None])[0]
-    save_flow(model, args.out)
-    arrays = {f"lda_{name}": value for name, value in lda.to_arrays().items()}
-    arrays["global_average"] = average
-    with atomic_path(args.out / BASELINES_FILE) as tmp:
-        save_arrays({name: np.ascontiguousarray(value) for name, value in arrays.items()}, str(tmp))
-    atomic_write_text(args.out / TRAINING_FILE, json.dumps(
-        {"vectors": str(args.vectors), "n_vectors": len(vectors), "n_speakers": len(set(speakers)),
-         "training": asdict(training), "history": asdict(history), "final_mu": model.mu}, indent=2) + "\n")
-    print(f"zero-LLR flow: {len(vectors)} vectors of {len(set(speakers))} speakers, dimension {vectors.dim}; "
-          f"best epoch {history.best_epoch}, validation NLL {history.validation_nll[history.best_epoch - 1]:.3f}, "
-          f"μ = {model.mu:.3f} -> {args.out}")
-    return 0
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -284,6 +187,8 @@ def format_evaluation(table: dict[str, dict[str, float]], classifier: str) -> st
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from voxanon.pipeline.labelled_vectors import _labelled
+
     protections = Protections(args.model)
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
     enrolment = read_vectors(args.enroll)

@@ -34,6 +34,7 @@ from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.feature_cache import ContentCache
 
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PROTOCOL = "vpc2024"
@@ -79,7 +80,7 @@ class ChallengeOutcome:
 
 
 def _protocol(inputs: ChallengeInputs) -> dict:
-    from voxanon.pipeline.commands.evaluate import load_protocol
+    from voxanon.pipeline.evaluation.protocols import load_protocol
 
     overrides = list(inputs.protocol_overrides)
     if inputs.asr is not None:
@@ -90,7 +91,7 @@ def _protocol(inputs: ChallengeInputs) -> dict:
 
 
 def _system_config(inputs: ChallengeInputs) -> dict:
-    from voxanon.pipeline.commands.evaluate import anonymisation_device_overrides
+    from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides
     from voxanon.pipeline.systems import build_system, check_needs, load_system_config
 
     overrides = list(inputs.system_overrides)
@@ -156,9 +157,8 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     from voxanon.pipeline.model_service import torch_device
     from voxanon.pipeline.training.asv import (attacker_identity, check_cpu_memory, data_identity,
                                                prepare_training_data, read_training_sets, resolve_hparams, train_asv)
-    from voxanon.pipeline.commands.evaluate import (attacker_notes, check_device, encoder_label, make_embedder,
-                                                    make_transcriber, run_computations_on, semi_informed_attacker,
-                                                    write_outputs)
+    from voxanon.pipeline.evaluation.outputs import attacker_notes, write_outputs
+    from voxanon.pipeline.evaluation.computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
     from voxanon.pipeline.evaluation.evaluate import evaluate_sets
     from voxanon.pipeline.evaluation.sets import EvaluationSet, discover_sets
     from voxanon.pipeline.feature_cache import FileDigests
@@ -306,3 +306,25 @@ def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, 
         rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL))
                  if (r.set, r.system) not in present]
     return rows
+
+
+def stage_summary(stages: dict) -> str:
+    """One line per stage: what it did (or that it was cached) and how long it took."""
+    lines = []
+    for name, record in stages.items():
+        if not isinstance(record, dict):
+            lines.append(f"{name}: {record}")
+            continue
+        if "processed" in record:
+            what = (f"{record['processed']} utterance(s) anonymised, {record['resumed']} already done"
+                    + (f", {record['failed']} failed (left out)" if record.get("failed") else ""))
+        elif "trained" in record:
+            what = ("trained " if record["trained"] else "cached, not retrained: ") + record["model"]
+            if record.get("training"):
+                what += f"; {record['training']['line']}" + (
+                    "; HARDLY TRAINED: the semi-informed rows come from a model close to its random start"
+                    if record["training"]["undertrained"] else "")
+        else:
+            what = f"{record['computed']} embedding(s)/transcript(s)/score(s) computed, the rest from the cache"
+        lines.append(f"{name}: {what} ({record['seconds']:.1f} s)")
+    return "\n".join(lines)

@@ -24,28 +24,9 @@ from voxanon.data_prep.corpus import write_mapping
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import write_vectors
 
+
 TRAINING_VECTORS = "training_vectors.npy"
 HELD_OUT_FILE = "held_out.json"
-
-
-def add_train_parser(actions) -> None:
-    """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
-    from voxanon.pipeline.commands.zllr import add_flow_training_arguments
-    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
-
-    parser = actions.add_parser(
-        "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",
-        description="Embed every utterance of the data directories with the model set's ECAPA (cached), "
-                    "L2-normalise, and train the zero-LLR normalizing flow whose first base coordinate is the "
-                    "female-vs-male LLR (voxanon zllr train's trainer, with its baselines), into "
-                    "$VOXANON_HOME/flows/NAME. Speakers held out per sex give the Cllr of the LLR coordinate.")
-    add_embedding_arguments(parser, "flow name (under $VOXANON_HOME/flows, e.g. sex) or folder path",
-                            "train without utterances whose audio cannot be used (listed) instead of failing")
-    parser.add_argument("--held-out", type=float, default=0.1, metavar="FRACTION",
-                        help="share of each sex's speakers kept out of training to measure the LLR's Cllr "
-                             "(default 0.1; 0 trains on all)")
-    add_flow_training_arguments(parser)
-    parser.set_defaults(run=run_sex_flow)
 
 
 def held_out_speakers(sex: dict[str, str], fraction: float, seed: int) -> set[str]:
@@ -70,7 +51,7 @@ def run_sex_flow(args: argparse.Namespace) -> int:
     from voxanon.eval.cllr import cllr, min_cllr
     from voxanon.models.nets.flow import load_flow
     from voxanon.models.checkpoints.registry import asset_dir
-    from voxanon.pipeline.commands.zllr import run_train
+    from voxanon.pipeline.training.zllr_flow import run_train
     from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
     if not 0.0 <= args.held_out < 1.0:

@@ -1,0 +1,169 @@
+"""What an evaluation computes per utterance, as cached computations: speaker embedders (GE2E, an ECAPA folder,
+the semi-informed attacker) and transcribers, and where they run."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from voxanon.data_prep.errors import VoxanonError
+
+if TYPE_CHECKING:
+    from voxanon.pipeline.evaluation.attackers import SemiInformed
+    from voxanon.pipeline.evaluation.sets import EvaluationSet
+    from voxanon.pipeline.feature_cache import CachedComputation
+
+log = logging.getLogger(__name__)
+
+
+ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
+
+
+def speaker_encoder_factory(spec: str, digest=None):
+    """``(cache tag, build)`` for an encoder spec (see ``ENCODERS``): ``build(device="cpu")`` loads the encoder on a
+    device. ``digest`` (path -> sha256, e.g. a :class:`~voxanon.pipeline.feature_cache.FileDigests`) names an
+    ECAPA checkpoint in the cache; default: hash it."""
+    if spec == "ge2e":
+        from voxanon.models.nets.ge2e import GE2EEncoder
+        return "ge2e", lambda device="cpu": GE2EEncoder(device=device)
+    kind, _, directory = spec.partition(":")
+    if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
+        raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
+    from voxanon.models.checkpoints.ecapa import ecapa_from_directory
+    from voxanon.models.nets.speaker import EcapaConfig
+    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
+    from voxanon.models.checkpoints.speechbrain_dirs import ecapa_dilations
+
+    checkpoint = Path(directory) / EMBEDDING_FILE
+    if not checkpoint.is_file():
+        raise VoxanonError(f"speaker encoder {spec!r}: {checkpoint} not found")
+
+    def build(device: str = "cpu"):
+        return ecapa_from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb").to(device)
+
+    if digest is None:
+        from voxanon.data_prep.digest import sha256_file as digest
+    # The checkpoint's content names the cache, so two model folders never share embeddings; a geometry
+    # other than the standard one (dilations from hyperparams.yaml) gives other embeddings from the same weights.
+    tag = f"{kind}-{digest(checkpoint)[:16]}"
+    dilations = ecapa_dilations(directory)
+    if dilations is not None and dilations != EcapaConfig().dilations:
+        tag += f"-dil{'.'.join(map(str, dilations))}"
+    return tag, build
+
+
+def embedding_function(encoder, device: str):
+    """An encoder's ``waves -> vectors`` on ``device``: on the CPU ECAPA embeds one utterance at a time; on any other
+    device (``cpu:N`` runs that path on the CPU) padded batches of similar length, each vector the utterance's own
+    to float rounding. GE2E's partials are all of one length: batched either way."""
+    from voxanon.models.nets.speaker import EcapaEncoder
+
+    return encoder.embed_on_device if device != "cpu" and isinstance(encoder, EcapaEncoder) else encoder.embed
+
+
+def encoder_label(spec: str, tag: str) -> str:
+    """How the tables name a speaker encoder: ``ge2e``, or ``<folder name> (<kind>-<checkpoint sha256>)``."""
+    kind, _, directory = str(spec).partition(":")
+    return tag if not directory else f"{Path(directory).name} ({tag})"
+
+
+def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu", digest=None) -> CachedComputation:
+    """The protocol's speaker encoder (or ``encoder``, a spec), built on ``device`` (``auto`` resolved where it runs)
+    only when an embedding is not in the cache; see :func:`embedding_function`."""
+    from voxanon.pipeline.feature_cache import CachedComputation
+
+    tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")), digest)
+    encoder = {}
+
+    def embed(waves):
+        if "embed" not in encoder:
+            from voxanon.pipeline.model_service import resolve_device
+
+            resolved = resolve_device(device)
+            encoder["embed"] = embedding_function(build(resolved), resolved)
+        return list(encoder["embed"](waves))
+
+    return CachedComputation(tag, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
+                             loudness_lufs=asv.get("loudness_lufs"))
+
+
+def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet], system: str, *,
+                           device: str = "cpu", digest=None) -> tuple[SemiInformed, list[str]]:
+    """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
+    warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
+    A missing model file is an error naming it."""
+    from voxanon.pipeline.evaluation.attackers import (SemiInformed, attacker_training_summary,
+                                                       attacker_training_warnings, check_attacker_model)
+
+    training = check_attacker_model(model_dir)
+    spec = f"ecapa:{model_dir}"
+    embedder = make_embedder(asv, spec, device=device, digest=digest)
+    warnings = attacker_training_warnings(model_dir, training, sets, system)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return SemiInformed(embedder, encoder_label(spec, embedder.tag), attacker_training_summary(training)), warnings
+
+
+def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
+                     device: str = "cpu") -> CachedComputation | None:
+    """The protocol's ASR model (a name or a model directory), built on ``device`` only when a transcript is not
+    cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
+
+    ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
+    outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`)."""
+    from voxanon.pipeline.feature_cache import CachedComputation
+
+    if not spec:
+        return None
+    model = {}
+
+    def transcribe(waves):
+        if "asr" not in model:
+            from voxanon.models.recognisers.asr import load_asr
+            from voxanon.pipeline.model_service import resolve_device
+
+            model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))
+        return model["asr"].transcribe_many(waves)
+
+    tag = Path(spec).name if os.sep in str(spec) else str(spec)
+    return CachedComputation(tag, transcribe, kind="text", batch_size=8)
+
+
+def run_computations_on(backend, batch_size: int | None, *computations: CachedComputation | None,
+                        progress: bool = True) -> None:
+    """Send the embedder's and transcriber's batches to ``backend`` (None: this process), ``batch_size`` each,
+    with progress bars unless ``progress`` is false."""
+    for computation in computations:
+        if computation is not None:
+            computation.backend = backend
+            computation.progress = progress
+            if batch_size is not None:
+                computation.batch_size = batch_size
+
+
+def anonymisation_device_overrides(config: dict, device: str, backend=None) -> list[str]:
+    """The stage settings that run a system's models on ``device`` (``auto`` resolved here, or by each actor under
+    Ray): none for a system without models, and none for stages already there, so a CPU run keeps its
+    configuration and with it its finished outputs."""
+    from voxanon.pipeline.systems import device_overrides
+
+    try:
+        device_overrides(config, device)
+    except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
+        return []
+    if backend is None:
+        from voxanon.pipeline.model_service import resolve_device
+
+        device = resolve_device(device)
+    return [override for override in device_overrides(config, device)
+            if str((config.get(override.split(".")[0]) or {}).get("device", "cpu")) != device]
+
+
+def check_device(device: str, backend) -> None:
+    """``--device cuda`` where this process sees no CUDA device: one error before any work. Under Ray the actors
+    check their own (the machine that starts the run need not have a GPU)."""
+    if backend is None:
+        from voxanon.pipeline.model_service import check_device_available
+
+        check_device_available(device)

@@ -1,0 +1,14 @@
+"""Evaluation protocols: the recipes in recipes/protocols/, read with their overrides and checked."""
+from __future__ import annotations
+
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.systems import read_recipe
+
+
+def load_protocol(name: str, overrides: list[str] = ()) -> dict:
+    protocol = read_recipe("protocols", name, overrides)
+    unknown = set(protocol) - {"name", "description", "asv", "similarity", "asr", "relative", "adversary_calibration", "pitch_correlation",
+                                   "inversion_attack", "sex_attack", "weighted_averages"}
+    if unknown:
+        raise VoxanonError(f"protocol {protocol['name']!r}: unknown setting(s) {sorted(unknown)}")
+    return protocol
