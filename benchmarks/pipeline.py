@@ -279,7 +279,7 @@ def asrbn_stage_table(size: str, waves: list[np.ndarray]) -> None:
 def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,
                      extra_environment: dict[str, str]) -> ProcessPoolExecutor:
     """The runner's pool (spawned processes, one torch thread each, its initialiser), models loaded."""
-    from voxanon.pipeline.runner import _worker_process, load_worker
+    from voxanon.pipeline.execution.workers import worker_process, load_worker
 
     environment = {**{name: "1" for name in THREAD_VARIABLES}, **extra_environment}
     saved = {name: os.environ.get(name) for name in environment}
@@ -288,7 +288,7 @@ def warm_worker_pool(config: dict, workers: int, warm_up_jobs: list,
         pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=load_worker,
                                    initargs=(config, False))
         # Processes start on demand: enough simultaneous jobs start them all under this environment.
-        for future in [pool.submit(_worker_process, warm_up_jobs) for _ in range(2 * workers)]:
+        for future in [pool.submit(worker_process, warm_up_jobs) for _ in range(2 * workers)]:
             check(future.result())
     finally:
         for name, value in saved.items():
@@ -451,7 +451,8 @@ def main() -> None:
     import torch
 
     from voxanon.data_prep.audio import write_wav
-    from voxanon.pipeline.runner import Job, _worker_process, process_jobs
+    from voxanon.pipeline.execution.workers import worker_process
+    from voxanon.pipeline.execution.batches import Job, process_jobs
     from voxanon.pipeline.systems import build_system, load_system_config, precision_overrides
 
     install_random_ssl_sas(args.size)
@@ -548,7 +549,7 @@ def main() -> None:
 
         def parallel(run: str):
             def run_pool(group: list[str]):
-                for outcomes in pools[run].map(_worker_process, batches(run, group, args.parallel_batch_size)):
+                for outcomes in pools[run].map(worker_process, batches(run, group, args.parallel_batch_size)):
                     check(outcomes)
             return run_pool
 

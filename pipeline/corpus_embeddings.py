@@ -94,7 +94,7 @@ def embed_data_dirs(data_dirs: list[DataDir], models: str = "ssl-sas", cache: Co
 
     Utterances whose audio cannot be used are listed in the result's ``failures``; unless
     ``allow_failures``, any of them is an error naming the files. The progress bar (stderr) shows
-    unless ``progress`` is false (``--quiet``). ``backend`` (a :class:`voxanon.pipeline.ray_backend.RayBackend`;
+    unless ``progress`` is false (``--quiet``). ``backend`` (a :class:`voxanon.pipeline.execution.ray.RayBackend`;
     None: this process) runs the encoder's batches of ``batch_size`` utterances.
     """
     cache = cache if cache is not None else ContentCache(default_cache_dir())

@@ -95,7 +95,7 @@ class CachedComputation:
 
     ``kind`` is ``"vector"`` (embeddings) or ``"text"`` (transcripts). Files whose audio
     cannot be used are collected in ``failures`` (key -> message), never dropped silently.
-    With a ``backend`` (:class:`voxanon.pipeline.ray_backend.RayBackend`) the batches run on its
+    With a ``backend`` (:class:`voxanon.pipeline.execution.ray.RayBackend`) the batches run on its
     workers, each holding its own copy of the computation (so a model loads once per worker);
     this process alone reads and writes the cache. Unless ``progress`` is false, a progress bar on stderr
     counts utterances and audio seconds per second (terminal or not, as the anonymisation's bar does).

@@ -25,82 +25,45 @@ so no id can make a run write outside its output folder.
 Executors: a system whose stages all run on the CPU goes through a pool of worker processes forked from
 this one once it has loaded the models (or this process alone, for one worker), each running whole
 batches (:func:`process_jobs`); a system with a stage on another device goes through the streaming
-executor (:mod:`voxanon.pipeline.streaming`: CPU stages in a pool, the models in one device process).
+executor (:mod:`voxanon.pipeline.execution.streaming`: CPU stages in a pool, the models in one device process).
 Both call the same per-utterance functions (:func:`load_batch`, :func:`run_stages`, :func:`write_batch`),
 as the Ray backend does.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import hashlib
-import io
 import json
 import logging
 import os
 import platform
-import queue
-import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
-from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable
 
-import numpy as np
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
-from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
+from voxanon.data_prep.atomic import atomic_write_text, remove_stale_temporaries
 from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
-from voxanon.data_prep.digest import file_identity, same_input, sha256_file
+from voxanon.data_prep.digest import file_identity, same_input
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.data_prep.run_lock import run_lock
-from voxanon.pipeline.model_service import check_device_available
-from voxanon.pipeline.stages import RunFault, Stage, Utterance, is_run_fault, one_line
+from voxanon.pipeline.execution.batches import Job, Outcome, sha256_or_none
+from voxanon.pipeline.execution.local import EXECUTORS, LocalBackend
+from voxanon.pipeline.execution.pool import NoWork, batch_invariant
+from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
 
-if TYPE_CHECKING:
-    from voxanon.pipeline.streaming import StreamingOptions
 
 log = logging.getLogger(__name__)
 
 JOURNAL = ".journal.jsonl"
 FAILURES = "failures.tsv"
 RUN_MANIFEST = "run.json"
-# Shorter, no system has one analysis frame (25 ms: the neural chains' first; McAdams takes 20 ms): the output
-# would be silence (a 1-sample input gave a 1-sample silent output).
-MIN_SECONDS = 0.025
 REPORTED_PACKAGES = ("voxanon", "numpy", "scipy", "librosa", "soundfile", "soxr", "torch", "torchaudio")
-
-
-@dataclass(frozen=True)
-class Job:
-    utt: str
-    speaker: str
-    gender: str | None
-    source: str
-    out_path: str
-    seconds: float | None = None   # its length as the set's metadata or the file's header says; None: unknown
-    companion: bool = False        # finished already: computed with its batch, neither written nor reported
-
-
-@dataclass
-class Outcome:
-    utt: str
-    sha256: str | None = None
-    n_samples: int = 0
-    input_seconds: float = 0.0
-    record: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    failed_stage: str | None = None
-    error: str | None = None
 
 
 @dataclass
@@ -117,527 +80,6 @@ class SetResult:
     @property
     def ok(self) -> bool:
         return not self.failures
-
-
-def _wav_bytes(samples, sample_rate: int) -> bytes:
-    buffer = io.BytesIO()
-    soundfile.write(buffer, to_pcm16(samples), sample_rate, subtype="PCM_16", format="WAV")
-    return buffer.getvalue()
-
-
-def _sha256_or_none(path: Path) -> str | None:
-    try:
-        return sha256_file(path)
-    except OSError:
-        return None
-
-
-@dataclass
-class Prepared:
-    """A job's utterance as loaded and taken through its system's first ``stages_done`` stages, with what
-    loading it reported."""
-    utterance: Utterance
-    stages_done: int
-    input_seconds: float
-    notes: list[str]
-
-
-@dataclass
-class Batch:
-    """Jobs on their way through a system: the utterances still going (``ready``, in job order) and every
-    job's outcome so far. The unit that the runner's per-utterance functions (:func:`load_batch`,
-    :func:`run_stages`, :func:`write_batch`) pass on, whichever process or machine runs each of them."""
-    jobs: list[Job]
-    ready: list[Prepared]
-    outcomes: dict[str, Outcome]
-
-
-def _load(system: System, job: Job, allow_pipes: bool) -> Prepared:
-    """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
-    audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, allow_pipe=allow_pipes)
-    if audio.seconds < MIN_SECONDS:
-        raise AudioError(job.source, f"too short: {len(audio.samples)} samples at {system.sample_rate} Hz "
-                                     f"({audio.seconds * 1000:.1f} ms); an utterance needs at least "
-                                     f"{MIN_SECONDS * 1000:g} ms, one analysis frame of every system")
-    return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
-                    audio.notes())
-
-
-def load_batch(system: System, jobs: list[Job], allow_pipes: bool,
-               prepared: dict[str, Prepared] | None = None) -> Batch:
-    """``jobs`` loaded (a load failure is the job's outcome); a job in ``prepared`` starts from there."""
-    batch = Batch(list(jobs), [], {job.utt: Outcome(job.utt) for job in jobs})
-    for job in jobs:
-        try:
-            item = prepared[job.utt] if prepared and job.utt in prepared else _load(system, job, allow_pipes)
-        except AudioError as error:
-            batch.outcomes[job.utt].failed_stage, batch.outcomes[job.utt].error = "load", error.reason
-            continue
-        batch.ready.append(item)
-        batch.outcomes[job.utt].input_seconds = item.input_seconds
-        batch.outcomes[job.utt].notes = item.notes
-    return batch
-
-
-def run_stages(system: System, batch: Batch, start: int = 0, stop: int | None = None) -> Batch:
-    """The system's stages ``start`` to ``stop`` on the batch's utterances (each from where it stands). A stage
-    that fails on the batch is rerun one utterance at a time, so that the failure is the utterance's at fault
-    (and the rest go on); a fault of the run's device or models (:func:`is_run_fault`) stops it instead."""
-    stop = len(system.stages) if stop is None else stop
-    for index in range(start, stop):
-        stage = system.stages[index]
-        items = [item for item in batch.ready if item.stages_done <= index]
-        if not items:  # every member failed earlier (or, in a device batch, was done elsewhere)
-            continue
-        try:
-            stage.process_batch([item.utterance for item in items])
-        except Exception as error:
-            if is_run_fault(error):
-                raise _stage_fault(system, stage, items, error) from None
-            for item in items:
-                try:
-                    stage.process_batch([item.utterance])
-                except Exception as error:
-                    if is_run_fault(error):
-                        raise _stage_fault(system, stage, [item], error) from None
-                    outcome = batch.outcomes[item.utterance.utt_id]
-                    outcome.failed_stage, outcome.error = stage.name, f"{type(error).__name__}: {error}"
-            batch.ready = [item for item in batch.ready if batch.outcomes[item.utterance.utt_id].error is None]
-        for item in items:
-            item.stages_done = max(item.stages_done, index + 1)
-    return batch
-
-
-def _stage_fault(system: System, stage: Stage, items: list[Prepared], error: BaseException) -> RunFault:
-    longest = max(len(item.utterance.audio) for item in items) / system.sample_rate
-    return RunFault(f"system {system.name!r}, stage {stage.name!r}, on a batch of {len(items)} utterance(s) (the "
-                    f"longest {longest:.1f} s): {one_line(error)}"
-                    + ("; lower the batches: --set batch_seconds=S (the streaming executor) or --batch-size N"
-                       if "memory" in str(error) else ""))
-
-
-def write_batch(system: System, batch: Batch) -> list[Outcome]:
-    """Writes the batch's finished utterances (each WAV atomically, its vectors first) and returns the outcome
-    of every job but its companions (:attr:`Job.companion`: in the batch only so that the others are computed
-    exactly as in the batch they were planned in)."""
-    by_id = {job.utt: job for job in batch.jobs}
-    for item in batch.ready:
-        utt = item.utterance
-        job, outcome = by_id[utt.utt_id], batch.outcomes[utt.utt_id]
-        if job.companion:
-            continue
-        out_path = Path(job.out_path)
-        try:
-            # Vectors first: a WAV whose journal line landed implies its vectors did too.
-            for name, vector in utt.vectors.items():
-                path = contained_path(out_path.parent.parent, name, f"{utt.utt_id}.xvector")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(path, np.asarray(vector, dtype="<f4").tobytes())
-            data = _wav_bytes(utt.audio, system.sample_rate)
-            atomic_write_bytes(out_path, data)
-        except Exception as error:
-            outcome.failed_stage, outcome.error = "write", f"{type(error).__name__}: {error}"
-            continue
-        outcome.sha256 = hashlib.sha256(data).hexdigest()
-        outcome.n_samples = len(utt.audio)
-        outcome.record = utt.record
-    return [batch.outcomes[job.utt] for job in batch.jobs if not job.companion]
-
-
-def process_jobs(system: System, jobs: list[Job], allow_pipes: bool,
-                 prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
-    """Load, transform and write one batch; every failure of an utterance is caught and attributed to a stage.
-    An utterance in ``prepared`` starts where its preparation stopped."""
-    return write_batch(system, run_stages(system, load_batch(system, jobs, allow_pipes, prepared)))
-
-
-def load_stage_models(system: System, stages: Iterable[Stage], device_models: bool) -> None:
-    """Each of ``stages``' models loaded in this process (and checked: the model set's checksums, its shapes,
-    the device), before the process takes any work; with ``device_models``, also those that run on a device
-    other than the CPU. A failure is the run's (:class:`RunFault`), in one line naming the stage."""
-    for stage in stages:
-        try:
-            stage.load_models()
-            if device_models:
-                check_device_available(stage.device)  # every stage's, whether or not it loads a model there
-                stage.load_device_models()
-        except Exception as error:
-            raise RunFault(f"system {system.name!r}, stage {stage.name!r}: cannot load its models: "
-                           f"{one_line(error)}") from None
-
-
-_worker_state: dict = {}
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _reuse_freed_memory(single_threaded: bool = False) -> None:
-    """glibc: serve allocations up to 32 MB from the heap and keep freed memory there for reuse; in a
-    ``single_threaded`` process (a forked pool worker), every allocation, however large.
-
-    By default glibc maps each allocation of more than a few MB afresh and unmaps it when freed, so every
-    large tensor (HuBERT's first activations, 50 MB for 8 s, the vocoder's) costs page faults and zeroing on
-    every utterance: an out-of-place GELU over a 50 MB tensor took 36 ms, in place 10 ms. Measured on one
-    core, 6-10 s utterances: content about 10 % and vocoder about 5 % faster, for about 300 MB more resident
-    memory (the peak working set stays mapped). 32 MB is glibc's largest threshold, and blocks above it must
-    stay mappable where threads allocate (their arenas cannot grow past 64 MB); a process of one thread can
-    do without mappings. Set once per process that runs batches; elsewhere than glibc nothing changes."""
-    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD (fixed, no longer adjusted as blocks are freed)
-    libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the heap's free top back
-    if single_threaded:
-        libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
-
-
-def _init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] | None = None,
-                 device_models: bool = True) -> "_HeadStart | None":
-    """Set up a process that runs batches (this one, a spawned pool worker, a Ray actor, or the parent of
-    forked workers): ``system`` with every stage's models loaded and checked now, before any work
-    (:func:`load_stage_models`; ``device_models`` false in the parent of forked workers: a CUDA context does
-    not survive a fork, so each worker loads those itself).
-
-    Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
-    system that opens with model-free stages and then loads models, it starts a :class:`_HeadStart`
-    on them once the model-free stages are loaded, and returns it."""
-    _reuse_freed_memory()
-    model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
-    load_stage_models(system, system.stages[:model_free], device_models)
-    head_start = (_HeadStart(system, model_free, head_start_jobs, allow_pipes)
-                  if head_start_jobs and 0 < model_free < len(system.stages) else None)
-    try:
-        load_stage_models(system, system.stages[model_free:], device_models)
-    except BaseException:
-        if head_start:
-            head_start.close()
-        raise
-    _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
-    return head_start
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to kill this process when its parent dies (``PR_SET_PDEATHSIG``): a forked one holds
-    copies of the parent's files, the output lock's among them, and must not keep them (nor the models'
-    memory, nor a device) after a killed run. Ctrl-C, which the terminal sends to every process of the run, is
-    left to the parent, which ends its workers: a worker that took it printed a 20-line traceback of its own."""
-    import ctypes
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-class _HeadStart:
-    """A system's leading model-free stages (loading, peak normalisation, pYAAPT's F0) run over the jobs
-    the pool will take last, in a process forked before the models load, while this process loads them.
-
-    Loading the neural chain's models takes this process about 2 s (torch's import, the weights, the
-    vocoder's plans) on one core, and the other core would idle until the workers start: there, it
-    prepares the utterances at the end of the queue (the shortest, longest first): 9-10 of 20, about
-    40 % of the F0 work of a 160 s set. Each batch takes the preparations ready when it is submitted
-    (:meth:`take`); its worker starts those utterances after their prepared stages, with the same
-    values (the stages are deterministic and the utterance's seeds travel with it). An utterance the
-    head start could not prepare (bad audio, a stage's error) is left to its worker, which reports it.
-    It takes no new job once the workers run (:meth:`stop`) and is ended with the run (:meth:`close`).
-    (At the lowest priority it prepared a quarter fewer utterances, and the run was no faster.)"""
-
-    def __init__(self, system: System, stages: int, jobs: list[Job], allow_pipes: bool):
-        context = get_context("fork")
-        # A queue, not a bare pipe: its feeder thread holds what this process has not read yet, so the
-        # head start never waits for it (this process reads only when it submits a batch).
-        self._results = context.Queue()
-        self._stop = context.Event()
-        self._process = context.Process(target=_head_start, daemon=True,
-                                        args=(system, stages, jobs[::-1], allow_pipes, self._results, self._stop))
-        self._process.start()
-        self._ready: dict[str, Prepared] = {}
-
-    def take(self, jobs: list[Job]) -> dict[str, Prepared]:
-        """The preparations of ``jobs`` that have arrived (each handed out once)."""
-        while True:
-            try:
-                prepared = self._results.get_nowait()
-            except queue.Empty:
-                break
-            self._ready[prepared.utterance.utt_id] = prepared
-        return {job.utt: self._ready.pop(job.utt) for job in jobs if job.utt in self._ready}
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def close(self) -> None:
-        """Ends the head start, whatever it still holds: every job has been submitted."""
-        self._process.kill()
-        self._process.join()
-        self._results.close()
-
-
-def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool, results, stop) -> None:
-    _die_with_parent()
-    for job in jobs:
-        if stop.is_set():
-            break
-        try:
-            prepared = _load(system, job, allow_pipes)
-            for stage in system.stages[:stages]:
-                stage.process_batch([prepared.utterance])
-        except Exception:  # the job's worker meets the same failure and reports it
-            continue
-        prepared.stages_done = stages
-        results.put(prepared)
-
-
-def _init_forked_worker(device_models: bool, stages: tuple[int, int] | None = None) -> None:
-    """A forked worker: one torch thread (the pool gives the parallelism), gone with its parent, and the
-    models its parent did not load for it: with ``device_models``, those of its system's stages on another
-    device than the CPU (a CUDA context does not survive a fork); with ``stages`` (a range), every model of
-    those stages. A fault is kept, and raised by the worker's first batch: an initializer's exception would
-    only break the pool, without its message."""
-    _die_with_parent()
-    os.environ.update({name: "1" for name in THREAD_VARIABLES})
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
-    _reuse_freed_memory(single_threaded=True)
-    system = _worker_state["system"]
-    try:
-        if stages is not None:
-            load_stage_models(system, system.stages[slice(*stages)], False)
-        if device_models:
-            load_stage_models(system, [stage for stage in system.stages if stage.device != "cpu"], True)
-    except RunFault as fault:
-        _worker_state["fault"] = fault
-
-
-def _init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None = None) -> None:
-    """A spawned worker (or device process): the environment its libraries read once, set before they load
-    (torch reads the thread variables at import and THP_MEM_ALLOC_ENABLE at its first large allocation, so
-    they are set here, in the new process, never in the parent), then :func:`load_worker`."""
-    # One thread per worker process: the pool gives the parallelism. Huge pages for torch's large CPU
-    # buffers, which spawned workers map afresh for each block above 32 MB (2-8 % faster neural chains,
-    # measured).
-    os.environ.update({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")})
-    _die_with_parent()
-    load_worker(config, allow_pipes, stages)
-
-
-def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None = None) -> None:
-    """This process as a worker of a run (a spawned pool worker, the device process, a Ray actor): the system,
-    with the models of its ``stages`` (a range; all by default) loaded and checked; a fault is kept, and
-    raised by its first batch. The run's driver has already warned of random weights."""
-    from voxanon.models.checkpoints.registry import quiet_random_warnings
-
-    quiet_random_warnings()
-    _reuse_freed_memory()
-    system = build_system(config)
-    start, stop = stages or (0, len(system.stages))
-    _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
-    try:
-        load_stage_models(system, system.stages[start:stop], True)
-    except RunFault as fault:
-        _worker_state["fault"] = fault
-
-
-def _worker_system() -> System:
-    """This worker's system; its model fault, if loading failed, raised for the batch to report."""
-    if _worker_state.get("fault") is not None:
-        raise _worker_state["fault"]
-    return _worker_state["system"]
-
-
-def _worker_process(jobs: list[Job], prepared: dict[str, Prepared] | None = None) -> list[Outcome]:
-    return process_jobs(_worker_system(), jobs, _worker_state["allow_pipes"], prepared)
-
-
-def batch_invariant(config: dict) -> bool:
-    """Whether the system's output is the same however its utterances are batched: on the CPU every stage
-    processes an utterance on its own; on another device the neural stages run padded batches, equal to
-    one at a time only to float rounding."""
-    return all(str((config.get(stage) or {}).get("device", "cpu")) == "cpu" for stage in config.get("stages", []))
-
-
-def _parallel_batches(batches: list[list[Job]], workers: int, config: dict) -> list[list[Job]]:
-    """The batches split so that each worker gets at least eight: a small set's last batch must not run
-    alone while the other workers idle (20 utterances in batches of 4 on 2 workers: 3 batches for one,
-    2 for the other, which then idled a third of the run). Only where the output does not depend on the
-    batching (:func:`batch_invariant`), so that it never depends on the worker count or the backend."""
-    if not batch_invariant(config):
-        return batches
-    jobs = [job for batch in batches for job in batch]
-    size = max(1, min(max(map(len, batches), default=1), len(jobs) // (8 * workers)))
-    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
-
-
-def fork_safe() -> bool:
-    """Whether this process may fork workers: on Linux, with no other thread running (a forked child
-    inherits every lock as it was at the fork, held or not)."""
-    return sys.platform == "linux" and threading.active_count() == 1
-
-
-def kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Ends ``pool`` now: its queued batches are dropped and its processes killed rather than waited for
-    (their batches' outcomes are no longer wanted; what they wrote is redone, bit-identically, on resume)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.join()
-
-
-class _PoolRun:
-    """Outcomes, batch by batch, of batches run by a process pool; :meth:`close` (or leaving the ``with``)
-    ends the pool whatever the iteration's state, also when the run stops before reading any outcome.
-
-    The first batches are submitted now, which starts the pool's processes; each batch goes with what
-    ``head_start`` has prepared of it by then."""
-
-    def __init__(self, pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int,
-                 head_start: _HeadStart | None = None):
-        self._pool, self._head_start, self._queue = pool, head_start, iter(batches)
-        try:
-            self._pending = {self._submit(batch) for _, batch in zip(range(workers * 3), self._queue)}
-        except BaseException:
-            self.close()
-            raise
-        if head_start:
-            head_start.stop()
-
-    def _submit(self, batch: list[Job]):
-        prepared = self._head_start.take(batch) if self._head_start else None
-        return self._pool.submit(_worker_process, batch, prepared)
-
-    def __iter__(self) -> Iterator[list[Outcome]]:
-        while self._pending:
-            done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                try:
-                    outcomes = future.result()
-                except BrokenProcessPool as error:
-                    raise RunFault(f"a worker process died ({one_line(error)}): killed for memory, or by a "
-                                   "signal; rerun to resume") from None
-                batch = next(self._queue, None)
-                if batch is not None:
-                    self._pending.add(self._submit(batch))
-                yield outcomes
-
-    def close(self) -> None:
-        kill_pool(self._pool)
-        if self._head_start:
-            self._head_start.close()
-
-    def __enter__(self) -> "_PoolRun":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _run_parallel(system: System, batches: list[list[Job]], workers: int, allow_pipes: bool) -> _PoolRun:
-    """Outcomes of ``batches`` from a pool of ``workers`` processes, one torch thread each.
-
-    On Linux the models are loaded once, here, and the workers are forked from this process:
-    they share the loaded weights (copy-on-write) and start at once, where spawned workers each
-    imported torch and loaded every model again (about 12 s of both cores for the neural chain).
-    The pool starts now, before the caller's progress bar starts a thread. Elsewhere, or when this
-    process already runs other threads, workers are spawned and each loads the system itself.
-    """
-    batches = _parallel_batches(batches, workers, system.config)
-    workers = min(workers, len(batches))   # a pool of fork processes starts them all, busy or not
-    device_models = any(stage.device != "cpu" for stage in system.stages)
-    if fork_safe():
-        # Not THP_MEM_ALLOC_ENABLE here: forked workers keep every block on their heap
-        # (_reuse_freed_memory), so huge pages only slow the first touch of each block; measured on the
-        # neural chain, each worker's first two utterances took 0.3-0.4 s longer in HuBERT, and the set
-        # 0.8 s longer, with them.
-        head_start = _init_worker(system, allow_pipes, [job for batch in batches for job in batch],
-                                  device_models=False)
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=_init_forked_worker,
-                                   initargs=(device_models,))
-        return _PoolRun(pool, batches, workers, head_start)
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_spawned_worker,
-                               initargs=(system.config, allow_pipes))
-    return _PoolRun(pool, batches, workers)
-
-
-class _NoWork(contextlib.nullcontext):
-    """The outcomes of no batch."""
-
-    def __init__(self):
-        super().__init__(())
-
-
-class _InProcess:
-    """Batches run one after the other in this process, its models loaded (and checked) first."""
-
-    def __init__(self, system: System, batches: list[list[Job]], allow_pipes: bool):
-        _init_worker(system, allow_pipes)
-        self._batches, self._allow_pipes, self._system = batches, allow_pipes, system
-
-    def __iter__(self) -> Iterator[list[Outcome]]:
-        for batch in self._batches:
-            yield process_jobs(self._system, batch, self._allow_pipes)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "_InProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-EXECUTORS = ("auto", "pool", "streaming")
-
-
-class LocalBackend:
-    """Batches in this process (one worker) or in a pool of ``workers`` local processes; device runs in the
-    streaming executor (:mod:`voxanon.pipeline.streaming`)."""
-
-    name = "local"
-
-    def __init__(self, workers: int = 1):
-        self.workers = max(1, workers)
-
-    def describe(self) -> dict:
-        return {"name": self.name, "workers": self.workers, "cpus": os.cpu_count()}
-
-    def check_devices(self, system: System, streaming: bool) -> None:
-        """Before anything is written, where this process runs the batches itself: every device the system's
-        stages name is here. Processes that run batches (the streaming executor's device process, the pool's
-        workers) check their own before they take work, and a missing device stops the run there, once: this
-        process must not ask CUDA itself before it forks them (a CUDA driver started before a fork is unusable
-        in the children)."""
-        if not streaming and self.workers == 1:
-            for device in sorted({stage.device for stage in system.stages}):
-                check_device_available(device)
-
-    def outcomes(self, system: System, batches: list[list[Job]], allow_pipes: bool, output_dir: Path,
-                 streaming: "StreamingOptions | None" = None):
-        """The outcomes of ``batches``, a list per finished batch, from an object to close (or leave with
-        ``with``) once read, or when the run stops early."""
-        workers = self._set_workers(batches)
-        if streaming is not None:
-            from voxanon.pipeline.streaming import LocalLanes, StreamingRun
-
-            return StreamingRun(LocalLanes(system, allow_pipes, workers, streaming.device_processes), batches,
-                                streaming)
-        if workers > 1 and len(batches) > 1:
-            return _run_parallel(system, batches, workers, allow_pipes)
-        return _InProcess(system, batches, allow_pipes)
-
-    def _set_workers(self, batches: list[list[Job]]) -> int:
-        """The workers that ``batches`` can keep busy: at most one per utterance to do (a forked pool starts
-        every process it is given at once)."""
-        todo = sum(not job.companion for batch in batches for job in batch)
-        if self.workers > todo:
-            log.info("%d utterance(s) to do: %d worker process(es), not %d", todo, max(1, todo), self.workers)
-        return max(1, min(self.workers, todo))
 
 
 def read_run_identity(out_dir: Path) -> dict | None:
@@ -738,7 +180,7 @@ def run_hash(config: dict, executor: str) -> str:
     executor's ``batch_seconds``; the pool's ``batch_size`` is in the configuration already)."""
     if batch_invariant(config):
         return config_hash(config)
-    from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS
+    from voxanon.pipeline.execution.streaming import DEFAULT_BATCH_SECONDS
 
     batching = {"kind": executor}
     if executor == "streaming":
@@ -764,11 +206,11 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
-    :class:`voxanon.pipeline.ray_backend.RayBackend` for a cluster); whichever it is, this
+    :class:`voxanon.pipeline.execution.ray.RayBackend` for a cluster); whichever it is, this
     process alone writes the journal, ``failures.tsv``, ``run.json`` and the metadata.
     ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
     caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
-    runs locally (default one per GPU: :class:`voxanon.pipeline.streaming.StreamingOptions`).
+    runs locally (default one per GPU: :class:`voxanon.pipeline.execution.streaming.StreamingOptions`).
     ``input_digest`` adds each input's sha256 to what a resumed run compares (:func:`input_identities`).
     """
     backend = backend if backend is not None else LocalBackend(workers)
@@ -790,7 +232,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
                       device_processes: int | None, input_digest: bool) -> SetResult:
-    from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
+    from voxanon.pipeline.execution.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)
@@ -807,7 +249,7 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     journal = read_journal(journal_path, current_hash)
     inputs = input_identities(data, input_digest)
     finished = {utt: entry for utt, entry in journal.items()
-                if utt in data.wav and _sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
+                if utt in data.wav and sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
     changed = sorted(utt for utt, entry in finished.items() if not same_input(entry.get("input"), inputs[utt]))
     if changed:
         log.info("%s: %d utterance(s) redone, their input changed since they were made, e.g. %s", data.name,
@@ -844,7 +286,7 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     try:
         # The backend starts its processes (nothing to start, no models to load, for a finished set) before
         # the progress bar starts a thread.
-        with backend.outcomes(system, batches, allow_pipes, wav_dir, options) if batches else _NoWork() as outcomes:
+        with backend.outcomes(system, batches, allow_pipes, wav_dir, options) if batches else NoWork() as outcomes:
             audio_seconds = _journal_outcomes(outcomes, jobs, backend, journal_path, current_hash, inputs,
                                               finished, failures, data, system, progress, started)
             if hasattr(outcomes, "stats"):

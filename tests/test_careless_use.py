@@ -14,6 +14,7 @@ import soundfile
 from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import DataDirError, read_data_dir
 from voxanon.pipeline import runner
+from voxanon.pipeline.execution import pool, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.systems import load_system_config
@@ -91,14 +92,14 @@ def test_workers_are_capped_by_the_machine_and_the_set(tmp_path, monkeypatch, ca
     """Item 4: a pool never gets more processes than utterances, nor than usable CPUs."""
     data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
     sizes = []
-    real_pool = runner.ProcessPoolExecutor
+    real_pool = pool.ProcessPoolExecutor
 
     def recording_pool(workers, **kwargs):
         sizes.append(workers)
         assert workers <= len(os.sched_getaffinity(0)), f"a pool of {workers} processes"  # never start them
         return real_pool(workers, **kwargs)
 
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", recording_pool)
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", recording_pool)
     caplog.set_level("INFO")
     assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--workers", "100000", "--quiet"]) == 0
     manifest = json.loads((tmp_path / "toy_b2" / RUN_MANIFEST).read_text())
@@ -254,8 +255,8 @@ def test_worker_processes_leave_ctrl_c_to_the_run(method):
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    initializer, initargs = ((runner._die_with_parent, ()) if method == "fork"
-                             else (runner._init_spawned_worker, (load_system_config("b2"), False)))
+    initializer, initargs = ((workers.die_with_parent, ()) if method == "fork"
+                             else (workers.init_spawned_worker, (load_system_config("b2"), False)))
     with ProcessPoolExecutor(1, mp_context=get_context(method), initializer=initializer, initargs=initargs) as pool:
         assert pool.submit(_ctrl_c_ignored).result()
 
@@ -275,7 +276,7 @@ def test_evaluate_names_an_unknown_enrolment_speaker(tmp_path, capsys, monkeypat
 
 _DRIVER = """
 import subprocess, sys, time
-from voxanon.pipeline.orphan_reaper import start_reaper
+from voxanon.pipeline.execution.orphan_reaper import start_reaper
 # As a local Ray instance: a server the driver starts, which starts an agent of its own, and dies with the driver.
 server = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                            "agent = subprocess.Popen(['sleep', '300']); print(agent.pid, flush=True); time.sleep(300)"],

@@ -22,7 +22,7 @@ from tests.helpers.device_checks import ON_CPU
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.ray_backend import RayBackend, RayOptions
+from voxanon.pipeline.execution.ray import RayBackend, RayOptions
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.systems import load_system_config
 

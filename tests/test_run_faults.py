@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ class _OutOfMemory(Stage):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_out_of_memory_at_the_first_batch_stops_once(workers, tmp_path, monkeypatch):
     monkeypatch.setitem(STAGES, "out_of_memory", _OutOfMemory)
-    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.3)
     config = {**load_system_config("b2"), "name": "oom", "stages": ["mcadams", "out_of_memory"]}
     with pytest.raises(RunFault, match=r"stage 'out_of_memory', on a batch of \d utterance.*OutOfMemoryError: "

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -152,11 +153,12 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(other_thre
     from multiprocessing import get_context
 
     from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import local, pool, workers
 
     data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.5)
     methods = []
-    monkeypatch.setattr(runner, "get_context", lambda method: methods.append(method) or get_context(method))
-    monkeypatch.setattr(runner.threading, "active_count", lambda: 2 if other_thread else 1)
+    monkeypatch.setattr(pool, "get_context", lambda method: methods.append(method) or get_context(method))
+    monkeypatch.setattr(threading, "active_count", lambda: 2 if other_thread else 1)
     result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", workers=2, progress=False)
     assert result.ok and methods == ["spawn" if other_thread else "fork"]
     reference = anonymise_set(data, load_system_config("b2"), tmp_path / "one", workers=1, progress=False)
@@ -168,6 +170,7 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(other_thre
 def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
     from voxanon.data_prep.corpus import DataDir
     from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import local, pool, workers
 
     lengths = {"a": 2.0, "b": 9.0, "c": 5.0, "d": 9.0}
     for utt, seconds in lengths.items():
@@ -182,13 +185,13 @@ def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
         "a", "p", "c", "d", "b"]
 
     seen = []
-    real_outcomes = runner.LocalBackend.outcomes
+    real_outcomes = local.LocalBackend.outcomes
 
     def record(self, system, batches, *args):
         seen.append([job.utt for batch in batches for job in batch])
         return real_outcomes(self, system, batches, *args)
 
-    monkeypatch.setattr(runner.LocalBackend, "outcomes", record)
+    monkeypatch.setattr(local.LocalBackend, "outcomes", record)
     rng = np.random.default_rng(0)
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
@@ -230,11 +233,12 @@ def test_the_head_start_prepares_utterances_while_the_models_load(tmp_path, monk
     """With two workers, a process forked before the models load runs the leading model-free stages on the
     last utterances of the queue; their workers start after those stages, with the same outputs."""
     from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import local, pool, workers
     from voxanon.pipeline.systems import STAGES
 
     monkeypatch.setitem(STAGES, "marked", _Marked)
     monkeypatch.setitem(STAGES, "slow_to_load", _SlowToLoad)
-    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     data = make_corpus(tmp_path, n_speakers=2, n_utts=6, seconds=0.5)
     (tmp_path / "corrupt.wav").write_bytes(b"RIFF, but nothing else")
     data.wav["spk0-bad"] = str(tmp_path / "corrupt.wav")
@@ -266,7 +270,7 @@ class _MisreportingBackend:
         pass
 
     def outcomes(self, system, batches, allow_pipes, output_dir, streaming=None):
-        from voxanon.pipeline.runner import process_jobs
+        from voxanon.pipeline.execution.batches import process_jobs
 
         outcomes = [o for batch in batches for o in process_jobs(system, batch, allow_pipes)]
         reported = outcomes + outcomes[:1] if self.fault == "twice" else outcomes[:-1]
@@ -289,10 +293,11 @@ def test_a_crash_before_the_outcomes_are_read_leaves_no_worker(tmp_path, monkeyp
     import multiprocessing
 
     from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import local, pool, workers
 
     before = set(multiprocessing.active_children())
     data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.3)
-    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
 
     def no_terminal(*args, **kwargs):
         raise OSError("no terminal")
@@ -310,10 +315,11 @@ def test_spawned_workers_set_their_library_variables_in_their_own_process(monkey
     from multiprocessing import get_context
 
     from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import local, pool, workers
 
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=runner._init_spawned_worker,
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=workers.init_spawned_worker,
                              initargs=(load_system_config("b2"), False)) as pool:
         seen = pool.submit(_library_settings).result()
     assert seen == {"THP_MEM_ALLOC_ENABLE": "1", "OMP_NUM_THREADS": "1", "torch_threads": 1}
@@ -325,3 +331,14 @@ def _library_settings() -> dict:
 
     return {"THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads()}
+
+
+def test_the_local_and_ray_backends_are_executors():
+    """The runner talks to a backend through :class:`~voxanon.pipeline.execution.Executor` only."""
+    from voxanon.pipeline.execution import Executor
+    from voxanon.pipeline.execution.local import LocalBackend
+    from voxanon.pipeline.execution.ray import RayBackend, RayOptions
+
+    assert isinstance(LocalBackend(1), Executor)
+    assert isinstance(RayBackend(RayOptions()), Executor)
+    assert not isinstance(object(), Executor)

@@ -14,7 +14,8 @@ from voxanon.data_prep.paths import contained_path, id_problem
 from voxanon.data_prep.scores import ScoreFileError, read_scores
 from voxanon.data_prep.vectors import Vectors, VectorFileError, read_vectors, write_vectors
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.runner import Job, anonymise_set, process_jobs
+from voxanon.pipeline.runner import anonymise_set
+from voxanon.pipeline.execution.batches import Job, process_jobs
 from voxanon.pipeline.stages import Stage
 from voxanon.pipeline.systems import build_system, load_system_config
 

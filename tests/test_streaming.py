@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +23,10 @@ import soundfile
 
 from tests.helpers.corpora import make_corpus
 from tests.helpers.demo_sets import SMALL_POOL
-from voxanon.pipeline import runner, streaming
+from voxanon.pipeline.execution import batches, streaming
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, Job, anonymise_set
+from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
+from voxanon.pipeline.execution.batches import Job
 from voxanon.pipeline.systems import device_overrides, load_system_config
 
 RUN_FILES = (JOURNAL, RUN_MANIFEST)
@@ -46,13 +48,13 @@ def _files(out_dir: Path) -> dict[str, bytes]:
 
 def _jittered_loads(monkeypatch, seed: int) -> None:
     """Each load in the CPU lane (forked from here) sleeps 0-40 ms, differently for each run and worker."""
-    load = runner._load
+    load = batches.load_prepared
 
     def jittered(system, job, allow_pipes):
         time.sleep(hash((seed, os.getpid(), job.utt)) % 41 / 1000)
         return load(system, job, allow_pipes)
 
-    monkeypatch.setattr(runner, "_load", jittered)
+    monkeypatch.setattr(batches, "load_prepared", jittered)
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def home(installed_home, monkeypatch):  # noqa: F811  (the imported fixture)
     monkeypatch.setenv("VOXANON_HOME", str(home))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # The CPU lane is forked (so that it sees the jitter) however many threads earlier tests left.
-    monkeypatch.setattr(runner.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     return home, data
 
 
@@ -178,14 +180,14 @@ def test_a_corrupt_file_is_a_failure_and_the_others_finish(home, tmp_path):
 def _slow_device_process(*args):
     """The device process's initializer, with its batches slowed down: the CPU lane gets ahead of it."""
     streaming._init_device_process(*args)
-    run_stages = runner.run_stages
+    run_stages = batches.run_stages
 
     def slow(system, batch, start=0, stop=None):
         if start > 0:
             time.sleep(0.25)
         return run_stages(system, batch, start, stop)
 
-    runner.run_stages = slow
+    batches.run_stages = slow
 
 
 def test_the_queue_holds_at_most_its_cap(home, tmp_path, monkeypatch):
@@ -203,9 +205,9 @@ def test_the_queue_holds_at_most_its_cap(home, tmp_path, monkeypatch):
             return result
         return wrapper
 
-    monkeypatch.setattr(runner, "_load", logged(lambda args, _: [args[1].utt], runner._load, "L"))
-    monkeypatch.setattr(runner, "write_batch", logged(lambda args, result: [o.utt for o in result],
-                                                      runner.write_batch, "W"))
+    monkeypatch.setattr(batches, "load_prepared", logged(lambda args, _: [args[1].utt], batches.load_prepared, "L"))
+    monkeypatch.setattr(batches, "write_batch", logged(lambda args, result: [o.utt for o in result],
+                                                      batches.write_batch, "W"))
     monkeypatch.setattr(streaming, "_init_device_process", _slow_device_process)
     cap = 2.0
     config = load_system_config("resynth", _overrides("resynth", home, "cpu:0", batch_seconds=1.2))
@@ -240,7 +242,7 @@ def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypa
 
 def test_the_gpus_a_run_sees_are_counted_without_starting_cuda(tmp_path, monkeypatch):
     from voxanon.pipeline.model_service import visible_gpus
-    from voxanon.pipeline.streaming import device_process_count
+    from voxanon.pipeline.execution.streaming import device_process_count
     from voxanon.pipeline.systems import build_system
 
     listing = tmp_path / "gpus"

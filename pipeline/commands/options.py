@@ -125,7 +125,7 @@ def backend_from_args(args: argparse.Namespace):
         return None
     if args.cpus_per_worker < 0 or args.gpus_per_worker < 0:
         raise VoxanonError("--cpus-per-worker and --gpus-per-worker cannot be negative")
-    from voxanon.pipeline.ray_backend import RayBackend, RayOptions
+    from voxanon.pipeline.execution.ray import RayBackend, RayOptions
 
     return RayBackend(RayOptions(address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
                                  workers=args.workers, cpus_per_worker=args.cpus_per_worker,

@@ -22,9 +22,9 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
   written stays within ``queue_seconds`` (:class:`StreamingOptions`); memory stays flat however long the set.
 
 The driver (the runner's process) keeps the plan and hands each batch from lane to lane; the lanes are
-local processes (:class:`LocalLanes`) or Ray actors (:class:`voxanon.pipeline.ray_backend.RayLanes`), and
-both call the runner's per-utterance functions (:func:`~voxanon.pipeline.runner.load_batch`,
-:func:`~voxanon.pipeline.runner.run_stages`, :func:`~voxanon.pipeline.runner.write_batch`), as the pool does.
+local processes (:class:`LocalLanes`) or Ray actors (:class:`voxanon.pipeline.execution.ray.RayLanes`), and
+both call the runner's per-utterance functions (:func:`~voxanon.pipeline.batches.load_batch`,
+:func:`~voxanon.pipeline.batches.run_stages`, :func:`~voxanon.pipeline.batches.write_batch`), as the pool does.
 A model-level fault (a model set that does not load, a missing device, out of memory) stops the run with
 one message (:class:`~voxanon.pipeline.stages.RunFault`); the device process loads and checks its models
 before it takes any work.
@@ -46,11 +46,13 @@ from multiprocessing import get_context
 from typing import Any, Iterator
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline import runner
-from voxanon.pipeline.runner import Batch, Job, Outcome
+from voxanon.pipeline.execution import batches, workers
+from voxanon.pipeline.execution.pool import fork_safe, kill_pool
 from voxanon.pipeline.model_service import visible_gpus
+from voxanon.pipeline.execution.batches import Batch, Job, Outcome
 from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System
+
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ def batches_to_run(plan: list[list[Job]], finished: set[str], with_companions: b
 
 def prepare(system: System, jobs: list[Job], allow_pipes: bool, stop: int) -> tuple[Batch, dict]:
     started = time.time()
-    batch = runner.run_stages(system, runner.load_batch(system, jobs, allow_pipes), 0, stop)
+    batch = batches.run_stages(system, batches.load_batch(system, jobs, allow_pipes), 0, stop)
     return batch, {"start": started, "end": time.time()}
 
 
@@ -139,7 +141,7 @@ def run_device(system: System, jobs: list[Job], start: int, parts: list[Batch]) 
     batch = Batch(list(jobs), sorted((item for part in parts for item in part.ready),
                                      key=lambda item: position[item.utterance.utt_id]),
                   {utt: outcome for part in parts for utt, outcome in part.outcomes.items()})
-    batch = runner.run_stages(system, batch, start)
+    batch = batches.run_stages(system, batch, start)
     for item in batch.ready:
         # The writer needs the audio, the kept vectors and the record; the stages' features (content, F0, BN:
         # about as large as the audio) would only travel to it and back through the driver.
@@ -149,7 +151,7 @@ def run_device(system: System, jobs: list[Job], start: int, parts: list[Batch]) 
 
 def write(system: System, batch: Batch) -> tuple[list[Outcome], dict]:
     started = time.time()
-    return runner.write_batch(system, batch), {"start": started, "end": time.time()}
+    return batches.write_batch(system, batch), {"start": started, "end": time.time()}
 
 
 @dataclass(frozen=True)
@@ -309,30 +311,30 @@ class StreamingRun:
 # --- Local lanes: a forked (or spawned) CPU pool and one spawned device process per GPU. -----------------
 
 def _prepare_task(jobs: list[Job], stop: int) -> tuple[Batch, dict]:
-    return prepare(runner._worker_system(), jobs, runner._worker_state["allow_pipes"], stop)
+    return prepare(workers.worker_system(), jobs, workers.worker_allow_pipes(), stop)
 
 
 def _write_task(batch: Batch) -> tuple[list[Outcome], dict]:
-    return write(runner._worker_system(), batch)
+    return write(workers.worker_system(), batch)
 
 
 def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str | None) -> None:
     """A device process: gone with the run's driver, then (on its own GPU ``gpu``, where several share the
     run) the system with its device stages' models loaded and checked (device included) before it takes any
     work."""
-    runner._die_with_parent()
+    workers.die_with_parent()
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch loads: "cuda" is this process's GPU
-    runner._init_spawned_worker(config, allow_pipes, (start, len(config["stages"])))
+    workers.init_spawned_worker(config, allow_pipes, (start, len(config["stages"])))
 
 
 def _device_ready() -> None:
     """Raises the device process's model fault, if any."""
-    runner._worker_system()
+    workers.worker_system()
 
 
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
-    return run_device(runner._worker_system(), jobs, start, parts)
+    return run_device(workers.worker_system(), jobs, start, parts)
 
 
 class LocalLanes:
@@ -351,14 +353,14 @@ class LocalLanes:
         self._device_of: dict[Future, int] = {}
         self._pools: list[ProcessPoolExecutor] = []
         try:
-            if runner.fork_safe():
+            if fork_safe():
                 # Forked at once, each worker loading its stages' models itself (pYAAPT's imports), so that
                 # the device process, on the way to the first batch, starts without waiting for them.
-                runner._worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
-                self._cpu = self._pool(self.cpu_workers, "fork", runner._init_forked_worker,
+                workers.set_worker(system, allow_pipes)
+                self._cpu = self._pool(self.cpu_workers, "fork", workers.init_forked_worker,
                                        (False, (0, self.start)))
             else:
-                self._cpu = self._pool(self.cpu_workers, "spawn", runner._init_spawned_worker,
+                self._cpu = self._pool(self.cpu_workers, "spawn", workers.init_spawned_worker,
                                        (system.config, allow_pipes, (0, self.start)))
             # A first task starts the CPU workers (a forked pool forks them all at once), before the device
             # process's pool starts a thread here that a fork would copy.
@@ -413,4 +415,4 @@ class LocalLanes:
 
     def close(self) -> None:
         for pool in self._pools:
-            runner.kill_pool(pool)
+            kill_pool(pool)

@@ -1,4 +1,4 @@
-"""Ends what a killed process leaves running: ``python -m voxanon.pipeline.orphan_reaper PID``.
+"""Ends what a killed process leaves running: ``python -m voxanon.pipeline.execution.orphan_reaper PID``.
 
 A command that starts a local Ray instance (``--backend ray`` without an address) is the parent of its
 GCS server and raylet, which start agents and workers. Ray ends them all when the command exits, but not
@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+
 
 POLL_SECONDS = 1.0
 
@@ -83,7 +84,7 @@ def start_reaper() -> subprocess.Popen | None:
     end of this process leave it running until it has done its work."""
     if not sys.platform.startswith("linux"):
         return None
-    return subprocess.Popen([sys.executable, "-m", "voxanon.pipeline.orphan_reaper", str(os.getpid())],
+    return subprocess.Popen([sys.executable, "-m", "voxanon.pipeline.execution.orphan_reaper", str(os.getpid())],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
 

@@ -6,7 +6,7 @@ and GPUs per actor), kept for the backend's life, so for the whole command: ``ev
 call. An actor builds each *work function* it is given once (``make()``: the runner's system with its
 models loaded, an embedder) and keeps the last few, by the digest of ``make``; a call with a work
 function the actors already hold reloads nothing. Under the pool executor an actor calls the runner's
-``process_jobs`` on one batch per task; under the streaming executor (:mod:`voxanon.pipeline.streaming`)
+``process_jobs`` on one batch per task; under the streaming executor (:mod:`voxanon.pipeline.execution.streaming`)
 CPU actors load, prepare (F0) and write, and one device actor per GPU runs the model stages; both call
 the runner's per-utterance functions, so an utterance goes through exactly the code the local backend
 runs and its bytes are the same. The driver (this process) keeps the only journal, ``failures.tsv``,
@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.stages import RunFault, one_line
+
 
 log = logging.getLogger(__name__)
 
@@ -114,20 +115,20 @@ class _Worker:
 
 def _system_worker(config: dict, allow_pipes: bool) -> Callable[[list], list]:
     """The pool executor's work function: the runner's ``process_jobs`` on this actor's system."""
-    from voxanon.pipeline import runner
+    from voxanon.pipeline.execution import batches, pool, workers
 
-    runner.load_worker(config, allow_pipes)
-    return functools.partial(runner.process_jobs, runner._worker_system(), allow_pipes=allow_pipes)
+    workers.load_worker(config, allow_pipes)
+    return functools.partial(batches.process_jobs, workers.worker_system(), allow_pipes=allow_pipes)
 
 
 def _lane_worker(config: dict, allow_pipes: bool, start: int, stop: int) -> Callable:
     """A streaming lane's work function: the system with the models of its stages ``start`` to ``stop``
     loaded; then, per task, ``prepare`` (load and the CPU stages), ``device`` (the device stages on one
     planned batch) or ``write``."""
-    from voxanon.pipeline import runner, streaming
+    from voxanon.pipeline.execution import batches, streaming, workers
 
-    runner.load_worker(config, allow_pipes, (start, stop))
-    system = runner._worker_system()
+    workers.load_worker(config, allow_pipes, (start, stop))
+    system = workers.worker_system()
 
     def work(step: str, *args):
         if step == "prepare":
@@ -322,7 +323,7 @@ class RayBackend:
         if self.options.address is None:
             # The instance started here is this process's: if it is killed, its agents and workers would wait
             # minutes for the raylet; the reaper ends them within seconds.
-            from voxanon.pipeline.orphan_reaper import start_reaper
+            from voxanon.pipeline.execution.orphan_reaper import start_reaper
 
             start_reaper()
 
@@ -404,20 +405,21 @@ class RayBackend:
     def outcomes(self, system, batches: list[list], allow_pipes: bool, output_dir, streaming=None):
         """The runner's outcomes of ``batches``, a list per batch (any order), from an object to close once
         read; a batch lost too often comes back as failures. With ``streaming``
-        (:class:`~voxanon.pipeline.streaming.StreamingOptions`), the streaming executor on CPU and device
+        (:class:`~voxanon.pipeline.execution.streaming.StreamingOptions`), the streaming executor on CPU and device
         actors (:class:`RayLanes`)."""
         self.connect()
         if streaming is not None:
-            from voxanon.pipeline.streaming import StreamingRun
+            from voxanon.pipeline.execution.streaming import StreamingRun
 
             return StreamingRun(RayLanes(self, system, allow_pipes, str(output_dir)), batches, streaming)
         return contextlib.closing(self._outcomes(system.config, batches, allow_pipes, output_dir))
 
     def _outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
-        from voxanon.pipeline.runner import Outcome, _parallel_batches
+        from voxanon.pipeline.execution.batches import Outcome
+        from voxanon.pipeline.execution.pool import parallel_batches
 
         # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
-        batches = _parallel_batches(batches, self._worker_count(len(batches)), config)
+        batches = parallel_batches(batches, self._worker_count(len(batches)), config)
         make = functools.partial(_system_worker, config, allow_pipes)
         for batch, results, error in self.map_batches(make, batches, str(output_dir)):
             if error is None:
@@ -476,7 +478,7 @@ class RayLanes:
     def __init__(self, backend: RayBackend, system, allow_pipes: bool, shared_path: str):
         import ray
 
-        from voxanon.pipeline.streaming import cpu_stage_count
+        from voxanon.pipeline.execution.streaming import cpu_stage_count
 
         config, stages = system.config, len(system.stages)
         self.start, self.shared_path = cpu_stage_count(system), shared_path
@@ -513,7 +515,7 @@ class RayLanes:
         ``(tag, None, None, Lost)`` for a task lost with its worker; a :class:`RunFault` is raised."""
         import ray
 
-        from voxanon.pipeline.streaming import Lost
+        from voxanon.pipeline.execution.streaming import Lost
 
         pool, ref = _wait([self._cpu, self._device])
         done = pool.handle(ref)
