@@ -41,6 +41,9 @@ INSTALL_COMMANDS = {
                "--random-init for plumbing tests",
     "hubert-soft": "voxanon models fetch hubert-soft --import (downloads hubert-soft-35d9f29f.pt), or voxanon models "
                    "import hubert-soft FILE, or voxanon models import hubert-soft --random-init for plumbing tests",
+    "nac": "voxanon models import nac DIR (DIR holding B4's coarse_2.pt, fine_2.pt, encodec_24khz-d7cc33bc.th, the "
+           "HuBERT quantiser, hubert-base-ls960's pytorch_model.bin and the unpacked nac_speaker_mappings.zip; see "
+           "docs/b4.md), or voxanon models import nac --random-init for plumbing tests",
 }
 
 

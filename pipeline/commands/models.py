@@ -12,13 +12,17 @@ from voxanon.pipeline.systems import available_systems, build_system, load_syste
 
 log = logging.getLogger(__name__)
 
-IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft", "sa-toolkit")
+IMPORTABLE = ("ssl-sas", "zllr-vc", "hubert-soft", "sa-toolkit", "nac")
 SOURCES = {"ssl-sas": "the unpacked SSL-SAS release (pretrained_models_anon_xv)",
            "zllr-vc": "the unpacked ICASSP 2023 zLLR-VC release (its pretrained_models_anon_xv folder)",
            "hubert-soft": "hubert-soft-35d9f29f.pt",
            "sa-toolkit": "an SA-toolkit release's final.pt, or the folder holding it (B5: tag "
                          "hifigan_bn_tdnnf_wav2vec2_vq_48_v1, B6: hifigan_bn_tdnnf_600h_vq_48_v1; the bn_tdnnf_* "
-                         "extractors too), read as data"}
+                         "extractors too), read as data",
+           "nac": "the folder holding VoicePrivacy 2024 B4's files (coarse_2.pt, fine_2.pt, "
+                  "encodec_24khz-d7cc33bc.th, the HuBERT quantiser tokenizer.pth or "
+                  "quantifier_hubert_base_ls960_14.pth, facebook/hubert-base-ls960's pytorch_model.bin and the "
+                  "unpacked nac_speaker_mappings.zip), read as data"}
 
 
 def add_parser(subparsers) -> None:
@@ -46,7 +50,7 @@ def add_parser(subparsers) -> None:
                            help="random weights with the published shapes; marked random in the manifest")
     importing.add_argument("--name", dest="set_name", metavar="NAME",
                            help="sa-toolkit: the model set's name (default: the tag the file's folder is named after; "
-                                "with --random-init, the tag)")
+                                "with --random-init, the tag); nac: default nac")
     importing.add_argument("--tag", choices=SA_TOOLKIT_TAGS, metavar="TAG",
                            help="sa-toolkit with --random-init: the tag whose shapes to use (one of "
                                 f"{', '.join(SA_TOOLKIT_TAGS)})")
@@ -146,10 +150,12 @@ def run_import(args: argparse.Namespace) -> int:
         raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
     if args.name in ("hubert-soft", "sa-toolkit") and (args.hubert or args.vocoder_dir):
         raise VoxanonError(f"--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not {args.name}")
-    if args.name != "sa-toolkit" and (args.set_name or args.tag):
-        raise VoxanonError("--name and --tag apply to sa-toolkit only")
+    if args.name not in ("sa-toolkit", "nac") and args.set_name or args.name != "sa-toolkit" and args.tag:
+        raise VoxanonError("--name applies to sa-toolkit and nac, --tag to sa-toolkit only")
     if args.name == "sa-toolkit":
         return _import_sa_toolkit(args)
+    if args.name == "nac":
+        return _import_nac(args)
     if not args.random_init:
         path = install(args.name, args.source, hubert=args.hubert, vocoder_dir=args.vocoder_dir)
         print(f"installed {args.name} in {path}")
@@ -182,6 +188,27 @@ def _import_sa_toolkit(args: argparse.Namespace) -> int:
     log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", name)
     path = write_model_set(name, components, config, source=f"random-init {args.tag} size={args.size} "
                            f"seed={args.seed}", random=True)
+    print(f"installed {name} in {path}")
+    return 0
+
+
+def _import_nac(args: argparse.Namespace) -> int:
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.nac import RELEASE, find_release_files, import_nac, random_nac
+    from voxanon.models.registry import write_model_set
+
+    name = args.set_name or RELEASE
+    if args.random_init:
+        components, config = random_nac(args.size, args.seed)
+        log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", name)
+        source, random = f"random-init size={args.size} seed={args.seed}", True
+    else:
+        components, config = import_nac(args.source)
+        files = find_release_files(Path(args.source))
+        source = "VoicePrivacy 2024 B4 " + ", ".join(f"{path} (sha256 {sha256_file(path)})" for path in files.values())
+        source += f" + {len(config['voices'])} voice prompts"
+        random = False
+    path = write_model_set(name, components, config, source=source, random=random)
     print(f"installed {name} in {path}")
     return 0
 
