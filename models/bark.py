@@ -85,6 +85,21 @@ FINE_FULL = GptConfig(n_layer=24, n_head=16, n_embd=1024, input_vocab_size=1056,
                       n_codes_total=8, n_codes_given=1)
 
 
+def _embedding(count: int, size: int) -> nn.Embedding:
+    """An embedding left uninitialised: built on the meta device to receive a checkpoint's tensors, PyTorch's
+    ``normal_`` initialisation would import ``torch._dynamo`` (seconds); :func:`init_random` draws random ones."""
+    return nn.Embedding(count, size, _weight=torch.empty(count, size))
+
+
+def init_random(model: nn.Module) -> nn.Module:
+    """nanoGPT's initialisation of the embeddings (normal, standard deviation 0.02), for random model sets."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                module.weight.normal_(0.0, 0.02)
+    return model
+
+
 class LayerNorm(nn.Module):
     """Layer norm whose bias is optional (nanoGPT's)."""
 
@@ -149,8 +164,8 @@ class CoarseGPT(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.input_vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wte=_embedding(config.input_vocab_size, config.n_embd),
+            wpe=_embedding(config.block_size, config.n_embd),
             h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
             ln_f=LayerNorm(config.n_embd, config.bias)))
         self.lm_head = nn.Linear(config.n_embd, config.output_vocab_size, bias=False)
@@ -176,9 +191,9 @@ class FineGPT(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(dict(
-            wtes=nn.ModuleList(nn.Embedding(config.input_vocab_size, config.n_embd)
+            wtes=nn.ModuleList(_embedding(config.input_vocab_size, config.n_embd)
                                for _ in range(config.n_codes_total)),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wpe=_embedding(config.block_size, config.n_embd),
             h=nn.ModuleList(Block(config, fine=True) for _ in range(config.n_layer)),
             ln_f=nn.LayerNorm(config.n_embd)))
         self.lm_heads = nn.ModuleList(nn.Linear(config.n_embd, config.output_vocab_size, bias=False)

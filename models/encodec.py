@@ -51,9 +51,11 @@ class _WeightNormed(nn.Module):
                  transposed: bool = False):
         super().__init__()
         shape = (in_channels, out_channels, kernel) if transposed else (out_channels, in_channels, kernel)
-        self.weight_g = nn.Parameter(torch.ones(shape[0], 1, 1))
-        self.weight_v = nn.Parameter(torch.randn(shape) / math.sqrt(in_channels * kernel))
-        self.bias = nn.Parameter(torch.zeros(out_channels))
+        # Left uninitialised (built on the meta device for a checkpoint's tensors; arithmetic on meta tensors
+        # imports torch._dynamo): init_random draws random weights.
+        self.weight_g = nn.Parameter(torch.empty(shape[0], 1, 1))
+        self.weight_v = nn.Parameter(torch.empty(shape))
+        self.bias = nn.Parameter(torch.empty(out_channels))
         self.kernel, self.stride, self.dilation, self.transposed = kernel, stride, dilation, transposed
 
     def forward(self, x):
@@ -163,7 +165,7 @@ class SeanetDecoder(nn.Module):
 class _Codebook(nn.Module):
     def __init__(self, bins: int, dimension: int):
         super().__init__()
-        self.register_buffer("embed", torch.randn(bins, dimension))
+        self.register_buffer("embed", torch.empty(bins, dimension))
 
 
 class _QuantiserLayer(nn.Module):
@@ -200,6 +202,19 @@ class EncodecDecoder(nn.Module):
         return self.decoder(embedding)[:, 0]
 
 
-DECODER_PREFIXES = ("decoder.", "quantizer.")
+def init_random(model: EncodecDecoder) -> EncodecDecoder:
+    """Random weights for a random model set: each convolution's weight of norm 1 per output channel (g = 1),
+    zero biases, normal codebooks."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, _WeightNormed):
+                module.weight_v.normal_()
+                module.weight_g.fill_(1.0)
+                module.bias.zero_()
+            elif isinstance(module, _Codebook):
+                module.embed.normal_()
+    return model
+
+
 TRAINING_BUFFERS = ("inited", "cluster_size", "embed_avg")
 """The quantiser's k-means state, in the release beside each codebook: not used to decode."""

@@ -31,6 +31,7 @@ fork's ``CustomHubert``), HuBERT's layer-9 hidden states (transformers' ``hidden
 """
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import re
@@ -43,10 +44,11 @@ from torch import nn
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
-                                 SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt)
+                                 SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt, init_random)
 from voxanon.models.checkpoints import (CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm,
                                         key_list, restricted_pickle_module, safe_load)
-from voxanon.models.encodec import DECODER_PREFIXES, TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
+from voxanon.models.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
+from voxanon.models.encodec import init_random as init_random_encodec
 from voxanon.models.hubert import HubertBackbone, HubertBackboneConfig, plain_hubert
 
 RELEASE = "nac"
@@ -355,11 +357,10 @@ KAISER_BEST = {"num_zeros": 50, "precision": 13, "beta": 12.9846, "rolloff": 0.9
 value): the table recomputed from them is within 1e-8 of resampy's stored one."""
 
 
+@functools.lru_cache(maxsize=1)
 def _kaiser_best_table() -> np.ndarray:
-    from scipy.signal import get_window
-
     n = 2 ** KAISER_BEST["precision"] * KAISER_BEST["num_zeros"]
-    taper = get_window(("kaiser", KAISER_BEST["beta"]), 2 * n + 1, fftbins=False)[n:]
+    taper = np.kaiser(2 * n + 1, KAISER_BEST["beta"])[n:]
     rolloff = KAISER_BEST["rolloff"]
     return taper * rolloff * np.sinc(rolloff * np.linspace(0, KAISER_BEST["num_zeros"], n + 1))
 
@@ -427,10 +428,10 @@ def random_nac(size: str = "full", seed: int = 0) -> tuple[dict, dict]:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     voices = {f"random_{i:03d}": random_voice(rng) for i in range(RANDOM_VOICES[size])}
-    components = {"coarse": CoarseGPT(coarse).state_dict(),
-                  "fine": {k: v.clone() for k, v in FineGPT(fine).state_dict().items()},
+    components = {"coarse": init_random(CoarseGPT(coarse)).state_dict(),
+                  "fine": {k: v.clone() for k, v in init_random(FineGPT(fine)).state_dict().items()},
                   "hubert": plain_hubert(hubert).state_dict(), "quantiser": SemanticQuantiser(**quantiser).state_dict(),
-                  "encodec": EncodecDecoder(encodec).state_dict(), "voices": voices_state(voices)}
+                  "encodec": init_random_encodec(EncodecDecoder(encodec)).state_dict(), "voices": voices_state(voices)}
     config = {"release": RELEASE, "sample_rate": SAMPLE_RATE, "hubert_layer": HUBERT_LAYER,
               "coarse": coarse.to_dict(), "fine": fine.to_dict(), "quantiser": quantiser,
               "encodec": encodec.to_dict(), "hubert": hubert.to_dict(), "voices": sorted(voices),

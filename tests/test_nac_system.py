@@ -1,7 +1,7 @@
 """``voxanon anonymise --system b4`` on demo-corpus utterances with a tiny random B4 set (``models import nac
 --random-init --size tiny``): every output present, lengths within 40 ms of the input's, a rerun byte-identical,
 the voice recorded per utterance, the selection modes, and the device code path (``cpu:0``: batched sampling in
-the streaming executor's device process) giving the CPU path's tokens."""
+the streaming executor's device process) giving the CPU path's output."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def home_and_data(tmp_path_factory):
-    """A tiny random B4 set, and three demo utterances of two speakers (their first 1.5 s) plus a 10 ms file."""
+    """A tiny random B4 set, and three demo utterances of two speakers (their first second) plus a 10 ms file."""
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VOXANON_HOME", str(home))
@@ -32,7 +32,7 @@ def home_and_data(tmp_path_factory):
     for utt in chosen:
         audio, rate = soundfile.read(demo.audio_path(utt), dtype="float32")
         wav[utt] = str(folder / f"{utt}.wav")
-        soundfile.write(wav[utt], audio[:int(1.5 * rate)], rate, subtype="PCM_16")
+        soundfile.write(wav[utt], audio[:rate], rate, subtype="PCM_16")
     short = folder / "short.wav"
     soundfile.write(short, np.full(160, 0.1, dtype=np.float32), 16000, subtype="PCM_16")
     data = dataclasses.replace(demo.subset(chosen), wav={**wav, "slt-short": str(short)},
@@ -79,34 +79,26 @@ def test_anonymise_b4_outputs_lengths_and_rerun(home_and_data, tmp_path, monkeyp
     assert outputs(tmp_path / "seed") != produced
 
 
-def test_voice_selection_modes(home_and_data, tmp_path, monkeypatch):
+def test_voice_selection_and_the_device_code_path(home_and_data, tmp_path, monkeypatch):
+    """A constant voice, one voice per speaker, an unknown voice refused before any utterance; and ``cpu:0``,
+    the device path (batched coarse and fine sampling, in the streaming executor's device process), giving the
+    one-at-a-time CPU path's output under deterministic sampling (top-1 coarse, argmax fine)."""
     home, data, chosen = home_and_data
     monkeypatch.setenv("VOXANON_HOME", str(home))
-    subset = ["--set", "nac_coarse.top_k=1", "--set", "nac_fine.temperature=null"]
-    assert anonymise(data, tmp_path / "constant", "--set", "nac_voice.selection=constant", "--set",
-                     "nac_voice.constant=random_002", *subset) == 1
-    assert {r["voice"] for r in journal(tmp_path / "constant").values()} == {"random_002"}
-    assert anonymise(data, tmp_path / "speaker", "--set", "nac_voice.selection=random_per_spk", *subset) == 1
-    records = journal(tmp_path / "speaker")
-    slt = {records[u]["voice"] for u in chosen[:2]}
-    assert len(slt) == 1
-    assert anonymise(data, tmp_path / "bad", "--set", "nac_voice.selection=constant", "--set",
-                     "nac_voice.constant=nobody") == 2
-
-
-def test_device_code_path_gives_the_cpu_tokens(home_and_data, tmp_path, monkeypatch):
-    """``cpu:0`` runs the device path (batched coarse and fine sampling) in the streaming executor's device
-    process; with deterministic sampling its output equals the one-at-a-time CPU path's."""
-    home, data, chosen = home_and_data
-    monkeypatch.setenv("VOXANON_HOME", str(home))
-    deterministic = ["--set", "nac_coarse.top_k=1", "--set", "nac_fine.temperature=null", "--set",
-                     "nac_voice.selection=constant", "--set", "nac_voice.constant=random_001"]
-    anonymise(data, tmp_path / "cpu", *deterministic)
+    deterministic = ["--set", "nac_coarse.top_k=1", "--set", "nac_fine.temperature=null"]
+    constant = ["--set", "nac_voice.selection=constant", "--set", "nac_voice.constant=random_002"]
+    assert anonymise(data, tmp_path / "cpu", *deterministic, *constant) == 1
+    assert {r["voice"] for r in journal(tmp_path / "cpu").values()} == {"random_002"}
     devices = [f"--set={stage}.device=cpu:0" for stage in ("nac_semantic", "nac_coarse", "nac_fine", "nac_decode")]
-    anonymise(data, tmp_path / "device", *deterministic, *devices)
+    assert anonymise(data, tmp_path / "device", *deterministic, *constant, *devices) == 1
     cpu, device = outputs(tmp_path / "cpu"), outputs(tmp_path / "device")
     assert sorted(cpu) == sorted(device) == sorted(chosen)
     for utt in chosen:
         a = soundfile.read(tmp_path / "cpu" / "demo_b4" / "wav" / f"{utt}.wav")[0]
         b = soundfile.read(tmp_path / "device" / "demo_b4" / "wav" / f"{utt}.wav")[0]
         assert len(a) == len(b) and np.abs(a - b).max() <= 2 / 32768
+    assert anonymise(data, tmp_path / "speaker", "--set", "nac_voice.selection=random_per_spk", *deterministic) == 1
+    records = journal(tmp_path / "speaker")
+    assert len({records[u]["voice"] for u in chosen[:2]}) == 1  # the two slt utterances
+    assert anonymise(data, tmp_path / "bad", "--set", "nac_voice.selection=constant", "--set",
+                     "nac_voice.constant=nobody") == 2
