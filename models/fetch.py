@@ -99,6 +99,20 @@ CATALOGUE: dict[str, CatalogueEntry] = {entry.name: entry for entry in (
     CatalogueEntry(
         "zllr-vc", "ICASSP 2023 zero-evidence sex privacy release (Zenodo 7347685): vocoder and sex flow",
         "CC BY-NC 4.0", zenodo_record="7347685", importer="zllr-vc"),
+    CatalogueEntry(
+        "nac", "VoicePrivacy 2024 B4: Bark coarse_2.pt and fine_2.pt (7.7 GB), EnCodec 24 kHz, the HuBERT quantiser, "
+        "HuBERT-base and the 130 voice prompts (nac_speaker_mappings.zip)", "MIT",
+        files=(RemoteFile("https://huggingface.co/suno/bark/resolve/main/coarse_2.pt", "coarse_2.pt"),
+               RemoteFile("https://huggingface.co/suno/bark/resolve/main/fine_2.pt", "fine_2.pt"),
+               RemoteFile("https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th",
+                          "encodec_24khz-d7cc33bc.th", sha256_prefix="d7cc33bc"),
+               RemoteFile("https://huggingface.co/GitMylo/bark-voice-cloning/resolve/main/"
+                          "quantifier_hubert_base_ls960_14.pth", "quantifier_hubert_base_ls960_14.pth"),
+               RemoteFile("https://huggingface.co/facebook/hubert-base-ls960/resolve/main/pytorch_model.bin",
+                          "pytorch_model.bin"),
+               RemoteFile("https://github.com/m-pana/nac-requirements/releases/download/1.0/"
+                          "nac_speaker_mappings.zip", "nac_speaker_mappings.zip")),
+        importer="nac"),
 )}
 
 

@@ -343,13 +343,15 @@ def hubert_layer(hubert: HubertBackbone, wave: torch.Tensor, layer: int) -> torc
 
 
 def semantic_tokens(hubert: HubertBackbone, quantiser: SemanticQuantiser, wave16k: np.ndarray, layer: int) -> np.ndarray:
-    """Bark semantic tokens of a 16 kHz waveform, through 24 kHz as the recipe goes (module doc)."""
+    """Bark semantic tokens of a 16 kHz waveform, through 24 kHz as the recipe goes (module doc), on the device
+    the networks are on."""
     import torchaudio.functional as AF
 
+    device = next(hubert.parameters()).device
     with torch.inference_mode():
-        wave = torch.from_numpy(np.asarray(wave16k, dtype=np.float32))[None]
+        wave = torch.from_numpy(np.asarray(wave16k, dtype=np.float32))[None].to(device)
         wave = AF.resample(AF.resample(wave, 16000, SAMPLE_RATE), SAMPLE_RATE, 16000)
-        return quantiser(hubert_layer(hubert, wave, layer)[0]).numpy().astype(np.int64)
+        return quantiser(hubert_layer(hubert, wave, layer)[0]).cpu().numpy().astype(np.int64)
 
 
 KAISER_BEST = {"num_zeros": 50, "precision": 13, "beta": 12.9846, "rolloff": 0.917347371260876}

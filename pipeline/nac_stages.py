@@ -190,8 +190,6 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        import torch
-
         from voxanon.models.nac import semantic_tokens
 
         hubert = self._model()
@@ -201,23 +199,7 @@ class NacSemanticStage(_NacModelStage):
             if len(utt.audio) < MIN_SAMPLES:
                 raise VoxanonError(f"{utt.utt_id}: {len(utt.audio)} samples; B4's HuBERT needs at least "
                                    f"{MIN_SAMPLES} (25 ms)")
-            if resolve_device(self.device) == "cpu":
-                utt.features["semantic"] = semantic_tokens(hubert, quantiser, utt.audio, layer)
-            else:
-                utt.features["semantic"] = _semantic_on_device(hubert, quantiser, utt.audio, layer, self._dtype())
-
-
-def _semantic_on_device(hubert, quantiser, audio, layer, dtype):
-    import torch
-    import torchaudio.functional as AF
-
-    from voxanon.models.nac import SAMPLE_RATE, hubert_layer
-
-    device = next(hubert.parameters()).device
-    with torch.inference_mode():
-        wave = torch.from_numpy(np.asarray(audio, dtype=np.float32))[None].to(device)
-        wave = AF.resample(AF.resample(wave, 16000, SAMPLE_RATE), SAMPLE_RATE, 16000)
-        return quantiser(hubert_layer(hubert, wave, layer)[0]).cpu().numpy().astype(np.int64)
+            utt.features["semantic"] = semantic_tokens(hubert, quantiser, utt.audio, layer)
 
 
 class NacCoarseStage(_NacModelStage):

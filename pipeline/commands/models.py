@@ -80,7 +80,7 @@ def add_parser(subparsers) -> None:
     fetching.add_argument("--url", help="download this URL instead of the catalogue's (a mirror)")
     fetching.add_argument("--sha256", metavar="HEX", help="the expected sha256 of the file (pins an unverified one)")
     fetching.add_argument("--import", dest="install", action="store_true",
-                          help="then import it as a model set (ssl-sas, zllr-vc, hubert-soft)")
+                          help="then import it as a model set (ssl-sas, zllr-vc, hubert-soft, nac)")
     fetching.add_argument("--attempts", type=int, default=4, help="tries per file, each resuming the last (default 4)")
     fetching.set_defaults(run=run_fetch)
 
@@ -192,23 +192,31 @@ def _import_sa_toolkit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_nac(args: argparse.Namespace) -> int:
+def install_nac(source: str | Path, name: str = "nac") -> Path:
+    """Import B4's files under ``source`` as the model set ``name``; returns its folder."""
     from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.nac import RELEASE, find_release_files, import_nac, random_nac
+    from voxanon.models.nac import find_release_files, import_nac
+    from voxanon.models.registry import write_model_set
+
+    components, config = import_nac(source)
+    files = find_release_files(Path(source))
+    origin = "VoicePrivacy 2024 B4 " + ", ".join(f"{path} (sha256 {sha256_file(path)})" for path in files.values())
+    return write_model_set(name, components, config, source=f"{origin} + {len(config['voices'])} voice prompts",
+                           random=False)
+
+
+def _import_nac(args: argparse.Namespace) -> int:
+    from voxanon.models.nac import RELEASE, random_nac
     from voxanon.models.registry import write_model_set
 
     name = args.set_name or RELEASE
     if args.random_init:
         components, config = random_nac(args.size, args.seed)
         log.warning("writing RANDOM weights for %r: outputs will be noise (plumbing and speed tests only)", name)
-        source, random = f"random-init size={args.size} seed={args.seed}", True
+        path = write_model_set(name, components, config, source=f"random-init size={args.size} seed={args.seed}",
+                               random=True)
     else:
-        components, config = import_nac(args.source)
-        files = find_release_files(Path(args.source))
-        source = "VoicePrivacy 2024 B4 " + ", ".join(f"{path} (sha256 {sha256_file(path)})" for path in files.values())
-        source += f" + {len(config['voices'])} voice prompts"
-        random = False
-    path = write_model_set(name, components, config, source=source, random=random)
+        path = install_nac(args.source, name)
     print(f"installed {name} in {path}")
     return 0
 
@@ -240,6 +248,9 @@ def run_fetch(args: argparse.Namespace) -> int:
         if entry.name == "ssl-sas-pool":
             print("import the pool with: voxanon pool import FOLDER --spk2gender FILE --out NAME (the speakers' "
                   "sexes are in the SSL-SAS repository's LibriTTS train-other-500 spk2gender)")
+        return 0
+    if entry.importer == "nac":
+        print(f"installed nac in {install_nac(downloads_dir() / entry.name)}")
         return 0
     if entry.importer == "hubert-soft":
         models = [p for p in fetched.files if p.suffix == ".pt"]
