@@ -273,7 +273,7 @@ def _window_input(state: _CoarseState, max_history: int) -> list[int]:
 def generate_coarse(model: CoarseGPT, semantics: list[np.ndarray], prompts: list[VoicePrompt | None],
                     generators: list[torch.Generator], temperature: float | None = 0.7, top_k: int | None = None,
                     max_history: int = 630, window: int = 60, dtype: torch.dtype | None = None) -> list[np.ndarray]:
-    """Coarse codes (2, frames) of each utterance (module doc); ``dtype``: autocast to it off the CPU."""
+    """Coarse codes (2, frames) of each utterance (module doc); ``dtype``: autocast to it."""
     device = next(model.parameters()).device
     states = []
     for semantic, prompt in zip(semantics, prompts):
@@ -374,9 +374,9 @@ def generate_fine(model: FineGPT, coarse_codes: list[np.ndarray], prompts: list[
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
-    """bf16 autocast as the reference runs on a capable GPU; nothing on the CPU or in float32."""
+    """Autocast to ``dtype`` (the reference's bfloat16 on a GPU that supports it); nothing for float32."""
     import contextlib
 
-    if dtype is None or dtype == torch.float32 or device.type == "cpu":
+    if dtype is None or dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)

@@ -477,17 +477,14 @@ def check_nac_release(root: Path, read: OnceReader | None = None) -> CheckReport
 def component_loaders(model_set) -> dict:
     """Component name -> how a run builds it from an installed set (each loads strictly)."""
     if model_set.config.get("release") == "nac":
+        from types import SimpleNamespace
+
         from voxanon.models.nac import COMPONENTS, load_component, voices_state
 
-        class _Voices:  # the voices as the check reports components: a state dict
-            def __init__(self, voices):
-                self.voices = voices
-
-            def state_dict(self):
-                return voices_state(self.voices)
-
-        return {component: (lambda c=component: load_component(model_set, c)) if component != "voices"
-                else (lambda: _Voices(load_component(model_set, "voices"))) for component in COMPONENTS}
+        loaders = {component: lambda c=component: load_component(model_set, c) for component in COMPONENTS}
+        # The voices are arrays, not a network: reported as their tensors.
+        loaders["voices"] = lambda: SimpleNamespace(state_dict=lambda: voices_state(load_component(model_set, "voices")))
+        return loaders
     if model_set.config.get("release") == "sa-toolkit":
         from voxanon.models.sa_toolkit import load_converter, load_extractor
 

@@ -145,10 +145,9 @@ class _NacModelStage(Stage):
     component: str
     inputs: tuple[str, ...] = ()
 
-    def __init__(self, models: str = MODELS, device: str = "cpu", precision: str = "float32"):
+    def __init__(self, models: str = MODELS, device: str = "cpu"):
         self.models = models
         self.device = _checked_device(self.name, device)
-        self.precision = _checked_precision(self.name, precision)
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
@@ -174,6 +173,15 @@ class _NacModelStage(Stage):
         if missing:
             raise VoxanonError(f"{self.name} needs {', '.join(self.inputs)}; missing {missing[:4]} (B4's stages run "
                                "in the order nac_voice, nac_semantic, nac_coarse, nac_fine, nac_decode)")
+
+
+
+class _SamplingStage(_NacModelStage):
+    """A Bark stage: ``precision`` other than float32 runs it under autocast to it (the recipe's bfloat16 on a GPU)."""
+
+    def __init__(self, models: str = MODELS, device: str = "cpu", precision: str = "float32"):
+        super().__init__(models, device)
+        self.precision = _checked_precision(self.name, precision)
 
     def _groups(self, batch: list[Utterance]) -> list[list[Utterance]]:
         """One utterance at a time on the CPU (the reference's calls); the batch together elsewhere."""
@@ -202,7 +210,7 @@ class NacSemanticStage(_NacModelStage):
             utt.features["semantic"] = semantic_tokens(hubert, quantiser, utt.audio, layer)
 
 
-class NacCoarseStage(_NacModelStage):
+class NacCoarseStage(_SamplingStage):
     """Bark's coarse tokens; ``temperature`` (0.7) and ``top_k`` (none; 1 is deterministic) as the reference's."""
 
     name = "nac_coarse"
@@ -230,7 +238,7 @@ class NacCoarseStage(_NacModelStage):
                 utt.features["coarse"] = coarse
 
 
-class NacFineStage(_NacModelStage):
+class NacFineStage(_SamplingStage):
     """Bark's fine tokens; ``temperature`` 0.5, null for argmax."""
 
     name = "nac_fine"

@@ -198,3 +198,16 @@ def test_modules_hold_the_published_keys():
                      n_codes_given=1)
     assert set(FineGPT(fine).state_dict()) == set(ref.FineGPT(ref.FineGPTConfig(**fine.to_dict())).state_dict())
     assert set(SemanticQuantiser(8, 4, 10).state_dict()) == set(ref.HubertTokenizer(4, 8, 10).state_dict())
+
+
+def test_bfloat16_autocast_batches(imported):
+    """The GPU form's precision (bfloat16 autocast), here on the CPU: valid codes of the right shapes."""
+    model_set, _ = imported
+    coarse_model, fine_model = load_component(model_set, "coarse"), load_component(model_set, "fine")
+    semantics = [np.arange(n) * 37 % 10_000 for n in (25, 40)]
+    generators = [torch.Generator().manual_seed(i) for i in range(2)]
+    coarse = generate_coarse(coarse_model, semantics, [prompt(40), None], generators, dtype=torch.bfloat16)
+    fine = generate_fine(fine_model, coarse, [prompt(40), None], generators, dtype=torch.bfloat16)
+    for semantic, c, f in zip(semantics, coarse, fine):
+        assert c.shape == (2, int(len(semantic) * 75 / 49.9)) and f.shape == (8, c.shape[1])
+        assert 0 <= f.min() and f.max() < 1024 and np.array_equal(f[:2], c)
