@@ -42,24 +42,28 @@ def main() -> None:
     wave = (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
     dtype = torch.bfloat16 if device.type == "cuda" else None
 
+    print(f"B4, full-size random weights, {args.seconds:.1f} s of audio, {args.threads} thread(s), {args.device}",
+          flush=True)
     times = {}
+
+    def report(stage: str, seconds: float) -> None:
+        times[stage] = seconds
+        print(f"    {stage:40s} {seconds:8.1f} s   {seconds / args.seconds:7.2f} s per audio second", flush=True)
+
     start = time.perf_counter()
     semantic = semantic_tokens(hubert, quantiser, wave, 9)
-    times["semantic (HuBERT + quantiser)"] = time.perf_counter() - start
+    report("semantic (HuBERT + quantiser)", time.perf_counter() - start)
     start = time.perf_counter()
     coarse = generate_coarse(coarse_model, [semantic], [voice], [torch.Generator().manual_seed(1)], dtype=dtype)
-    times["coarse (Bark GPT, KV cache)"] = time.perf_counter() - start
+    report("coarse (Bark GPT, KV cache)", time.perf_counter() - start)
     start = time.perf_counter()
     fine = generate_fine(fine_model, coarse, [voice], [torch.Generator().manual_seed(2)], dtype=dtype)
-    times["fine (Bark GPT, 1024-frame windows)"] = time.perf_counter() - start
+    report("fine (Bark GPT, 1024-frame windows)", time.perf_counter() - start)
     start = time.perf_counter()
     with torch.inference_mode():
         audio = decoder(torch.from_numpy(fine[0])[None])[0].numpy()
     resample_kaiser_best(audio, 24000, 16000)
-    times["decode (EnCodec + kaiser_best)"] = time.perf_counter() - start
-    print(f"B4, full-size random weights, {args.seconds:.1f} s of audio, {args.threads} thread(s), {args.device}")
-    for stage, seconds in times.items():
-        print(f"    {stage:40s} {seconds:8.1f} s   {seconds / args.seconds:7.2f} s per audio second")
+    report("decode (EnCodec + kaiser_best)", time.perf_counter() - start)
     total = sum(times.values())
     print(f"    {'total':40s} {total:8.1f} s   {total / args.seconds:7.2f} s per audio second")
 
