@@ -148,7 +148,7 @@ def run_import(args: argparse.Namespace) -> int:
 
     if args.random_init == bool(args.source):
         raise VoxanonError(f"give either {SOURCES[args.name]} or --random-init")
-    if args.name in ("hubert-soft", "sa-toolkit") and (args.hubert or args.vocoder_dir):
+    if args.name in ("hubert-soft", "sa-toolkit", "nac") and (args.hubert or args.vocoder_dir):
         raise VoxanonError(f"--hubert and --vocoder-dir apply to ssl-sas and zllr-vc, not {args.name}")
     if args.name not in ("sa-toolkit", "nac") and args.set_name or args.name != "sa-toolkit" and args.tag:
         raise VoxanonError("--name applies to sa-toolkit and nac, --tag to sa-toolkit only")
