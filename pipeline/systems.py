@@ -65,6 +65,11 @@ STAGES = StageRegistry({
     "asrbn_target": "voxanon.pipeline.asrbn_stages:AsrBnTargetStage",
     "asrbn_bn": "voxanon.pipeline.asrbn_stages:AsrBnStage",
     "asrbn_vocoder": "voxanon.pipeline.asrbn_stages:AsrBnVocoderStage",
+    "nac_voice": "voxanon.pipeline.nac_stages:NacVoiceStage",
+    "nac_semantic": "voxanon.pipeline.nac_stages:NacSemanticStage",
+    "nac_coarse": "voxanon.pipeline.nac_stages:NacCoarseStage",
+    "nac_fine": "voxanon.pipeline.nac_stages:NacFineStage",
+    "nac_decode": "voxanon.pipeline.nac_stages:NacDecodeStage",
 })
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
             "stochastic"}

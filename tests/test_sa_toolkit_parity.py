@@ -9,7 +9,7 @@ import pytest
 import soundfile
 import torch
 
-import reference_sa_toolkit as ref
+from tests.reference import sa_toolkit as ref
 from tests.helpers.sa_toolkit_fixtures import SPEAKERS, reference_asr, reference_converter, write_asr_release, \
     write_converter_release
 from voxanon.data_prep.corpus import read_data_dir

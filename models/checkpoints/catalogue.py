@@ -120,6 +120,25 @@ def _random_sa_toolkit(size: str, seed: int, *, tag: str | None = None, name: st
     return Imported(name or tag, components, config, f"random-init {tag} size={size} seed={seed}")
 
 
+def _import_nac(source, *, name: str | None = None) -> Imported:
+    from pathlib import Path
+
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.checkpoints.nac import find_release_files, import_nac
+
+    components, config = import_nac(source)
+    files = find_release_files(Path(source))
+    origin = "VoicePrivacy 2024 B4 " + ", ".join(f"{path} (sha256 {sha256_file(path)})" for path in files.values())
+    return Imported(name or "nac", components, config, f"{origin} + {len(config['voices'])} voice prompts")
+
+
+def _random_nac(size: str, seed: int, *, name: str | None = None) -> Imported:
+    from voxanon.models.checkpoints.nac import random_nac
+
+    components, config = random_nac(size, seed)
+    return Imported(name or "nac", components, config, f"random-init size={size} seed={seed}")
+
+
 _ssl_sas_import, _ssl_sas_random = _ssl_sas_layout("ssl-sas")
 _zllr_vc_import, _zllr_vc_random = _ssl_sas_layout("zllr-vc")
 
@@ -166,6 +185,27 @@ CATALOGUE: dict[str, Release] = {release.name: release for release in (
                "too), read as data",
         import_options=frozenset({"name", "tag"}), importer=_import_sa_toolkit, random_init=_random_sa_toolkit,
         set_names=SA_TOOLKIT_TAGS),
+    Release(
+        "nac", "VoicePrivacy 2024 B4: Bark coarse_2.pt and fine_2.pt (7.7 GB), EnCodec 24 kHz, the HuBERT quantiser, "
+               "HuBERT-base and the 130 voice prompts (nac_speaker_mappings.zip)", "MIT",
+        files=(RemoteFile("https://huggingface.co/suno/bark/resolve/main/coarse_2.pt", "coarse_2.pt"),
+               RemoteFile("https://huggingface.co/suno/bark/resolve/main/fine_2.pt", "fine_2.pt"),
+               RemoteFile("https://dl.fbaipublicfiles.com/encodec/v0/encodec_24khz-d7cc33bc.th",
+                          "encodec_24khz-d7cc33bc.th", sha256_prefix="d7cc33bc"),
+               RemoteFile("https://huggingface.co/GitMylo/bark-voice-cloning/resolve/main/"
+                          "quantifier_hubert_base_ls960_14.pth", "quantifier_hubert_base_ls960_14.pth"),
+               RemoteFile("https://huggingface.co/facebook/hubert-base-ls960/resolve/main/pytorch_model.bin",
+                          "pytorch_model.bin"),
+               RemoteFile("https://github.com/m-pana/nac-requirements/releases/download/1.0/"
+                          "nac_speaker_mappings.zip", "nac_speaker_mappings.zip")),
+        source="the folder holding VoicePrivacy 2024 B4's files (coarse_2.pt, fine_2.pt, encodec_24khz-d7cc33bc.th, "
+               "the HuBERT quantiser tokenizer.pth or quantifier_hubert_base_ls960_14.pth, facebook/hubert-base-ls960's "
+               "pytorch_model.bin and the unpacked nac_speaker_mappings.zip), read as data",
+        import_options=frozenset({"name"}), importer=_import_nac, random_init=_random_nac,
+        install_hint="voxanon models fetch nac --import (downloads B4's files), or voxanon models import nac DIR (DIR "
+                     "holding B4's coarse_2.pt, fine_2.pt, encodec_24khz-d7cc33bc.th, the HuBERT quantiser, "
+                     "hubert-base-ls960's pytorch_model.bin and the unpacked nac_speaker_mappings.zip; see docs/b4.md), "
+                     "or voxanon models import nac --random-init for plumbing tests"),
 )}
 
 

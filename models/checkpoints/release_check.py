@@ -96,6 +96,8 @@ def check(path: str | Path) -> CheckReport:
     set by its name (:func:`check_installed`)."""
     path = Path(path)
     read = OnceReader()
+    if path.is_dir() and next(path.rglob("coarse_2.pt"), None) is not None:
+        return check_nac_release(path, read)
     if path.is_dir() and (path / "final.pt").is_file() and not (path / "HiFi-GAN").is_dir():
         return check_file(path / "final.pt", read)  # an SA-toolkit tag's folder (torch.hub's checkpoints/<tag>/)
     if path.is_dir():
@@ -443,8 +445,43 @@ def check_installed(name: str, root: Path | None = None) -> CheckReport:
     return report
 
 
+NAC_PARTS = {"coarse": "Bark coarse GPT (model_args, _orig_mod. model, best_val_loss)", "fine": "Bark fine GPT",
+             "encodec": "EnCodec 24 kHz state dict (decoder and codebooks used)",
+             "quantiser": "HuBERT quantiser (LSTM + fc, .info)", "hubert": "transformers HubertModel state dict"}
+
+
+def check_nac_release(root: Path, read: OnceReader | None = None) -> CheckReport:
+    """B4's files under ``root`` (:func:`voxanon.models.checkpoints.nac.find_release_files`) and a trial import."""
+    from voxanon.models.checkpoints.nac import find_release_files, find_voices, import_nac
+
+    read = read or OnceReader()
+    report = CheckReport(root)
+    try:
+        files = find_release_files(root)
+        voices = find_voices(root)
+    except CheckpointError as error:
+        report.problems.append(str(error))
+        return report
+    for part, path in files.items():
+        report.files.append(FileReport(str(path.relative_to(root)), NAC_PARTS[part], keyed=False))
+    report.files.append(FileReport(f"{len(voices)} voice prompts (*.npz)", "Bark voices: semantic_prompt, "
+                                   "coarse_prompt, fine_prompt", keyed=False, notes=[", ".join(sorted(voices)[:8])
+                                                                                     + (", ..." if len(voices) > 8 else "")]))
+    _try_import(report, f"voxanon models import nac {root}", lambda: import_nac(root, read)[0])
+    return report
+
+
 def component_loaders(model_set) -> dict:
     """Component name -> how a run builds it from an installed set (each loads strictly)."""
+    if model_set.config.get("release") == "nac":
+        from types import SimpleNamespace
+
+        from voxanon.models.checkpoints.nac import COMPONENTS, load_component, voices_state
+
+        loaders = {component: lambda c=component: load_component(model_set, c) for component in COMPONENTS}
+        # The voices are arrays, not a network: reported as their tensors.
+        loaders["voices"] = lambda: SimpleNamespace(state_dict=lambda: voices_state(load_component(model_set, "voices")))
+        return loaders
     if model_set.config.get("release") == "sa-toolkit":
         from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
 

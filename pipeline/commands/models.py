@@ -37,7 +37,7 @@ def add_parser(subparsers) -> None:
                            help="random weights with the published shapes; marked random in the manifest")
     importing.add_argument("--name", dest="set_name", metavar="NAME",
                            help="sa-toolkit: the model set's name (default: the tag the file's folder is named after; "
-                                "with --random-init, the tag)")
+                                "with --random-init, the tag); nac: default nac")
     importing.add_argument("--tag", choices=SA_TOOLKIT_TAGS, metavar="TAG",
                            help="sa-toolkit with --random-init: the tag whose shapes to use (one of "
                                 f"{', '.join(SA_TOOLKIT_TAGS)})")
@@ -161,7 +161,9 @@ def run_fetch(args: argparse.Namespace) -> int:
             print("import the pool with: voxanon pool import FOLDER --spk2gender FILE --out NAME (the speakers' "
                   "sexes are in the SSL-SAS repository's LibriTTS train-other-500 spk2gender)")
         return 0
-    if entry.name == "hubert-soft":
+    if entry.name == "nac":
+        source = downloads_dir() / entry.name
+    elif entry.name == "hubert-soft":
         models = [p for p in fetched.files if p.suffix == ".pt"]
         if len(models) != 1:
             raise VoxanonError(f"expected one .pt file among {', '.join(map(str, fetched.files))}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-import reference_sa_toolkit as ref
+from tests.reference import sa_toolkit as ref
 import torch
 
 
