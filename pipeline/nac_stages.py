@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.neural_stages import (_checked_device, _checked_precision, check_device_available,
-                                            resolve_device)
+from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name, check_precision,
+                                             model_set, resolve_device)
 from voxanon.pipeline.stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
@@ -48,35 +48,29 @@ MIN_SAMPLES = 400
 """HuBERT's feature encoder needs 400 samples (25 ms) at 16 kHz for one frame."""
 STREAMS = {"nac_coarse": 1, "nac_fine": 2}
 
-_loaded: dict[tuple, Any] = {}
 
-
-def _model_set(name: str):
-    from voxanon.models.checkpoints.registry import load_model_set, models_dir
-
-    key = (str(models_dir()), name)
-    if key not in _loaded:
-        model_set = load_model_set(name)
-        if model_set.config.get("release") != "nac":
+def _nac_set(name: str):
+    """An installed B4 set, its checksums verified once per process."""
+    def check(loaded) -> None:
+        if loaded.config.get("release") != "nac":
             raise VoxanonError(f"model set {name!r} is not a B4 import; install one with voxanon models import nac DIR")
-        _loaded[key] = model_set
-    return _loaded[key]
+
+    return model_set(name, check)
 
 
 def load_component(name: str, component: str, device: str = "cpu"):
     """A component of an installed B4 set (:func:`voxanon.models.checkpoints.nac.load_component`), once per process and device."""
-    from voxanon.models.checkpoints.registry import models_dir
-
     device = resolve_device(device)
-    key = (str(models_dir()), name, component, device)
-    if key not in _loaded:
+
+    def build():
         from voxanon.models.checkpoints import nac
 
-        model = nac.load_component(_model_set(name), component)
+        model = nac.load_component(_nac_set(name), component)
         if component != "voices" and device != "cpu":
             model = model.to(device.partition(":")[0] if device.startswith("cpu:") else device)
-        _loaded[key] = model
-    return _loaded[key]
+        return model
+
+    return cached_model(name, component, "float32", device, build)
 
 
 def generator(utt: Utterance, stage: str):
@@ -147,7 +141,7 @@ class _NacModelStage(Stage):
 
     def __init__(self, models: str = MODELS, device: str = "cpu"):
         self.models = models
-        self.device = _checked_device(self.name, device)
+        self.device = check_device_name(device, f"{self.name}.device")
 
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
@@ -181,7 +175,7 @@ class _SamplingStage(_NacModelStage):
 
     def __init__(self, models: str = MODELS, device: str = "cpu", precision: str = "float32"):
         super().__init__(models, device)
-        self.precision = _checked_precision(self.name, precision)
+        self.precision = check_precision(precision, f"{self.name}.precision")
 
     def _groups(self, batch: list[Utterance]) -> list[list[Utterance]]:
         """One utterance at a time on the CPU (the reference's calls); the batch together elsewhere."""
@@ -202,7 +196,7 @@ class NacSemanticStage(_NacModelStage):
 
         hubert = self._model()
         quantiser = load_component(self.models, "quantiser", self.device)
-        layer = int(_model_set(self.models).config["hubert_layer"])
+        layer = int(_nac_set(self.models).config["hubert_layer"])
         for utt in batch:
             if len(utt.audio) < MIN_SAMPLES:
                 raise VoxanonError(f"{utt.utt_id}: {len(utt.audio)} samples; B4's HuBERT needs at least "
