@@ -237,8 +237,10 @@ class F0Stage(Stage):
 
     @classmethod
     def takes_stage_wide(cls, setting: str, options: dict) -> bool:
-        # --device cuda puts F0 on the GPU where its backend has a GPU version; pYAAPT stays on the CPU.
-        return not (setting == "device" and options.get("backend") == "pyaapt")
+        # --device cuda leaves pYAAPT's algorithm (fast, pyaapt) in the CPU pool, on every core, beside the
+        # device's models instead of in series with them there (f0.device=cuda still selects the GPU
+        # YAAPT); SA-toolkit's port is a batched torch model and goes to the device.
+        return not (setting == "device" and options.get("backend", DEFAULT_BACKEND) != "sa-toolkit")
 
     def load_models(self) -> None:
         # Once, before the runner forks its workers, instead of in every worker at its first utterance:

@@ -317,8 +317,8 @@ def test_device_setting_is_checked_and_auto_resolves_where_it_runs(monkeypatch):
 
 
 def test_device_overrides_name_every_stage_that_has_the_setting():
-    assert device_overrides(load_system_config("resynth"), "cuda") == [
-        "f0.device=cuda", "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
+    assert device_overrides(load_system_config("resynth"), "cuda") == [  # F0 stays in the CPU pool
+        "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
     with pytest.raises(VoxanonError, match="no stage with a device setting"):
         device_overrides(load_system_config("b2"), "cuda")
 
