@@ -12,7 +12,8 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
   batch* at a time; a batch goes to the device process with the fewest batches in hand.
 - **Device batches** are planned before the run, from the job list alone (:func:`plan_batches`): the set's
   utterances, longest first (ties by id), cut into batches of at most ``batch_seconds`` of padded audio
-  (the longest member's length times the member count) and at most 25 % padding. Their composition is
+  (the longest member's length times the member count) and at most 25 % padding, each of a row count the
+  models batch without padding rows (1, 2, 3, 4, 6, 8, 12, ...). Their composition is
   therefore the same whatever the worker count, the queue timing or the order in which the CPU lane
   finishes; the device runs a batch once all its members have arrived. A resumed run plans over the whole
   set again; an unfinished job's batch is rerun with its finished members as *companions*, computed but
@@ -104,21 +105,28 @@ def device_process_count(system: System) -> int:
 
 def plan_batches(jobs: list[Job], batch_seconds: float, max_padding: float = MAX_PADDING) -> list[list[Job]]:
     """``jobs`` in device batches: longest first (:attr:`Job.seconds`; ties by utterance id, so that the
-    set's order does not matter), a new batch whenever the padded length (members times the longest) would
-    pass ``batch_seconds`` or padding to the longest would pass ``max_padding`` of it. A job of unknown
-    length (a pipe) goes alone, after the others, in the jobs' order. A function of its arguments only:
-    every run over the same set plans the same batches."""
+    set's order does not matter), as many as fit before the padded length (members times the longest) would
+    pass ``batch_seconds`` or padding to the longest would pass ``max_padding`` of it, cut down to a row count
+    of the models' grid (1, 2, 3, 4, 6, 8, 12, ...: :func:`voxanon.models.precision.padded_rows`) so that no
+    row the device computes is padding; the rest start the next batch. A job of unknown length (a pipe) goes
+    alone, after the others, in the jobs' order. A function of its arguments only: every run over the same
+    set plans the same batches."""
+    from voxanon.models.precision import padded_rows  # torch: not for the driver's start-up
+
     if not batch_seconds > 0:
         raise VoxanonError(f"batch_seconds must be positive, got {batch_seconds}")
     known = sorted((job for job in jobs if job.seconds is not None), key=lambda job: (-job.seconds, job.utt))
     batches: list[list[Job]] = []
-    for job in known:
-        batch = batches[-1] if batches else None
-        if (batch is None or (len(batch) + 1) * batch[0].seconds > batch_seconds
-                or job.seconds < (1 - max_padding) * batch[0].seconds):
-            batches.append([job])
-        else:
-            batch.append(job)
+    start = 0
+    while start < len(known):
+        longest = known[start].seconds
+        end = start + 1
+        while (end < len(known) and (end - start + 1) * longest <= batch_seconds
+               and known[end].seconds >= (1 - max_padding) * longest):
+            end += 1
+        count = end - start
+        batches.append(known[start:start + max(rows for rows in range(1, count + 1) if padded_rows(rows) == rows)])
+        start += len(batches[-1])
     return batches + [[job] for job in jobs if job.seconds is None]
 
 

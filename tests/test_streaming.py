@@ -84,6 +84,29 @@ def test_device_batches_are_planned_from_the_job_list_alone():
     assert [[job.utt for job in batch] for batch in streaming.batches_to_run(plan, {"c"}, False)][1] == ["b"]
 
 
+def test_device_batches_hold_a_row_count_of_the_models_grid():
+    """Padding rows are GPU work for nothing: on the 10 h benchmark set (``benchmarks/gpu_pipeline.py``: the demo
+    corpus replicated 78 times) the planner cut 200 s batches that the models padded by 21 % of their rows."""
+    from voxanon.data_prep.corpus import read_data_dir
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+    from voxanon.models.precision import padded_rows
+
+    demo = read_data_dir(demo_corpus_dir())
+    copies = int(-(-36000 // sum(demo.utt2dur.values())))
+    jobs = [Job(f"{utt}-x{copy:03d}", "s", None, f"{utt}.wav", f"out/{utt}-{copy}.wav", demo.utt2dur[utt])
+            for copy in range(copies) for utt in demo.utterances]
+    plan = streaming.plan_batches(jobs, streaming.DEFAULT_BATCH_SECONDS)
+    assert sorted(job.utt for batch in plan for job in batch) == sorted(job.utt for job in jobs)
+    rows = sum(padded_rows(len(batch)) for batch in plan)
+    assert (rows - len(jobs)) / rows <= 0.05
+    for batch in plan:
+        assert len(batch) * batch[0].seconds <= streaming.DEFAULT_BATCH_SECONDS or len(batch) == 1
+        assert batch[-1].seconds >= 0.75 * batch[0].seconds
+    # Eleven 1 s jobs within a 12 s budget: 8 and 3 rows, not 11 padded to 12.
+    ones = [Job(f"u{i:02d}", "s", None, "a.wav", f"out/{i}.wav", 1.0) for i in range(11)]
+    assert [len(batch) for batch in streaming.plan_batches(ones, 12.0)] == [8, 3]
+
+
 @pytest.mark.parametrize("system, worker_counts", [
     ("resynth", (1, 2, 3)), ("b1", (1, 3)), ("zllr", (1, 3)),
     pytest.param("b1", (1, 2, 3), marks=pytest.mark.slow), pytest.param("zllr", (1, 2, 3), marks=pytest.mark.slow)])
