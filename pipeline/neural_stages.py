@@ -50,14 +50,17 @@ MIN_SAMPLES = 640
 _loaded: dict[tuple[str, ...], Any] = {}
 COMPONENTS = ("content", "speaker", "vocoder")
 _CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
-PRECISIONS = ("float32", "bfloat16", "float16")
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16")
+"""``tf32``: float32 weights and activations, CUDA's matrix products and convolutions in TF32; elsewhere
+float32 (:func:`voxanon.models.precision.float32_products`)."""
 DEVICES = ("cpu", "cuda", "auto")
 
 
-def _checked_precision(stage: str, precision: str) -> str:
+def _checked_precision(stage: str, precision: str) -> tuple[str, bool]:
+    """The dtype name of the stage's weights, and whether CUDA may compute its float32 products in TF32."""
     if precision not in PRECISIONS:
         raise ValueError(f"{stage}.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
+    return ("float32", True) if precision == "tf32" else (precision, False)
 
 
 def _checked_device(stage: str, device: str) -> str:
@@ -115,7 +118,8 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     """
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
-    _checked_precision(component, precision)
+    if _checked_precision(component, precision) != (precision, False):
+        raise ValueError(f"models are loaded in their weights' precision (float32 for tf32), not {precision!r}")
     if component == "speaker" and precision != "float32":
         raise ValueError("the speaker encoder runs in float32 only")
     from voxanon.models.registry import models_dir
@@ -313,7 +317,7 @@ class ContentStage(Stage):
 
     def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = _checked_precision("content", precision)
+        self.precision, self.tf32 = _checked_precision("content", precision)
         self.device = _checked_device("content", device)
 
     def needs(self) -> list[str]:
@@ -334,8 +338,10 @@ class ContentStage(Stage):
         waves = [u.audio for u in batch]
         if device != "cpu":
             from voxanon.models.hubert import encode_on_device
+            from voxanon.models.precision import float32_products
 
-            encoded = encode_on_device(content, waves)
+            with float32_products(self.tf32):
+                encoded = encode_on_device(content, waves)
         elif self.precision == "float32":
             encoded = content.encode(waves)
         else:
@@ -379,7 +385,13 @@ class SpeakerStage(Stage):
         device = resolve_device(self.device)
         speaker = load_model(self.models, "speaker", device=device)
         waves = [u.audio for u in batch]
-        vectors = speaker.embed(waves) if device == "cpu" else speaker.embed_on_device(waves)
+        if device == "cpu":
+            vectors = speaker.embed(waves)
+        else:
+            from voxanon.models.precision import float32_products
+
+            with float32_products(False):
+                vectors = speaker.embed_on_device(waves)
         for utt, vector in zip(batch, vectors):
             utt.features["speaker"] = vector
 
@@ -405,7 +417,7 @@ class VocoderStage(Stage):
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
                  precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = _checked_precision("vocoder", precision)
+        self.precision, self.tf32 = _checked_precision("vocoder", precision)
         self.device = _checked_device("vocoder", device)
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
@@ -454,8 +466,12 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
+        from voxanon.models.precision import float32_products
+
         # Off the CPU (cpu:N included) the generator is in its direct form, which synthesise runs as padded batches.
-        for utt, wave in zip(batch, vocoder.synthesise(items, getattr(torch, self.precision))):
+        with float32_products(self.tf32):
+            waves = vocoder.synthesise(items, getattr(torch, self.precision))
+        for utt, wave in zip(batch, waves):
             peak = float(np.max(np.abs(wave)))
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak

@@ -39,11 +39,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--suffix", help="appended to each set's name (default: _<system>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
-    parser.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--precision", choices=("float32", "tf32", "bfloat16", "float16"),
                         help="precision of the neural stages that have the setting (content, vocoder; default: "
-                             "the recipe's, float32). bfloat16 is about 1.7x faster on CPUs with AMX, at about "
-                             "36 dB SNR against float32: not the published systems' exact output. float16 is for "
-                             "GPUs (--device cuda)")
+                             "the recipe's, float32). float32 is strict FP32 on GPUs too; tf32 lets a GPU compute "
+                             "float32 matrix products and convolutions in TF32 (float32 on a CPU). bfloat16 is "
+                             "about 1.7x faster on CPUs with AMX, at about 36 dB SNR against float32: not the "
+                             "published systems' exact output. float16 is for GPUs (--device cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"),
                         help="where the neural stages run (content, speaker, vocoder; default: the recipe's, cpu). "
                              "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
