@@ -22,7 +22,9 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
 - **Back-pressure**: a batch is released to the CPU lane only while the audio released and not yet
   written stays within ``queue_seconds`` (:class:`StreamingOptions`); memory stays flat however long the set.
 
-The driver (the runner's process) keeps the plan and hands each batch from lane to lane; the lanes are
+The driver (the runner's process) keeps the plan and hands each batch from lane to lane (locally, the
+batch's arrays wait in shared memory meanwhile and only their references are pickled:
+:mod:`voxanon.pipeline.shared_arrays`); the lanes are
 local processes (:class:`LocalLanes`) or Ray actors (:class:`voxanon.pipeline.ray_backend.RayLanes`), and
 both call the runner's per-utterance functions (:func:`~voxanon.pipeline.runner.load_batch`,
 :func:`~voxanon.pipeline.runner.run_stages`, :func:`~voxanon.pipeline.runner.write_batch`), as the pool does.
@@ -47,7 +49,7 @@ from multiprocessing import get_context
 from typing import Any, Iterator
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline import runner
+from voxanon.pipeline import runner, shared_arrays
 from voxanon.pipeline.runner import Batch, Job, Outcome
 from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System
@@ -328,12 +330,15 @@ class StreamingRun:
 
 # --- Local lanes: a forked (or spawned) CPU pool and one spawned device process per GPU. -----------------
 
+# Batches travel between the local processes with their arrays in shared memory, not in the pickle.
+
 def _prepare_task(jobs: list[Job], stop: int) -> tuple[Batch, dict]:
-    return prepare(runner._worker_system(), jobs, runner._worker_state["allow_pipes"], stop)
+    batch, info = prepare(runner._worker_system(), jobs, runner._worker_state["allow_pipes"], stop)
+    return shared_arrays.pack(batch), info
 
 
 def _write_task(batch: Batch) -> tuple[list[Outcome], dict]:
-    return write(runner._worker_system(), batch)
+    return write(runner._worker_system(), shared_arrays.unpack(batch))
 
 
 def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str | None) -> None:
@@ -352,7 +357,8 @@ def _device_ready() -> None:
 
 
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
-    return run_device(runner._worker_system(), jobs, start, parts)
+    batch, info = run_device(runner._worker_system(), jobs, start, [shared_arrays.unpack(part) for part in parts])
+    return shared_arrays.pack(batch), info
 
 
 class LocalLanes:
@@ -370,6 +376,7 @@ class LocalLanes:
         self._pending: dict[Future, Tag] = {}
         self._device_of: dict[Future, int] = {}
         self._pools: list[ProcessPoolExecutor] = []
+        shared_arrays.remove_leftovers(os.getpid())
         try:
             if runner.fork_safe():
                 # Forked at once, each worker loading its stages' models itself (pYAAPT's imports), so that
@@ -434,3 +441,4 @@ class LocalLanes:
     def close(self) -> None:
         for pool in self._pools:
             runner.kill_pool(pool)
+        shared_arrays.remove_leftovers(os.getpid())  # the arrays of batches a process took with it

@@ -84,6 +84,42 @@ def test_device_batches_are_planned_from_the_job_list_alone():
     assert [[job.utt for job in batch] for batch in streaming.batches_to_run(plan, {"c"}, False)][1] == ["b"]
 
 
+def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
+    import pickle
+
+    from voxanon.pipeline import shared_arrays
+    from voxanon.pipeline.runner import Batch, Outcome, Prepared
+    from voxanon.pipeline.stages import Utterance
+
+    rng = np.random.default_rng(0)
+    utterances = [Utterance(f"u{i}", "s", None, rng.standard_normal(16000 * (i + 1)).astype(np.float32), 16000,
+                            seeds={}, features={"f0": rng.random(50 * (i + 1)), "note": "kept", "empty": np.zeros(0)},
+                            vectors={"speaker": rng.random(192).astype(np.float32)}) for i in range(3)]
+    originals = [(u.audio.copy(), u.features["f0"].copy(), u.vectors["speaker"].copy()) for u in utterances]
+    batch = Batch([], [Prepared(u, 2, 1.0, []) for u in utterances], {u.utt_id: Outcome(u.utt_id) for u in utterances})
+    packed = pickle.dumps(shared_arrays.pack(batch, owner=os.getpid()))
+    assert len(packed) < 4000  # references, not 96,000 samples of float32 audio
+    files = list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{os.getpid()}-*"))
+    assert len(files) == 1
+    back = shared_arrays.unpack(pickle.loads(packed))
+    assert not files[0].exists()
+    for item, (audio, f0, vector) in zip(back.ready, originals):
+        utt = item.utterance
+        assert utt.audio.dtype == np.float32 and utt.features["note"] == "kept" and utt.features["empty"].size == 0
+        np.testing.assert_array_equal(utt.audio, audio)
+        np.testing.assert_array_equal(utt.features["f0"], f0)
+        np.testing.assert_array_equal(utt.vectors["speaker"], vector)
+        utt.audio *= 2  # writable, as a stage expects
+    # A batch taken down with its process leaves a file; its driver's lanes remove it, and so does the next run
+    # for a driver that is gone.
+    shared_arrays.pack(Batch([], [Prepared(utterances[0], 2, 1.0, [])], {}), owner=os.getpid())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    shared_arrays.pack(Batch([], [Prepared(utterances[1], 2, 1.0, [])], {}), owner=int(gone.stdout))
+    shared_arrays.remove_leftovers(os.getpid())
+    assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{os.getpid()}-*"))
+    assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{gone.stdout.strip()}-*"))
+
+
 def test_device_batches_hold_a_row_count_of_the_models_grid():
     """Padding rows are GPU work for nothing: on the 10 h benchmark set (``benchmarks/gpu_pipeline.py``: the demo
     corpus replicated 78 times) the planner cut 200 s batches that the models padded by 21 % of their rows."""
