@@ -739,7 +739,8 @@ def warn_random_model_sets(system: System) -> None:
 
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
                   allow_pipes: bool = False, progress: bool = True, backend=None, executor: str = "auto",
-                  queue_seconds: float | None = None, device_processes: int | None = None) -> SetResult:
+                  queue_seconds: float | None = None, device_processes: int | None = None,
+                  started: float | None = None) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
@@ -747,8 +748,11 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     process alone writes the journal, ``failures.tsv``, ``run.json`` and the metadata.
     ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
     caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
-    runs locally (default one per GPU: :class:`voxanon.pipeline.streaming.StreamingOptions`).
+    runs locally (default one per GPU: :class:`voxanon.pipeline.streaming.StreamingOptions`). ``started``: when
+    the run's clock started (``time.time()``; default: this call), which run.json's wall time and the device's
+    first batch count from (the anonymise command passes its own start: interpreter, imports, set preparation).
     """
+    started = time.time() if started is None else started
     backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
     check_needs(system)
@@ -762,12 +766,12 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     out_dir = Path(out_dir)
     with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
         return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress,
-                                 streaming, queue_seconds, device_processes)
+                                 streaming, queue_seconds, device_processes, started)
 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
-                      device_processes: int | None) -> SetResult:
+                      device_processes: int | None, started: float) -> SetResult:
     from voxanon.pipeline.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
@@ -782,7 +786,6 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     journal = read_journal(journal_path, current_hash)
     finished = {utt: entry for utt, entry in journal.items()
                 if utt in data.wav and _sha256_or_none(contained_path(wav_dir, f"{utt}.wav")) == entry["sha256"]}
-    started = time.time()
     options = None
     if streaming:
         options = StreamingOptions(float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS)), queue_seconds, started,

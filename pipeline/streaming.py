@@ -358,7 +358,7 @@ def _device_ready() -> None:
 
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
     batch, info = run_device(runner._worker_system(), jobs, start, [shared_arrays.unpack(part) for part in parts])
-    return shared_arrays.pack(batch), info
+    return shared_arrays.pack(batch, background=True), info  # the next batch starts while the results are written
 
 
 class LocalLanes:

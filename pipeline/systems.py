@@ -136,7 +136,7 @@ def load_system_config(system: str, overrides: list[str] = ()) -> dict:
 
 
 STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
-                       "device": "the neural content, speaker and vocoder stages"}
+                       "device": "the neural content, speaker and vocoder stages, and B1's set embedding"}
 """Settings a command-line flag sets on every stage that has them, and which stages those are."""
 
 

@@ -8,6 +8,7 @@ the CPU against the numpy one; the F0 stage's backend and device options, the ca
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -105,6 +106,31 @@ def test_kernels_are_cached_on_disk():
     kernels = [value for value in vars(yaapt).values() if isinstance(value, numba.core.registry.CPUDispatcher)]
     assert len(kernels) > 10
     assert all(type(kernel._cache).__name__ == "FunctionCache" for kernel in kernels)
+
+
+def test_kernels_are_cached_in_the_users_cache_folder_unless_numba_cache_dir_is_set(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import numba; from voxanon.models import yaapt; "
+             "print(numba.config.CACHE_DIR); print(yaapt._first_argmax._cache._cache_path)")
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    for extra, expected in (({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path / "xdg" / "voxanon" / "numba"),
+                            ({"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
+                             tmp_path / "home" / ".cache" / "voxanon" / "numba"),
+                            ({"NUMBA_CACHE_DIR": str(tmp_path / "mine")}, tmp_path / "mine")):
+        run = subprocess.run([sys.executable, "-c", probe], env={**environment, **extra}, capture_output=True,
+                             text=True, check=True)
+        cache_dir, kernel_cache = run.stdout.split()
+        assert Path(cache_dir) == expected and Path(kernel_cache).is_relative_to(expected), run.stdout
+
+
+def test_warm_up_command_compiles_the_kernels(capsys):
+    from voxanon.pipeline.cli import main
+
+    assert main(["models", "warm-up"]) == 0
+    assert "fast YAAPT kernels ready in" in capsys.readouterr().out
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_system_config(args.system, chosen + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     any_failed = False
+    started = args.command_started  # the first set's run.json counts the command's start-up
     try:
         for data_path in args.data:
             data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
             result = anonymise_set(data, config, out_root / f"{data.name}{suffix}",
                                    workers=args.workers or os.cpu_count() or 1,
                                    resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
-                                   backend=backend, executor=args.executor)
+                                   backend=backend, executor=args.executor, started=started)
+            started = None
             status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
             print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} "
                   f"resumed), {status} -> {result.out_dir}", file=sys.stderr)
@@ -96,3 +98,4 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()   # its Ray actors served every set of the command
     return 1 if any_failed else 0
+
