@@ -46,7 +46,9 @@ def add_parser(subparsers) -> None:
                              "about 1.7x faster on CPUs with AMX, at about 36 dB SNR against float32: not the "
                              "published systems' exact output. float16 is for GPUs (--device cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"),
-                        help="where the neural stages run (content, speaker, vocoder; default: the recipe's, cpu). "
+                        help="where the neural stages run (content, speaker, vocoder, and B1's set embedding; "
+                             "default: the recipe's, cpu). pYAAPT's F0 stays on the CPU, on every core "
+                             "(--set f0.device=cuda for the GPU YAAPT). "
                              "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
                              "similar length run as padded batches of up to the batch size (--batch-size); "
                              "outputs differ from CPU ones by float rounding")
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_system_config(args.system, chosen + overrides)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     any_failed = False
-    started = args.command_started  # the first set's run.json counts the command's start-up
+    started = getattr(args, "command_started", None)  # the first set's run.json counts the command's start-up
     try:
         for data_path in args.data:
             data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
@@ -98,4 +100,3 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()   # its Ray actors served every set of the command
     return 1 if any_failed else 0
-
