@@ -16,15 +16,18 @@ Printed for each variant:
 * each queue's wait share (run.json's ``executor.queue_wait_share``: the share of the batches' lifetime
   spent waiting for the device, and for the writers).
 
-Variants (``--variants``): ``cold`` computes every F0 (where the recipe's F0 stage runs: ``--device cuda``
-sets its device too); ``warm`` first fills an F0
-cache (``--set f0.cache_dir=...``) with one untimed run over the source set, then times the replicated set
-with every F0 already cached: the GPU path without F0. A run still going after ``--timeout-s`` is stopped,
-and the figure is taken over the audio written by then (said so).
+Variants (``--variants``), each printed as soon as it ends: ``cold`` computes every F0 in the CPU pool on every
+core (``--device cuda`` leaves F0 there), beside the GPU's models; ``gpu-f0`` computes it on the GPU instead
+(``--set f0.device=cuda``: the batched GPU YAAPT, in series with the models in the device process); ``bf16`` is
+``cold`` in ``--precision bfloat16``; ``warm`` first fills an F0 cache (``--set f0.cache_dir=...``) with one
+untimed run over the source set, then times the replicated set with every F0 already cached: the GPU path
+without F0. A run still going after ``--timeout-s`` is stopped, and the figure is taken over the audio written
+by then (said so). The set-up (the random model set's import, the replicated set) is timed on its own line.
+run.json's busy share counts the device stages' time only (F0 in the CPU pool is not device time).
 
 On a machine without CUDA it prints one line saying so and exits with code 2.
 
-    python benchmarks/gpu_pipeline.py [--hours 10] [--variants cold warm] [--data DIR] [--precision float32]
+    python benchmarks/gpu_pipeline.py [--hours 10] [--variants cold gpu-f0 bf16 warm] [--data DIR] [--precision float32]
                                       [--timeout-s 240] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
@@ -44,6 +47,12 @@ from pathlib import Path
 import soundfile
 
 NVML_PERIOD_S = 0.2
+VARIANTS = {  # name: (what it measures, its extra command-line arguments; the last --precision wins)
+    "cold": ("every F0 computed, in the CPU pool", []),
+    "gpu-f0": ("every F0 computed, on the GPU (f0.device=cuda)", ["--set=f0.device=cuda"]),
+    "bf16": ("every F0 computed, in the CPU pool; bfloat16", ["--precision", "bfloat16"]),
+    "warm": ("warm F0 cache (the GPU path alone)", []),
+}
 
 
 def replicated_set(source: Path, hours: float, root: Path):
@@ -178,9 +187,10 @@ def report(label: str, result: dict, sampler: NvmlSampler) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hours", type=float, default=10.0, help="audio in the replicated set (default 10)")
-    parser.add_argument("--variants", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
+    parser.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), default=["cold", "bf16", "warm"])
     parser.add_argument("--data", type=Path, help="a Kaldi data directory to replicate (default: the demo corpus)")
-    parser.add_argument("--precision", choices=("float32", "bfloat16", "float16"), default="float32")
+    parser.add_argument("--precision", choices=("float32", "tf32", "bfloat16", "float16"), default="float32",
+                        help="of every variant but bf16")
     parser.add_argument("--timeout-s", type=float, default=240.0, help="stop a timed run after this long")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="passed on to the command (e.g. --set batch_seconds=400)")
@@ -198,9 +208,12 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="voxanon-gpu-pipeline-"))
     sampler = NvmlSampler()
+    began = time.perf_counter()
     try:
         with random_model_home("full"):
             data, copies, unique, unique_seconds = replicated_set(args.data or demo_corpus_dir(), args.hours, work)
+            print(f"set-up: random full-size model set imported and the set replicated in "
+                  f"{time.perf_counter() - began:.1f} s (not in any figure below)")
             print(f"anonymise --system resynth --device cuda --precision {args.precision} on "
                   f"{sampler.name or 'the CUDA device'} ({os.cpu_count()} CPUs, torch {torch.__version__}): "
                   f"{len(data.wav)} utterances, {sum(data.utt2dur.values()) / 3600:.2f} h (the {unique} utterances, "
@@ -208,7 +221,7 @@ def main() -> int:
                   "full-size SSL-SAS weights")
             extra = ["--precision", args.precision, *(f"--set={o}" for o in args.overrides)]
             for variant in args.variants:
-                variant_extra = list(extra)
+                variant_extra = list(extra) + VARIANTS[variant][1]
                 if variant == "warm":
                     cache = work / "f0-cache"
                     variant_extra.append(f"--set=f0.cache_dir={cache}")
@@ -218,8 +231,7 @@ def main() -> int:
                     print(f"F0 cache warmed by an untimed run over the {unique} source utterances: "
                           f"{time.perf_counter() - began:.1f} s (exit code {warmed['returncode']})")
                 result = timed_run(data, work / variant, variant_extra, args.timeout_s, sampler)
-                report("cold F0 cache (every F0 computed)" if variant == "cold" else "warm F0 cache (the GPU path alone)",
-                       result, sampler)
+                report(VARIANTS[variant][0], result, sampler)
                 shutil.rmtree(work / variant, ignore_errors=True)  # about 1.2 GB of output per 10 h
     finally:
         sampler.stop()

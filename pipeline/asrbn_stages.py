@@ -53,6 +53,7 @@ from voxanon.data_prep.atomic import atomic_write_text
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.paths import contained_path
 from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name, check_precision,
+                                             stage_precision,
                                              model_set, resolve_device)
 from voxanon.pipeline.stages import Stage, Utterance
 
@@ -197,7 +198,7 @@ class _ModelStage(Stage):
 
     def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = check_precision(precision, f"{self.name}.precision")
+        self.precision, self.tf32 = stage_precision(precision, f"{self.name}.precision")
         self.device = check_device_name(device, f"{self.name}.device")
 
     def needs(self) -> list[str]:
@@ -228,7 +229,10 @@ class AsrBnStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         extractor = self._model()
         waves = [utt.audio for utt in batch]
-        features = extractor.extract(waves) if self._on_cpu() else extractor.extract_batch(waves)
+        from voxanon.models.nets.precision import float32_products
+
+        with float32_products(self.tf32):
+            features = extractor.extract(waves) if self._on_cpu() else extractor.extract_batch(waves)
         for utt, bn in zip(batch, features):
             utt.features["bn"] = bn
 
@@ -258,8 +262,11 @@ class AsrBnVocoderStage(_ModelStage):
             raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
                                "asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it)")
         items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
-        waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()
-                 else vocoder.synthesise_padded(items))
+        from voxanon.models.nets.precision import float32_products
+
+        with float32_products(self.tf32):
+            waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()
+                     else vocoder.synthesise_padded(items))
         for utt, wave in zip(batch, waves):
             length = len(utt.audio)
             wave = np.pad(wave[:length], (0, max(0, length - len(wave))))

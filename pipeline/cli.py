@@ -10,6 +10,8 @@ import os
 import pkgutil
 import sys
 import traceback
+import time
+from pathlib import Path
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline import commands
@@ -39,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A command's clock (run.json's) starts with its process where this is the process's command line (argv
+    # None), else (a call from Python) now.
+    command_started = process_started() if argv is None else time.time()
     # At exit, before the interpreter's final garbage collections: they would walk every object torch and
     # the models made (0.3 s at each exit of a neural run), none of which needs collecting when the process
     # is about to end. Objects made by exit handlers that run after it are still collected.
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(gc.freeze)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_started = command_started
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s: %(message)s")
@@ -82,6 +88,17 @@ def _one_line_error(error: Exception, debug: bool) -> str:
         if not debug:
             text += f" (an unexpected error: rerun with --debug or {DEBUG_VARIABLE}=1 for its traceback)"
     return text
+
+
+def process_started() -> float:
+    """When this process started (wall-clock seconds, to the kernel's 10 ms ticks), from Linux's /proc; elsewhere
+    now."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        age = float(Path("/proc/uptime").read_text().split()[0]) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - max(0.0, age)
 
 
 if __name__ == "__main__":

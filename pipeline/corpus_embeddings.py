@@ -66,8 +66,10 @@ def read_labelled_data_dirs(paths: list[Path]) -> tuple[list[DataDir], dict[str,
     return data_dirs, merge_labelled_sets(data_dirs)[1]
 
 
-def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
-    """``(cache tag, set is random, computation)`` for the speaker encoder of an installed model set.
+def model_set_encoder(models: str, device: str = "cpu") -> tuple[str, bool, CachedComputation]:
+    """``(cache tag, set is random, computation)`` for the speaker encoder of an installed model set, run on
+    ``device`` (off the CPU as padded batches, :meth:`~voxanon.models.nets.speaker.EcapaEncoder.embed_on_device`:
+    the same vectors to float rounding, so both share the cache).
 
     The encoder itself is loaded only when a vector is missing from the cache.
     """
@@ -80,25 +82,33 @@ def model_set_encoder(models: str) -> tuple[str, bool, CachedComputation]:
     tag = f"ecapa-set-{digest[:16]}"
 
     def embed(waves: list[np.ndarray]) -> list[np.ndarray]:
+        from voxanon.pipeline.model_service import check_device_available, resolve_device
         from voxanon.pipeline.neural_stages import load_model
 
-        return list(load_model(models, "speaker").embed(waves))
+        where = resolve_device(device)
+        if where == "cpu":
+            return list(load_model(models, "speaker").embed(waves))
+        from voxanon.models.nets.precision import float32_products
+
+        check_device_available(where)
+        with float32_products(False):
+            return list(load_model(models, "speaker", device=where).embed_on_device(waves))
 
     return tag, model_set.random, CachedComputation(tag, embed, kind="vector")
 
 
 def embed_data_dirs(data_dirs: list[DataDir], models: str = "ssl-sas", cache: ContentCache | None = None, *,
                     allow_failures: bool = False, backend=None, batch_size: int | None = None,
-                    progress: bool = True) -> CorpusEmbeddings:
+                    progress: bool = True, device: str = "cpu") -> CorpusEmbeddings:
     """ECAPA vectors of every utterance of ``data_dirs`` (utterance ids must be unique across them).
 
     Utterances whose audio cannot be used are listed in the result's ``failures``; unless
     ``allow_failures``, any of them is an error naming the files. The progress bar (stderr) shows
     unless ``progress`` is false (``--quiet``). ``backend`` (a :class:`voxanon.pipeline.execution.ray.RayBackend`;
-    None: this process) runs the encoder's batches of ``batch_size`` utterances.
+    None: this process) runs the encoder's batches of ``batch_size`` utterances, on ``device`` (in this process).
     """
     cache = cache if cache is not None else ContentCache(default_cache_dir())
-    tag, random_models, computation = model_set_encoder(models)
+    tag, random_models, computation = model_set_encoder(models, device)
     computation.backend = backend
     computation.progress = progress
     if batch_size is not None:

@@ -23,7 +23,9 @@ from voxanon.data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("float32", "bfloat16", "float16")
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16")
+"""``tf32``: float32 weights and activations, CUDA's matrix products and convolutions in TF32; elsewhere
+float32 (:func:`voxanon.models.nets.precision.float32_products`)."""
 DEVICES = ("cpu", "cuda", "auto")
 DEVICE_NAME = re.compile(r"(cpu|cuda|auto)|(cpu|cuda):\d+")
 
@@ -42,6 +44,13 @@ def check_precision(precision: str, what: str = "precision") -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"{what} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision
+
+
+def stage_precision(precision: str, what: str = "precision") -> tuple[str, bool]:
+    """A stage's ``precision`` setting as (the dtype name of its weights, whether CUDA may compute its float32
+    products in TF32)."""
+    check_precision(precision, what)
+    return ("float32", True) if precision == "tf32" else (precision, False)
 
 
 def device_option(value: str) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.f0.params import DEFAULT_BACKEND
 from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name,
-                                             check_precision, model_set, resolve_device)
+                                             check_precision, model_set, resolve_device, stage_precision)
 from voxanon.pipeline.stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320
@@ -73,6 +73,8 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     if component not in COMPONENTS:
         raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
     check_precision(precision, component)
+    if precision == "tf32":
+        raise ValueError("models are loaded in their weights' precision (float32 for tf32), not 'tf32'")
     if component == "speaker" and precision != "float32":
         raise ValueError("the speaker encoder runs in float32 only")
     device = resolve_device(device)
@@ -174,8 +176,10 @@ class F0Stage(Stage):
 
     @classmethod
     def takes_stage_wide(cls, setting: str, options: dict) -> bool:
-        # --device cuda puts F0 on the GPU where its backend has a GPU version; pYAAPT stays on the CPU.
-        return not (setting == "device" and options.get("backend") == "pyaapt")
+        # --device cuda leaves pYAAPT's algorithm (fast, pyaapt) in the CPU pool, on every core, beside the
+        # device's models instead of in series with them there (f0.device=cuda still selects the GPU
+        # YAAPT); SA-toolkit's port is a batched torch model and goes to the device.
+        return not (setting == "device" and options.get("backend", DEFAULT_BACKEND) != "sa-toolkit")
 
     def load_models(self) -> None:
         # Once, before the runner forks its workers, instead of in every worker at its first utterance:
@@ -248,7 +252,7 @@ class ContentStage(Stage):
 
     def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = check_precision(precision, "content.precision")
+        self.precision, self.tf32 = stage_precision(precision, "content.precision")
         self.device = check_device_name(device, "content.device")
 
     def needs(self) -> list[str]:
@@ -269,8 +273,10 @@ class ContentStage(Stage):
         waves = [u.audio for u in batch]
         if device != "cpu":
             from voxanon.models.nets.hubert import encode_on_device
+            from voxanon.models.nets.precision import float32_products
 
-            encoded = encode_on_device(content, waves)
+            with float32_products(self.tf32):
+                encoded = encode_on_device(content, waves)
         elif self.precision == "float32":
             encoded = content.encode(waves)
         else:
@@ -314,7 +320,13 @@ class SpeakerStage(Stage):
         device = resolve_device(self.device)
         speaker = load_model(self.models, "speaker", device=device)
         waves = [u.audio for u in batch]
-        vectors = speaker.embed(waves) if device == "cpu" else speaker.embed_on_device(waves)
+        if device == "cpu":
+            vectors = speaker.embed(waves)
+        else:
+            from voxanon.models.nets.precision import float32_products
+
+            with float32_products(False):
+                vectors = speaker.embed_on_device(waves)
         for utt, vector in zip(batch, vectors):
             utt.features["speaker"] = vector
 
@@ -340,7 +352,7 @@ class VocoderStage(Stage):
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
                  precision: str = "float32", device: str = "cpu"):
         self.models = models
-        self.precision = check_precision(precision, "vocoder.precision")
+        self.precision, self.tf32 = stage_precision(precision, "vocoder.precision")
         self.device = check_device_name(device, "vocoder.device")
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
@@ -389,8 +401,12 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
+        from voxanon.models.nets.precision import float32_products
+
         # Off the CPU (cpu:N included) the generator is in its direct form, which synthesise runs as padded batches.
-        for utt, wave in zip(batch, vocoder.synthesise(items, getattr(torch, self.precision))):
+        with float32_products(self.tf32):
+            waves = vocoder.synthesise(items, getattr(torch, self.precision))
+        for utt, wave in zip(batch, waves):
             peak = float(np.max(np.abs(wave)))
             if self.output_peak is not None and peak > 0:
                 wave = wave / peak * self.output_peak

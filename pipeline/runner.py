@@ -202,7 +202,7 @@ def warn_random_model_sets(system: System) -> None:
 def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 1, resume: bool = True,
                   allow_pipes: bool = False, progress: bool = True, backend=None, executor: str = "auto",
                   queue_seconds: float | None = None, device_processes: int | None = None,
-                  input_digest: bool = False) -> SetResult:
+                  input_digest: bool = False, started: float | None = None) -> SetResult:
     """Anonymise one data set into ``out_dir`` (see the module doc for what lands there).
 
     ``backend`` runs the batches and yields their outcomes (default ``LocalBackend(workers)``;
@@ -212,7 +212,11 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
     runs locally (default one per GPU: :class:`voxanon.pipeline.execution.streaming.StreamingOptions`).
     ``input_digest`` adds each input's sha256 to what a resumed run compares (:func:`input_identities`).
+    ``started``: when the run's clock started (``time.time()``; default: this call), which run.json's wall time
+    and the device's first batch count from (the anonymise command passes its own start: interpreter, imports,
+    set preparation).
     """
+    started = time.time() if started is None else started
     backend = backend if backend is not None else LocalBackend(workers)
     system = build_system(config)
     check_needs(system)
@@ -226,12 +230,12 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     out_dir = Path(out_dir)
     with run_lock(out_dir):  # a second run into the same set fails at once, naming this one
         return _anonymise_locked(data, system, out_dir, backend, backend_info, resume, allow_pipes, progress,
-                                 streaming, queue_seconds, device_processes, input_digest)
+                                 streaming, queue_seconds, device_processes, input_digest, started)
 
 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
-                      device_processes: int | None, input_digest: bool) -> SetResult:
+                      device_processes: int | None, input_digest: bool, started: float) -> SetResult:
     from voxanon.pipeline.execution.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
@@ -256,7 +260,6 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
                  len(changed), changed[0])
         for utt in changed:
             del finished[utt]
-    started = time.time()
     options = None
     if streaming:
         options = StreamingOptions(float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS)), queue_seconds, started,

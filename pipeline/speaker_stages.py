@@ -75,8 +75,9 @@ class PseudoSpeakerStage(Stage):
     def __init__(self, pool: str = DEFAULT_POOL, models: str = "ssl-sas", affinity: str = "cosine",
                  gender: str = "same", proximity: str = "farthest", world: int = 200, region: int = 100,
                  level: str = "speaker", plda_rank: int = 100, cache_dir: str | None = None,
-                 source_vectors: str | None = None, pool_manifest_sha256: str | None = None):
+                 source_vectors: str | None = None, pool_manifest_sha256: str | None = None, device: str = "cpu"):
         from voxanon.models.speakers.pseudo_speaker import SelectionSettings
+        from voxanon.pipeline.model_service import check_device_name
 
         if level not in SEED_LEVELS:
             raise ValueError(f"pseudo_speaker.level must be one of {', '.join(SEED_LEVELS)}, got {level!r}")
@@ -88,6 +89,9 @@ class PseudoSpeakerStage(Stage):
         self.cache_dir = cache_dir
         self.source_vectors = source_vectors
         self.pool_manifest_sha256 = pool_manifest_sha256
+        # Where the set's ECAPA embedding (prepare_set, in the run's own process, before the clock's first
+        # utterance) runs; the selection itself is a few vector operations per utterance.
+        self.device = check_device_name(device, "pseudo_speaker.device")
         self._worlds: dict[str, tuple[str, ...]] = {}
         self._loaded_selector = None
 
@@ -102,7 +106,8 @@ class PseudoSpeakerStage(Stage):
 
         cache = cache_from_option(self.cache_dir)
         # Files that cannot be embedded are logged here and fail again, by name, when the runner loads them.
-        embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True, progress=progress)
+        embeddings = embed_data_dirs([data], self.models, cache, allow_failures=True, progress=progress,
+                                     device=self.device)
         means = speaker_means(embeddings.vectors, embeddings.utt2spk)
         # Settings the pool cannot satisfy (too few speakers of a sex, PLDA without utterance
         # vectors) fail here, once, rather than on every utterance.

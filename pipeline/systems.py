@@ -183,7 +183,7 @@ def check_run_settings(config: dict) -> None:
 
 
 STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
-                       "device": "the neural content, speaker and vocoder stages"}
+                       "device": "the neural content, speaker and vocoder stages, and B1's set embedding"}
 """Settings a command-line flag sets on every stage that has them, and which stages those are."""
 
 

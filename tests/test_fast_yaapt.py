@@ -8,6 +8,7 @@ the CPU against the numpy one; the F0 stage's backend and device options, the ca
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -108,6 +109,31 @@ def test_kernels_are_cached_on_disk():
     assert all(type(kernel._cache).__name__ == "FunctionCache" for kernel in kernels)
 
 
+def test_kernels_are_cached_in_the_users_cache_folder_unless_numba_cache_dir_is_set(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import numba; from voxanon.models import yaapt; "
+             "print(numba.config.CACHE_DIR); print(yaapt._first_argmax._cache._cache_path)")
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    for extra, expected in (({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path / "xdg" / "voxanon" / "numba"),
+                            ({"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
+                             tmp_path / "home" / ".cache" / "voxanon" / "numba"),
+                            ({"NUMBA_CACHE_DIR": str(tmp_path / "mine")}, tmp_path / "mine")):
+        run = subprocess.run([sys.executable, "-c", probe], env={**environment, **extra}, capture_output=True,
+                             text=True, check=True)
+        cache_dir, kernel_cache = run.stdout.split()
+        assert Path(cache_dir) == expected and Path(kernel_cache).is_relative_to(expected), run.stdout
+
+
+def test_warm_up_command_compiles_the_kernels(capsys):
+    from voxanon.pipeline.cli import main
+
+    assert main(["models", "warm-up"]) == 0
+    assert "fast YAAPT kernels ready in" in capsys.readouterr().out
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_torch_version_on_the_cpu_agrees_with_numpy(demo_subset):
     import torch
@@ -126,20 +152,55 @@ def test_torch_version_on_the_cpu_agrees_with_numpy(demo_subset):
     valid = torch.arange(host.shape[1]) < torch.tensor(lengths)[:, None]
     x = torch.from_numpy(host)
     frames = np.array([geo.n_frames(n) for n in lengths])
-    filtered = yaapt_torch._fir(x * x, torch.from_numpy(taps), valid)
-    energy = yaapt_torch._nlfer(yaapt_torch._fir(x, torch.from_numpy(taps), valid), frames, geo).numpy()
+    filtered = yaapt_torch._fir(x * x, taps, valid)
+    energy = yaapt_torch._nlfer(yaapt_torch._fir(x, taps, valid), frames, geo).numpy()
     vuv = []
     for b, signal in enumerate(signals):
         expected, expected_vuv = yaapt.nlfer(yaapt.fir_filtered(signal, taps), geo)
         np.testing.assert_allclose(energy[b, :frames[b]], expected, rtol=1e-12)
         vuv.append(expected_vuv)
-    for b, (signal, rows) in enumerate(zip(signals, yaapt_torch._shc(filtered, vuv, geo))):
+    rows = torch.tensor([(b, f) for b, voiced in enumerate(vuv) for f in np.flatnonzero(voiced)])
+    shc = yaapt_torch._shc(filtered, rows, geo).numpy()
+    for b, signal in enumerate(signals):
         expected = yaapt.shc_numpy(yaapt.fir_filtered(signal ** 2, taps), np.flatnonzero(vuv[b]), geo)
-        np.testing.assert_allclose(rows, expected, rtol=1e-9, atol=1e-12 * np.max(np.abs(expected), initial=0))
+        np.testing.assert_allclose(shc[rows[:, 0].numpy() == b], expected, rtol=1e-9,
+                                   atol=1e-12 * np.max(np.abs(expected), initial=0))
     batched = yaapt_torch.yaapt_samp_values_batch(signals, 16000, SSL_SAS_YAAPT, "cpu")
     single = [yaapt.yaapt_samp_values(signal, 16000, SSL_SAS_YAAPT) for signal in signals]
     result = agreement(dict(enumerate(single)), dict(enumerate(batched)))
     assert result.voicing >= 0.999 and result.identical_frames >= 0.99 * result.frames, result
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_torch_version_issues_a_few_hundred_torch_calls_whatever_the_batch_length(demo_subset):
+    """A GPU is bound by launches here: the calls per batch must not grow with its length (the per-tap
+    filter and per-sample NCCF loops issued about 2,700 for 10 s and 5,000 for 77 s)."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from voxanon.models.f0 import yaapt_torch
+
+    class Counting(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    signals = [np.pad(audio.astype(np.float64), (160, 160)) for audio in demo_subset.values()]
+    counts = {}
+    for n in (2, len(signals)):
+        with Counting() as counting:
+            tracks = yaapt_torch.yaapt_samp_values_batch(signals[:n], 16000, SSL_SAS_YAAPT, "cpu")
+        assert not any(isinstance(track, Exception) for track in tracks)
+        counts[sum(len(s) for s in signals[:n]) / 16000] = sum(counting.calls.values())
+    assert max(counts) > 30 and min(counts) < 10, counts
+    assert max(counts.values()) <= 300, counts
+    assert len(set(counts.values())) == 1, counts
 
 
 @pytest.mark.usefixtures("one_torch_thread")

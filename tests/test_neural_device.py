@@ -320,8 +320,8 @@ def test_device_setting_is_checked_and_auto_resolves_where_it_runs(monkeypatch):
 
 
 def test_device_overrides_name_every_stage_that_has_the_setting():
-    assert device_overrides(load_system_config("resynth"), "cuda") == [
-        "f0.device=cuda", "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
+    assert device_overrides(load_system_config("resynth"), "cuda") == [  # F0 stays in the CPU pool
+        "content.device=cuda", "speaker.device=cuda", "vocoder.device=cuda"]
     with pytest.raises(VoxanonError, match="no stage with a device setting"):
         device_overrides(load_system_config("b2"), "cuda")
 
@@ -395,3 +395,24 @@ def test_device_benchmarks_without_cuda_say_so_in_one_line_and_exit_2(script):
     assert run.stdout.count("\n") == 1 and run.stderr == ""
     assert f"benchmarks/{script}: no CUDA device" in run.stdout
     assert "no GPU figures were measured; exit code 2" in run.stdout
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_b1_embeds_its_set_on_the_runs_device(tiny_ssl_sas, tmp_path, monkeypatch):
+    """B1's set embedding (its prepare_set, before the first utterance) follows --device: padded batches on the
+    device instead of one utterance at a time on the CPU, the same vectors to float rounding."""
+    from voxanon.models.nets.speaker import EcapaEncoder
+    from voxanon.pipeline.corpus_embeddings import embed_data_dirs
+    from voxanon.pipeline.feature_cache import ContentCache
+
+    assert "pseudo_speaker.device=cuda" in device_overrides(load_system_config("b1"), "cuda")
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.6)
+    batched = []
+    original = EcapaEncoder.embed_on_device
+    monkeypatch.setattr(EcapaEncoder, "embed_on_device",
+                        lambda self, waves, **options: batched.append(len(waves)) or original(self, waves, **options))
+    on_device = embed_data_dirs([data], "ssl-sas", ContentCache(tmp_path / "device"), progress=False, device="cpu:0")
+    assert sum(batched) == len(data.wav)
+    on_cpu = embed_data_dirs([data], "ssl-sas", ContentCache(tmp_path / "cpu"), progress=False)
+    assert sum(batched) == len(data.wav) and on_device.vectors.ids == on_cpu.vectors.ids
+    np.testing.assert_allclose(on_device.vectors.matrix, on_cpu.vectors.matrix, atol=1e-5, rtol=1e-4)

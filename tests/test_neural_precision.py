@@ -145,12 +145,12 @@ def test_lower_precision_copy_gives_autocast_outputs_bit_for_bit(voxanon_home):
 @pytest.mark.parametrize("stage", [ContentStage, VocoderStage])
 @pytest.mark.parametrize("value", ["fp16", "bf16", "half", None])
 def test_unknown_precision_is_refused(stage, value):
-    with pytest.raises(ValueError, match=r"precision must be one of float32, bfloat16, float16"):
+    with pytest.raises(ValueError, match=r"precision must be one of float32, tf32, bfloat16, float16"):
         stage(precision=value)
 
 
 def test_recipe_override_with_a_bad_precision_names_the_stage():
-    with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, bfloat16, float16, got 'half'"):
+    with pytest.raises(VoxanonError, match=r"vocoder\.precision must be one of float32, tf32, bfloat16, float16, got 'half'"):
         build_system(load_system_config("resynth", ["vocoder.precision=half"]))
 
 
@@ -180,3 +180,36 @@ def test_anonymise_precision_option_sets_every_stage_that_has_one(voxanon_home, 
     assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(out), "--quiet",
                  "--precision", "bfloat16"]) == 2
     assert "no stage with a precision setting" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision, tf32", [("float32", False), ("tf32", True), ("bfloat16", False)])
+def test_each_stage_sets_cudas_float32_products_for_its_precision(voxanon_home, monkeypatch, precision, tf32):
+    """float32 is strict FP32 on CUDA (torch's own defaults compute cuDNN convolutions in TF32); tf32 is float32
+    weights with TF32 products. The switches are read while each device stage runs its model (``cpu:0``: the
+    device path on the CPU, where they change nothing)."""
+    import torch
+
+    from voxanon.models import hifigan, hubert, speaker
+
+    seen = {}
+
+    def recording(name, original):
+        def run(*args, **kwargs):
+            seen[name] = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            return original(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(hubert, "encode_on_device", recording("content", hubert.encode_on_device))
+    monkeypatch.setattr(speaker.EcapaEncoder, "embed_on_device",
+                        recording("speaker", speaker.EcapaEncoder.embed_on_device))
+    monkeypatch.setattr(hifigan.Vocoder, "synthesise", recording("vocoder", hifigan.Vocoder.synthesise))
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # a process default to undo
+    overrides = [f"{stage}.device=cpu:0" for stage in ("content", "speaker", "vocoder")]
+    overrides += [f"{stage}.precision={precision}" for stage in ("content", "vocoder")]
+    system = build_system(load_system_config("resynth", overrides))
+    batch = [system.new_utterance(f"u{i}", "spk", None, wave) for i, wave in enumerate(voiced_waves())]
+    for stage in system.stages:
+        stage.process_batch(batch)
+    assert seen == {"content": (tf32, tf32), "speaker": (False, False), "vocoder": (tf32, tf32)}
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # restored after each stage
+    assert all(np.isfinite(utt.audio).all() for utt in batch)

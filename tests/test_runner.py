@@ -342,3 +342,18 @@ def test_the_local_and_ray_backends_are_executors():
     assert isinstance(LocalBackend(1), Executor)
     assert isinstance(RayBackend(RayOptions()), Executor)
     assert not isinstance(object(), Executor)
+def test_run_json_clock_starts_with_the_command(tmp_path):
+    """The command's start-up (interpreter, imports) and the set's preparation are part of what run.json
+    times: here a process that spends 3 s before calling the command line."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2, seconds=0.5)
+    out = tmp_path / "out"
+    script = ("import sys, time; time.sleep(3); from voxanon.pipeline.cli import main; "
+              f"sys.argv = ['voxanon', 'anonymise', '--system', 'b2', '--data', {str(data.path)!r}, '--out', "
+              f"{str(out)!r}, '--workers', '1', '--quiet']; sys.exit(main())")
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    manifest = json.loads((out / "toy_b2" / "run.json").read_text())
+    assert manifest["wall_seconds"] >= 3.0, manifest["wall_seconds"]
+    # Called from Python, the clock starts with the call.
+    assert main(["anonymise", "--system", "b2", "--data", str(data.path), "--out", str(tmp_path / "again"),
+                 "--workers", "1", "--quiet"]) == 0
+    assert json.loads((tmp_path / "again" / "toy_b2" / "run.json").read_text())["wall_seconds"] < 3.0

@@ -238,10 +238,16 @@ def test_the_batched_backend_reports_a_bad_utterance_in_its_place():
     np.testing.assert_array_equal(tracks[2], sa_toolkit_f0(good[:8000]))
 
 
-def test_device_puts_a_gpu_capable_f0_on_the_device_and_leaves_pyaapt_on_the_cpu():
-    from voxanon.pipeline.systems import device_overrides, load_system_config
+def test_device_puts_sa_toolkits_f0_on_the_device_and_leaves_pyaapts_algorithm_in_the_cpu_pool():
+    from voxanon.pipeline.execution.streaming import cpu_stage_count
+    from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
 
     assert "f0.device=cuda" in device_overrides(load_system_config("b5"), "cuda")
-    assert "f0.device=cuda" in device_overrides(load_system_config("resynth"), "cuda")
-    pyaapt = device_overrides(load_system_config("resynth", ["f0.backend=pyaapt"]), "cuda")
-    assert "content.device=cuda" in pyaapt and not any(o.startswith("f0.") for o in pyaapt)
+    for backend in ("fast", "pyaapt"):
+        config = load_system_config("resynth", [f"f0.backend={backend}"])
+        overrides = device_overrides(config, "cuda")
+        assert "content.device=cuda" in overrides and not any(o.startswith("f0.") for o in overrides)
+    system = build_system(load_system_config("resynth", device_overrides(load_system_config("resynth"), "cuda")))
+    assert [stage.name for stage in system.stages[:cpu_stage_count(system)]] == ["ssl_sas_input", "f0"]
+    gpu_f0 = build_system(load_system_config("resynth", ["f0.device=cuda"]))
+    assert [stage.name for stage in gpu_f0.stages[:cpu_stage_count(gpu_f0)]] == ["ssl_sas_input"]

@@ -86,6 +86,65 @@ def test_device_batches_are_planned_from_the_job_list_alone():
     assert [[job.utt for job in batch] for batch in streaming.batches_to_run(plan, {"c"}, False)][1] == ["b"]
 
 
+def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
+    import pickle
+
+    from voxanon.pipeline.execution import shared_arrays
+    from voxanon.pipeline.execution.batches import Batch, Outcome, Prepared
+    from voxanon.pipeline.stages import Utterance
+
+    rng = np.random.default_rng(0)
+    utterances = [Utterance(f"u{i}", "s", None, rng.standard_normal(16000 * (i + 1)).astype(np.float32), 16000,
+                            seeds={}, features={"f0": rng.random(50 * (i + 1)), "note": "kept", "empty": np.zeros(0)},
+                            vectors={"speaker": rng.random(192).astype(np.float32)}) for i in range(3)]
+    originals = [(u.audio.copy(), u.features["f0"].copy(), u.vectors["speaker"].copy()) for u in utterances]
+    batch = Batch([], [Prepared(u, 2, 1.0, []) for u in utterances], {u.utt_id: Outcome(u.utt_id) for u in utterances})
+    packed = pickle.dumps(shared_arrays.pack(batch, owner=os.getpid()))
+    assert len(packed) < 4000  # references, not 96,000 samples of float32 audio
+    files = list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{os.getpid()}-*"))
+    assert len(files) == 1
+    back = shared_arrays.unpack(pickle.loads(packed))
+    assert not files[0].exists()
+    for item, (audio, f0, vector) in zip(back.ready, originals):
+        utt = item.utterance
+        assert utt.audio.dtype == np.float32 and utt.features["note"] == "kept" and utt.features["empty"].size == 0
+        np.testing.assert_array_equal(utt.audio, audio)
+        np.testing.assert_array_equal(utt.features["f0"], f0)
+        np.testing.assert_array_equal(utt.vectors["speaker"], vector)
+        utt.audio *= 2  # writable, as a stage expects
+    # A batch taken down with its process leaves a file; its driver's lanes remove it, and so does the next run
+    # for a driver that is gone.
+    shared_arrays.pack(Batch([], [Prepared(utterances[0], 2, 1.0, [])], {}), owner=os.getpid())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    shared_arrays.pack(Batch([], [Prepared(utterances[1], 2, 1.0, [])], {}), owner=int(gone.stdout))
+    shared_arrays.remove_leftovers(os.getpid())
+    assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{os.getpid()}-*"))
+    assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{gone.stdout.strip()}-*"))
+
+
+def test_device_batches_hold_a_row_count_of_the_models_grid():
+    """Padding rows are GPU work for nothing: on the 10 h benchmark set (``benchmarks/gpu_pipeline.py``: the demo
+    corpus replicated 78 times) the planner cut 200 s batches that the models padded by 21 % of their rows."""
+    from voxanon.data_prep.corpus import read_data_dir
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+    from voxanon.models.nets.precision import padded_rows
+
+    demo = read_data_dir(demo_corpus_dir())
+    copies = int(-(-36000 // sum(demo.utt2dur.values())))
+    jobs = [Job(f"{utt}-x{copy:03d}", "s", None, f"{utt}.wav", f"out/{utt}-{copy}.wav", demo.utt2dur[utt])
+            for copy in range(copies) for utt in demo.utterances]
+    plan = streaming.plan_batches(jobs, streaming.DEFAULT_BATCH_SECONDS)
+    assert sorted(job.utt for batch in plan for job in batch) == sorted(job.utt for job in jobs)
+    rows = sum(padded_rows(len(batch)) for batch in plan)
+    assert (rows - len(jobs)) / rows <= 0.05
+    for batch in plan:
+        assert len(batch) * batch[0].seconds <= streaming.DEFAULT_BATCH_SECONDS or len(batch) == 1
+        assert batch[-1].seconds >= 0.75 * batch[0].seconds
+    # Eleven 1 s jobs within a 12 s budget: 8 and 3 rows, not 11 padded to 12.
+    ones = [Job(f"u{i:02d}", "s", None, "a.wav", f"out/{i}.wav", 1.0) for i in range(11)]
+    assert [len(batch) for batch in streaming.plan_batches(ones, 12.0)] == [8, 3]
+
+
 @pytest.mark.parametrize("system, worker_counts", [
     ("resynth", (1, 2, 3)), ("b1", (1, 3)), ("zllr", (1, 3)),
     pytest.param("b1", (1, 2, 3), marks=pytest.mark.slow), pytest.param("zllr", (1, 2, 3), marks=pytest.mark.slow)])

@@ -29,7 +29,8 @@ order of operations, so that its output (``samp_values``: Hz, 0 for unvoiced fra
    (``dynamic`` and ``path1``: ties resolve to the last candidate, NaN costs as numpy's argmin).
 
 The sequential parts (peak picking per frame, the NCCF with its running mean removal, both dynamic
-programmes) are compiled with numba (``cache=True``: compiled once per machine, then loaded);
+programmes) are compiled with numba (``cache=True``: compiled once per machine, then loaded from the user's
+cache folder, :mod:`voxanon.models.numba_cache`);
 the rest calls the same numpy and scipy functions on the same arrays as pYAAPT (``np.convolve``,
 ``np.fft.rfft``, ``np.argsort`` in the refinement, whose order among equal merits is numpy's,
 ``medfilt``, ``pchip``, ``lfilter``). Sums follow numpy's pairwise summation exactly, and the NCCF's
@@ -51,8 +52,11 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numba
-import numpy as np
+from voxanon.models.numba_cache import use_user_cache_folder
+
+use_user_cache_folder()
+import numba  # noqa: E402  (after its cache folder is chosen)
+import numpy as np  # noqa: E402
 
 # pYAAPT's defaults for the parameters the SSL-SAS call leaves alone (``yaapt``'s ``parameters``).
 FFT_LENGTH = 8192

@@ -1,14 +1,24 @@
 """YAAPT F0 (pYAAPT's algorithm) for a batch of utterances at once, with the dense work in torch on a GPU.
 
 :mod:`voxanon.models.f0.yaapt` reproduces pYAAPT on the CPU. Here the per-frame arithmetic of a whole
-padded batch runs on a torch device, in float64: the two FIR filterings (one multiply-add of the batch
-per tap), the NLFER energies (a DFT matrix product), the SHC of the NLFER-voiced frames (batched
-8192-point FFTs and the harmonic products), each NCCF frame's sum, and the NCCF of every frame of both
-signals over its lag range (frames in chunks of 4096, all lags of a chunk at once). What depends on one utterance's earlier
-results, frame after frame — the spectral peaks, the spectral track and the lag ranges it sets, the
-means pYAAPT removes frame by frame, the NCCF peaks, the refinement and both dynamic programmes —
-runs on the CPU with :mod:`voxanon.models.f0.yaapt`'s own functions, on the values brought back, one
-thread per core over the batch's utterances.
+padded batch runs on a torch device, in float64, in a fixed number of torch calls whatever the batch's
+length (a GPU is bound by launches, not arithmetic, at these sizes):
+
+* both FIR filterings at once, as one matrix product of signal blocks with the filter's Toeplitz matrix
+  (exact zeros stay exact, as in ``lfilter``);
+* the NLFER energies (a DFT matrix product) and the voiced frames' indices, found on the device;
+* the SHC of every NLFER-voiced frame of the batch (8192-point FFTs, the four harmonics' products as
+  strided views of one magnitude array) and pYAAPT's spectral peak picking on it;
+* each NCCF frame's sum, and the NCCF of every frame of both signals over the batch's lag span (one
+  batched FFT cross-correlation), with ``cmp_rate``'s peak picking.
+
+Only two steps depend on one utterance's earlier results, frame after frame: the spectral track (its
+dynamic programme, smoothing and interpolation, and from it the lag ranges and the means pYAAPT removes
+frame by frame) and the refinement with the final dynamic programme. They run on the CPU with
+:mod:`voxanon.models.f0.yaapt`'s own functions, one thread per core over the batch's utterances, on the
+candidates brought back: three copies to the host per batch (energies and sums, spectral candidates,
+NCCF candidates), none per chunk. Only the SHC is cut in chunks, of :data:`SHC_CHUNK_FRAMES` voiced frames
+(to bound memory), so a batch issues the same number of torch calls up to that many voiced frames.
 
 The values agree with the CPU version's to float rounding (a different FFT, summation order and
 BLAS): the tracks are the same except where pYAAPT's dynamic programme meets two paths of equal
@@ -28,10 +38,11 @@ import torch.nn.functional as F
 
 from voxanon.models.f0 import yaapt as cpu
 
-SHC_CHUNK_FRAMES = 512
-"""Voiced frames per batched 8192-point FFT (about 34 MB of spectrum)."""
-NCCF_CHUNK_FRAMES = 4096
-"""NCCF frames computed at once (about 7.5 MB per lag-sized array of float64)."""
+SHC_CHUNK_FRAMES = 16384
+"""Voiced frames per batched 8192-point FFT: about 1 GB of spectrum and 0.6 GB of harmonic products, 164 s
+of voiced speech (a 200 s device batch is one chunk unless nearly all of it is voiced)."""
+FIR_BLOCK = 512
+"""Output samples per row of the FIR's Toeplitz product (its input rows are ``FIR_BLOCK + 150`` long)."""
 
 
 def yaapt_samp_values_batch(signals: list[np.ndarray], fs: float, params, device: str | torch.device
@@ -46,34 +57,34 @@ def yaapt_samp_values_batch(signals: list[np.ndarray], fs: float, params, device
         host = np.zeros((len(signals), lengths.max()))
         for b, signal in enumerate(signals):
             host[b, :len(signal)] = signal
-        x = torch.from_numpy(host).to(device)
+        x = torch.from_numpy(host).to(device, non_blocking=True)
         valid = torch.arange(x.shape[1], device=device) < torch.from_numpy(lengths).to(device)[:, None]
-        taps = cpu.bandpass_taps(geo.fs)
-        filtered = [_fir(x, taps, valid), _fir(x * x, taps, valid)]
-        energy = _nlfer(filtered[0], frames, geo).cpu().numpy()
-        vuv = [energy[b, :frames[b]] > cpu.NLFER_THRESH1 for b in range(len(signals))]
-        shc = _shc(filtered[1], vuv, geo)
-        sums = [_unfolded(s, geo.tda_length, geo.frame_jump).sum(-1).cpu().numpy() for s in filtered]
+        # Row b: the signal, row B + b: the nonlinear signal (its square).
+        filtered = _fir(torch.cat([x, x * x]), cpu.bandpass_taps(geo.fs), torch.cat([valid, valid]))
+        energy = _nlfer(filtered[:len(signals)], frames, geo)
+        counts = torch.from_numpy(frames).to(device)
+        voiced = (energy > cpu.NLFER_THRESH1) & (torch.arange(energy.shape[1], device=device) < counts[:, None])
+        rows = torch.nonzero(voiced)
+        cand_pitch, cand_merit = _spectral_candidates(_shc(filtered[len(signals):], rows, geo), geo)
+        sums = _unfolded(filtered, geo.tda_length, geo.frame_jump).sum(-1)
+        host_energy, host_sums = energy.cpu().numpy(), sums.cpu().numpy()
+        host_vuv = voiced.cpu().numpy()
+        spectral_pitch, spectral_merit = _per_frame(rows, (cand_pitch, cand_merit), frames, (0.0, 1.0))
 
         def spectral(b: int):
-            voiced = np.flatnonzero(vuv[b])
-            cand_pitch, cand_merit = cpu.spectral_candidates(shc[b], voiced, frames[b], geo)
-            spec_pitch, pitch_std = cpu.spectral_track(cand_pitch, cand_merit, geo.f0_min)
+            spec_pitch, pitch_std = cpu.spectral_track(spectral_pitch[b], spectral_merit[b], geo.f0_min)
             tda_pitch = spec_pitch[:tda_frames[b]]
-            means = [cpu.frame_means(s[b, :tda_frames[b]], geo) for s in sums]
+            means = [cpu.frame_means(host_sums[b + i * len(signals), :tda_frames[b]], geo) for i in (0, 1)]
             return spec_pitch, pitch_std, cpu.nccf_lags(tda_pitch, pitch_std, geo), means
 
         results = _per_utterance(spectral, range(len(signals)))
         tracks = {b: result for b, result in enumerate(results) if not isinstance(result, Exception)}
-        candidates = {b: [] for b in tracks}
-        for index, signal in enumerate(filtered):
-            found = _nccf_candidates(signal, {b: (t[2], t[3][index]) for b, t in tracks.items()}, geo)
-            for b in tracks:
-                candidates[b].append(found[b])
+        candidates = _nccf_candidates(filtered, tracks, geo)
 
         def final(b: int):
             spec_pitch, pitch_std = tracks[b][:2]
-            return cpu.final_track(energy[b, :frames[b]], vuv[b], spec_pitch, pitch_std, candidates[b])
+            return cpu.final_track(host_energy[b, :frames[b]], host_vuv[b, :frames[b]], spec_pitch, pitch_std,
+                                   candidates[b])
 
         for b, track in zip(tracks, _per_utterance(final, list(tracks))):
             results[b] = track
@@ -97,13 +108,31 @@ def _per_utterance(work, utterances) -> list:
         return list(pool.map(guarded, utterances))
 
 
+def _per_frame(rows: torch.Tensor, values: tuple[torch.Tensor, ...], frames: np.ndarray,
+               fill: tuple[float, ...]) -> list[list[np.ndarray]]:
+    """Candidates computed for the frames ``rows`` ((utterance, frame) pairs) as each utterance's
+    (candidates, frames) arrays, ``fill`` where a frame has none: one copy to the host."""
+    host_rows = rows.cpu().numpy()
+    out = []
+    for value, default in zip(values, fill):
+        array = np.full((len(frames), value.shape[1], max(frames.max(), 1)), default)
+        array[host_rows[:, 0], :, host_rows[:, 1]] = value.cpu().numpy()
+        out.append([array[b, :, :frames[b]] for b in range(len(frames))])
+    return out
+
+
 def _fir(x: torch.Tensor, taps: np.ndarray, valid: torch.Tensor) -> torch.Tensor:
     """``lfilter(taps, 1, x)`` per row, each row cut to its own length (pYAAPT filters the unpadded signal):
-    one multiply-add of the whole batch per tap (float64 convolutions are slow on both CPUs and GPUs)."""
-    delayed = F.pad(x, (len(taps) - 1, 0))
-    y = torch.zeros_like(x)
-    for k, tap in enumerate(taps):
-        y.add_(delayed[:, len(taps) - 1 - k:len(taps) - 1 - k + x.shape[1]], alpha=float(tap))
+    blocks of :data:`FIR_BLOCK` outputs, each the product of its input span with the filter's Toeplitz
+    matrix (float64 convolutions are slow on both CPUs and GPUs; a product of exact zeros stays 0)."""
+    order = len(taps) - 1
+    blocks = -(-x.shape[1] // FIR_BLOCK)
+    toeplitz = np.zeros((FIR_BLOCK + order, FIR_BLOCK))
+    for r in range(FIR_BLOCK):
+        toeplitz[r:r + order + 1, r] = taps[::-1]
+    padded = F.pad(x, (order, blocks * FIR_BLOCK - x.shape[1]))
+    spans = padded.unfold(1, FIR_BLOCK + order, FIR_BLOCK)
+    y = (spans @ torch.from_numpy(toeplitz).to(x.device)).reshape(x.shape[0], -1)[:, :x.shape[1]]
     return torch.where(valid, y, 0.0)
 
 
@@ -129,76 +158,152 @@ def _nlfer(filtered: torch.Tensor, frames: np.ndarray, geo: cpu.Geometry) -> tor
     return frame_energy / mean[:, None]
 
 
-def _shc(nonlinear: torch.Tensor, vuv: list[np.ndarray], geo: cpu.Geometry) -> list[np.ndarray]:
-    """Each utterance's SHC rows (voiced frames x ``shc_max``), as :func:`voxanon.models.f0.yaapt.shc_numpy`."""
+def _shc(nonlinear: torch.Tensor, rows: torch.Tensor, geo: cpu.Geometry) -> torch.Tensor:
+    """The SHC rows (``shc_max`` values, the first ``shc_min - 1`` zero) of the frames ``rows`` ((utterance,
+    frame) pairs), as :func:`voxanon.models.f0.yaapt.shc_numpy`."""
     device = nonlinear.device
-    rows = np.array([(b, f) for b, voiced in enumerate(vuv) for f in np.flatnonzero(voiced)],
-                    dtype=np.int64).reshape(-1, 2)
-    out = np.zeros((len(rows), geo.shc_max))
     data = F.pad(nonlinear, (0, geo.shc_frame))  # spec_track's appended zeros
     window = torch.from_numpy(cpu.shc_window(geo.shc_frame)).to(device)
-    k = torch.arange(geo.shc_min, geo.shc_max + 1, device=device)[:, None]
-    c = torch.arange(geo.shc_window, device=device)
     span = torch.arange(geo.shc_frame, device=device)
+    harmonics = cpu.SHC_NUMHARMS + 1
+    parts = [torch.zeros(0, geo.shc_max, dtype=nonlinear.dtype, device=device)]
     for start in range(0, len(rows), SHC_CHUNK_FRAMES):
-        chunk = torch.from_numpy(rows[start:start + SHC_CHUNK_FRAMES]).to(device)
+        chunk = rows[start:start + SHC_CHUNK_FRAMES]
         slices = data[chunk[:, :1], chunk[:, 1:] * geo.frame_jump + span] * window
         slices = slices - slices.mean(1, keepdim=True)
         magnitude = F.pad(torch.fft.rfft(slices, cpu.FFT_LENGTH)[:, :geo.shc_bins].abs(), (geo.shc_half_window, 0))
-        product = magnitude[:, k + c]
-        for harmonic in range(2, cpu.SHC_NUMHARMS + 2):
-            product = product * magnitude[:, harmonic * k + c]
-        out[start:start + len(chunk), geo.shc_min - 1:] = product.sum(-1).cpu().numpy()
-    counts = np.cumsum([0] + [int(np.count_nonzero(voiced)) for voiced in vuv])
-    return [out[counts[b]:counts[b + 1]] for b in range(len(vuv))]
+        # windows[v, i, c] = magnitude[v, i + c]; harmonic h of frequency k reads row h * k.
+        windows = magnitude.unfold(1, geo.shc_window, 1)
+        product = windows[:, geo.shc_min:geo.shc_max + 1] * windows[:, 2 * geo.shc_min:2 * geo.shc_max + 1:2]
+        for harmonic in range(3, harmonics + 1):
+            product.mul_(windows[:, harmonic * geo.shc_min:harmonic * geo.shc_max + 1:harmonic])
+        parts.append(F.pad(product.sum(-1), (geo.shc_min - 1, 0)))
+    return torch.cat(parts)
 
 
-def _nccf_candidates(signal: torch.Tensor, frames: dict[int, tuple[tuple[np.ndarray, np.ndarray], np.ndarray]],
-                     geo: cpu.Geometry) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """``time_track``'s candidates (before the spectral weighting) of one signal, per utterance.
+def _first_argmax_at_center(values: torch.Tensor, center: int) -> torch.Tensor:
+    """For each column n of ``values`` (rows, columns; ``center`` columns of margin on both sides), whether
+    ``np.argmax(values[n - center:n + center + 1]) == center`` (the first maximum, or the first NaN), for the
+    columns ``center .. columns - center - 1``."""
+    windows = values.unfold(1, 2 * center + 1, 1)
+    middle = windows[..., center]
+    # A NaN anywhere in the window makes the comparison with its side's maximum false, as argmax picks it.
+    return (middle > windows[..., :center].amax(-1)) & (middle >= windows[..., center + 1:].amax(-1))
 
-    ``frames[b]``: utterance b's lag ranges and the means removed from its NCCF frames."""
-    device = signal.device
+
+def _spectral_candidates(shc: torch.Tensor, geo: cpu.Geometry) -> tuple[torch.Tensor, torch.Tensor]:
+    """pYAAPT's ``peaks`` on each SHC row: (pitch, merit), each (rows, 4); a frame without candidates has
+    pitch 0 and merit 1 (as :func:`voxanon.models.f0.yaapt.spectral_candidates`)."""
+    low, high, center = geo.peak_min_lag, geo.peak_max_lag, geo.peak_center
+    top = shc[:, low:high + 1].amax(1, keepdim=True)
+    data = torch.where(top > 1e-14, shc / top, shc)
+    average = data[:, low:high + 1].mean(1)
+    # Peaks at n = low + center + 1 .. high - center.
+    inner = data[:, low + center + 1:high - center + 1]
+    peak = ((inner > data[:, low + center:high - center]) & (inner > data[:, low + center + 2:high - center + 2])
+            & (inner > cpu.SHC_THRESH2 * average[:, None])
+            & _first_argmax_at_center(data[:, low + 1:high + 1], center))
+    found = peak.sum(1)
+    merits = torch.where(peak, inner, 0.0)
+    best = merits.amax(1).clamp(min=0.0)
+    keep = ~(average > 1 / cpu.SHC_THRESH1) & ~(best / average < cpu.SHC_THRESH1) & (found > 0) \
+        & (found < cpu.SHC_MAXPEAKS)
+    order = torch.sort(merits, dim=1, descending=True, stable=True)
+    ranked = order.indices[:, :cpu.SHC_MAXPEAKS]
+    slot = torch.arange(cpu.SHC_MAXPEAKS, device=shc.device)
+    ranked = torch.where(slot < found[:, None], ranked, ranked[:, :1])  # slots past the peaks repeat the first
+    pitch = (ranked + (low + center + 1)).to(shc.dtype) * geo.delta
+    merit = merits.gather(1, ranked)
+    return torch.where(keep[:, None], pitch, 0.0), torch.where(keep[:, None], merit, 1.0)
+
+
+def _nccf_candidates(filtered: torch.Tensor, tracks: dict[int, tuple], geo: cpu.Geometry
+                     ) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
+    """``time_track``'s candidates (before the spectral weighting) of both signals, per utterance: the
+    signal's, then the nonlinear signal's, each (pitch, merit) of (3, NCCF frames).
+
+    ``tracks[b]``: utterance b's spectral step (its lag ranges third, the means removed from the NCCF
+    frames of its two signals fourth)."""
+    device = filtered.device
     length, jump = geo.tda_length, geo.frame_jump
-    utterances = sorted(frames)
-    counts = [len(frames[b][1]) for b in utterances]
-    means = torch.zeros(signal.shape[0], max(counts, default=0), dtype=signal.dtype)
+    batch = filtered.shape[0] // 2
+    utterances = sorted(tracks)
+    counts = [len(tracks[b][3][0]) for b in utterances]
+    if not sum(counts):
+        return {b: [(np.zeros((cpu.NCCF_MAXCANDS, 0)),) * 2] * 2 for b in utterances}
+    means = np.zeros((2 * batch, max(counts)))
     for b, count in zip(utterances, counts):
-        means[b, :count] = torch.from_numpy(frames[b][1])
-    means = means.to(device)
-    windows = _unfolded(signal, length, jump)[:, :means.shape[1]].clone()
+        means[b, :count], means[batch + b, :count] = tracks[b][3]
+    means = torch.from_numpy(means).to(device)
+    windows = _unfolded(filtered, length, jump)[:, :means.shape[1]].clone()
     # pYAAPT removes each frame's mean from the buffer the next frames share, oldest first.
     for back in range((length - 1) // jump, 0, -1):
         windows[:, back:, :length - back * jump] -= means[:, :-back, None]
     windows -= means[:, :, None]
     owner = np.repeat(utterances, counts)
-    index = np.concatenate([np.arange(count) for count in counts]) if counts else np.zeros(0, dtype=int)
-    windows = windows[torch.from_numpy(owner).to(device), torch.from_numpy(index).to(device)]
-    lag_min = np.concatenate([frames[b][0][0] for b in utterances]) if counts else np.zeros(0, dtype=np.int64)
-    lag_max = np.concatenate([frames[b][0][1] for b in utterances]) if counts else np.zeros(0, dtype=np.int64)
-    pitch, merit = np.zeros((cpu.NCCF_MAXCANDS, len(owner))), np.zeros((cpu.NCCF_MAXCANDS, len(owner)))
-    per_chunk = NCCF_CHUNK_FRAMES
-    positions = torch.arange(length, device=device)
-    for start in range(0, len(owner), per_chunk):
-        stop = min(start + per_chunk, len(owner))
-        low, high = int(lag_min[start:stop].min()), int(lag_max[start:stop].max())
-        y = windows[start:stop]
-        heads = torch.from_numpy(length - lag_max[start:stop]).to(device)
-        head = torch.where(positions < heads[:, None], y, 0.0)
-        power = (head * head).sum(1)
-        # Numerators one head sample at a time: a product of all lags' windows at once would copy each
-        # frame (high - low) times.
-        padded = F.pad(y, (0, high))
-        numerators = torch.zeros(len(y), high - low, dtype=y.dtype, device=device)
-        for i in range(length - int(lag_max[start:stop].min())):
-            numerators.addcmul_(padded[:, low + i:high + i], head[:, i:i + 1])
-        # Each lag's window energy from running sums: a window of exact zeros still gives exactly 0 (and a
-        # NaN NCCF, as in pYAAPT), others agree to rounding.
-        running = F.pad(torch.cumsum(y * y, 1), (1, high))
-        starts = torch.arange(low, high, device=device)
-        energies = running.gather(1, starts + heads[:, None]) - running[:, low:high]
-        phi = (numerators / torch.sqrt(energies * power[:, None])).cpu().numpy()
-        cpu.time_candidates_from_phi(phi, low, (lag_min[start:stop], lag_max[start:stop]), geo,
-                                     pitch[:, start:stop], merit[:, start:stop])
+    index = np.concatenate([np.arange(count) for count in counts])
+    owner = np.concatenate([owner, owner + batch])
+    index = np.concatenate([index, index])
+    y = windows[torch.from_numpy(owner).to(device), torch.from_numpy(index).to(device)]
+    lag_min = np.concatenate([tracks[b][2][0] for b in utterances] * 2)
+    lag_max = np.concatenate([tracks[b][2][1] for b in utterances] * 2)
+    pitch, merit = _nccf_peaks(_nccf(y, lag_min, lag_max), int(lag_min.min()), lag_min, lag_max, geo)
+    pitch, merit = pitch.cpu().numpy().T, merit.cpu().numpy().T
     bounds = np.cumsum([0] + counts)
-    return {b: (pitch[:, bounds[i]:bounds[i + 1]], merit[:, bounds[i]:bounds[i + 1]]) for i, b in enumerate(utterances)}
+    half = bounds[-1]
+    return {b: [(pitch[:, offset + bounds[i]:offset + bounds[i + 1]], merit[:, offset + bounds[i]:offset + bounds[i + 1]])
+                for offset in (0, half)] for i, b in enumerate(utterances)}
+
+
+def _nccf(y: torch.Tensor, lag_min: np.ndarray, lag_max: np.ndarray) -> torch.Tensor:
+    """``crs_corr`` of each frame ``y[f]`` (mean already removed) at the lags ``low .. high - 1`` of the whole
+    set (``low, high``: the smallest ``lag_min``, the largest ``lag_max``): its first ``length - lag_max[f]``
+    samples against the window at each lag, over the root of both energies. The cross-correlations are one
+    batched FFT product; a window of exact zeros gives 0 / 0 = NaN, as in pYAAPT."""
+    device = y.device
+    length = y.shape[1]
+    low, high = int(lag_min.min()), int(lag_max.max())
+    heads = torch.from_numpy(length - lag_max).to(device)
+    head = torch.where(torch.arange(length, device=device) < heads[:, None], y, 0.0)
+    power = (head * head).sum(1)
+    size = 1 << (2 * length - 1).bit_length()
+    correlation = torch.fft.irfft(torch.fft.rfft(y, size) * torch.fft.rfft(head, size).conj(), size)
+    numerators = correlation[:, low:high]
+    # Each lag's window energy from running sums: a window of exact zeros still gives exactly 0.
+    running = F.pad(torch.cumsum(y * y, 1), (1, high))
+    starts = torch.arange(low, high, device=device)
+    energies = running.gather(1, starts + heads[:, None]) - running[:, low:high]
+    numerators = torch.where(energies == 0, 0.0, numerators)
+    return numerators / torch.sqrt(energies * power[:, None])
+
+
+def _nccf_peaks(phi: torch.Tensor, first_lag: int, lag_min: np.ndarray, lag_max: np.ndarray, geo: cpu.Geometry
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """pYAAPT's ``cmp_rate`` on NCCF rows (row f: lags ``first_lag, first_lag + 1, ...`` of frame f; only its
+    ``[lag_min[f], lag_max[f])`` count): (pitch, merit), each (frames, 3), as
+    :func:`voxanon.models.f0.yaapt.time_candidates_from_phi`."""
+    device = phi.device
+    center = geo.nccf_half_width
+    lags = torch.arange(first_lag - center, first_lag + phi.shape[1] + center, device=device)
+    low = torch.from_numpy(lag_min).to(device)[:, None]
+    high = torch.from_numpy(lag_max).to(device)[:, None]
+    # The frame's NCCF, zero outside its lag range, with ``center`` zero columns on both sides.
+    full = torch.where((lags >= low) & (lags < high), F.pad(phi, (center, center)), 0.0)
+    top = full.amax(1).clamp(min=0.0)
+    top = torch.where(full.isnan().any(1), torch.nan, top)
+    values = full[:, center:-center]
+    candidate_lags = lags[center:-center]
+    peak = ((values > full[:, center - 1:-center - 1]) & (values > full[:, center + 1:full.shape[1] - center + 1])
+            & (values > geo.nccf_thresh1) & (candidate_lags >= low + center) & (candidate_lags <= high - center))
+    single = (top > cpu.NCCF_THRESH2) & peak.any(1)
+    best = torch.where(peak, values, -torch.inf).argmax(1, keepdim=True)
+    only_best = torch.zeros_like(peak).scatter_(1, best, True)
+    taken = torch.where(single[:, None], peak & only_best, peak & _first_argmax_at_center(full, center))
+    merits = torch.where(taken, values, 0.0)
+    ranked = torch.sort(merits, dim=1, descending=True, stable=True).indices[:, :cpu.NCCF_MAXCANDS]
+    merit = merits.gather(1, ranked)
+    # fs / (lag + 1) as a true division (a Python number over a tensor is its reciprocal times the number).
+    rate = torch.full((), geo.fs, dtype=phi.dtype, device=device)
+    pitch = torch.where(merit > 0, rate / (candidate_lags[ranked] + 1), 0.0)
+    scale = merit.amax(1, keepdim=True)
+    return pitch, torch.where(scale > 1.0, merit / scale, merit)

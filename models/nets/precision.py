@@ -41,6 +41,21 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+@contextlib.contextmanager
+def float32_products(tf32: bool):
+    """How CUDA computes float32 matrix products and convolutions while the context lasts: strict FP32
+    (``tf32`` false: ``--precision float32``, products as exact as the CPU's up to summation order) or TF32
+    (``--precision tf32``: inputs rounded to 10-bit mantissas, float32 accumulation; tensor cores). torch's own
+    defaults mix the two (matrix products strict, cuDNN convolutions TF32). The switches are the process's:
+    the device process runs one stage at a time, each under its own. No effect on a CPU (no TF32 there)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(tf32)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 CAST_MODULES = (nn.Linear, nn.Conv1d, nn.ConvTranspose1d)
 """Modules whose weights autocast casts (matrix products and convolutions); norms keep float32."""
 DIRECT_CAST_MODULES = CAST_MODULES + (nn.LayerNorm,)
@@ -76,6 +91,9 @@ def prepared_for_device(model: nn.Module, device: str, dtype: torch.dtype = torc
     """
     if device == "cpu":
         return model.eval() if dtype == torch.float32 else lower_precision_copy(model, dtype)
+    if str(device).startswith("cuda"):
+        # The process's default: strict FP32 wherever a stage does not choose (float32_products).
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     target = device if move else None
     cast = {id(tensor) for module in model.modules()
             if isinstance(module, DIRECT_CAST_MODULES) and not getattr(module, "keeps_float32", False)

@@ -29,13 +29,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--suffix", help="appended to each set's name (default: _<system>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe setting, e.g. --set mcadams.alpha=0.7 (repeatable)")
-    parser.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--precision", choices=("float32", "tf32", "bfloat16", "float16"),
                         help="precision of the neural stages that have the setting (content, vocoder; default: "
-                             "the recipe's, float32). bfloat16 is about 1.7x faster on CPUs with AMX, at about "
-                             "36 dB SNR against float32: not the published systems' exact output. float16 is for "
-                             "GPUs (--device cuda)")
+                             "the recipe's, float32). float32 is strict FP32 on GPUs too; tf32 lets a GPU compute "
+                             "float32 matrix products and convolutions in TF32 (float32 on a CPU). bfloat16 is "
+                             "about 1.7x faster on CPUs with AMX, at about 36 dB SNR against float32: not the "
+                             "published systems' exact output. float16 is for GPUs (--device cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"),
-                        help="where the neural stages run (content, speaker, vocoder; default: the recipe's, cpu). "
+                        help="where the neural stages run (content, speaker, vocoder, and B1's set embedding; "
+                             "default: the recipe's, cpu). pYAAPT's F0 stays on the CPU, on every core "
+                             "(--set f0.device=cuda for the GPU YAAPT). "
                              "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
                              "similar length run as padded batches of up to the batch size (--batch-size); "
                              "outputs differ from CPU ones by float rounding")
@@ -73,11 +76,14 @@ def run(args: argparse.Namespace) -> int:
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     sets = _output_sets(args, suffix)
     any_failed = False
+    started = getattr(args, "command_started", None)  # the first set's run.json counts the command's start-up
     try:
         for data, out_dir in sets:
             result = anonymise_set(data, config, out_dir, workers=args.workers or usable_cpus(),
                                    resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
-                                   backend=backend, executor=args.executor, input_digest=args.input_digest)
+                                   backend=backend, executor=args.executor, input_digest=args.input_digest,
+                                   started=started)
+            started = None
             status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
             print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} "
                   f"resumed), {status} -> {result.out_dir}", file=sys.stderr)

@@ -70,6 +70,13 @@ def add_parser(subparsers) -> None:
                           help="then import it as a model set (ssl-sas, zllr-vc, hubert-soft)")
     fetching.add_argument("--attempts", type=int, default=4, help="tries per file, each resuming the last (default 4)")
     fetching.set_defaults(run=run_fetch)
+    warming = actions.add_parser("warm-up", help="compile the fast YAAPT's kernels ahead of a run",
+                                 description="Compile numba's kernels of the fast YAAPT (its CPU version and those its "
+                                             "GPU version calls) into the user's cache folder "
+                                             "($XDG_CACHE_HOME/voxanon/numba, or NUMBA_CACHE_DIR where set): about "
+                                             "45 s once per machine, then every run loads them in well under a "
+                                             "second.")
+    warming.set_defaults(run=run_warm_up)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -201,3 +208,18 @@ def install_release_flow(folders: tuple[Path, ...]) -> None:
         return
     save_flow(import_reference_flow(pickles[0]), target)
     print(f"installed the release's sex flow ({pickles[0]}) as flow {RELEASE_FLOW_NAME!r} in {target}")
+
+
+def run_warm_up(args: argparse.Namespace) -> int:
+    import time
+
+    from voxanon.models.numba_cache import numba_cache_dir
+
+    began = time.perf_counter()
+    print(f"compiling the fast YAAPT's kernels into {numba_cache_dir()} (about 45 s the first time; then loaded)",
+          flush=True)
+    from voxanon.models.f0.yaapt import warm_up
+
+    warm_up()
+    print(f"fast YAAPT kernels ready in {numba_cache_dir()} ({time.perf_counter() - began:.1f} s)")
+    return 0

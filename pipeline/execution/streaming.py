@@ -12,7 +12,8 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
   batch* at a time; a batch goes to the device process with the fewest batches in hand.
 - **Device batches** are planned before the run, from the job list alone (:func:`plan_batches`): the set's
   utterances, longest first (ties by id), cut into batches of at most ``batch_seconds`` of padded audio
-  (the longest member's length times the member count) and at most 25 % padding. Their composition is
+  (the longest member's length times the member count) and at most 25 % padding, each of a row count the
+  models batch without padding rows (1, 2, 3, 4, 6, 8, 12, ...). Their composition is
   therefore the same whatever the worker count, the queue timing or the order in which the CPU lane
   finishes; the device runs a batch once all its members have arrived. A resumed run plans over the whole
   set again; an unfinished job's batch is rerun with its finished members as *companions*, computed but
@@ -21,10 +22,12 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
 - **Back-pressure**: a batch is released to the CPU lane only while the audio released and not yet
   written stays within ``queue_seconds`` (:class:`StreamingOptions`); memory stays flat however long the set.
 
-The driver (the runner's process) keeps the plan and hands each batch from lane to lane; the lanes are
+The driver (the runner's process) keeps the plan and hands each batch from lane to lane (locally, the
+batch's arrays wait in shared memory meanwhile and only their references are pickled:
+:mod:`voxanon.pipeline.execution.shared_arrays`); the lanes are
 local processes (:class:`LocalLanes`) or Ray actors (:class:`voxanon.pipeline.execution.ray.RayLanes`), and
-both call the runner's per-utterance functions (:func:`~voxanon.pipeline.batches.load_batch`,
-:func:`~voxanon.pipeline.batches.run_stages`, :func:`~voxanon.pipeline.batches.write_batch`), as the pool does.
+both call the per-utterance functions (:func:`~voxanon.pipeline.execution.batches.load_batch`,
+:func:`~voxanon.pipeline.execution.batches.run_stages`, :func:`~voxanon.pipeline.execution.batches.write_batch`), as the pool does.
 A model-level fault (a model set that does not load, a missing device, out of memory) stops the run with
 one message (:class:`~voxanon.pipeline.stages.RunFault`); the device process loads and checks its models
 before it takes any work.
@@ -46,10 +49,10 @@ from multiprocessing import get_context
 from typing import Any, Iterator
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.execution import batches, workers
+from voxanon.pipeline.execution import batches, shared_arrays, workers
+from voxanon.pipeline.execution.batches import Batch, Job, Outcome
 from voxanon.pipeline.execution.pool import fork_safe, kill_pool
 from voxanon.pipeline.model_service import visible_gpus
-from voxanon.pipeline.execution.batches import Batch, Job, Outcome
 from voxanon.pipeline.stages import RunFault, one_line
 from voxanon.pipeline.systems import System
 
@@ -94,21 +97,28 @@ def device_process_count(system: System) -> int:
 
 def plan_batches(jobs: list[Job], batch_seconds: float, max_padding: float = MAX_PADDING) -> list[list[Job]]:
     """``jobs`` in device batches: longest first (:attr:`Job.seconds`; ties by utterance id, so that the
-    set's order does not matter), a new batch whenever the padded length (members times the longest) would
-    pass ``batch_seconds`` or padding to the longest would pass ``max_padding`` of it. A job of unknown
-    length (a pipe) goes alone, after the others, in the jobs' order. A function of its arguments only:
-    every run over the same set plans the same batches."""
+    set's order does not matter), as many as fit before the padded length (members times the longest) would
+    pass ``batch_seconds`` or padding to the longest would pass ``max_padding`` of it, cut down to a row count
+    of the models' grid (1, 2, 3, 4, 6, 8, 12, ...: :func:`voxanon.models.nets.precision.padded_rows`) so that no
+    row the device computes is padding; the rest start the next batch. A job of unknown length (a pipe) goes
+    alone, after the others, in the jobs' order. A function of its arguments only: every run over the same
+    set plans the same batches."""
+    from voxanon.models.nets.precision import padded_rows  # torch: not for the driver's start-up
+
     if not batch_seconds > 0:
         raise VoxanonError(f"batch_seconds must be positive, got {batch_seconds}")
     known = sorted((job for job in jobs if job.seconds is not None), key=lambda job: (-job.seconds, job.utt))
     batches: list[list[Job]] = []
-    for job in known:
-        batch = batches[-1] if batches else None
-        if (batch is None or (len(batch) + 1) * batch[0].seconds > batch_seconds
-                or job.seconds < (1 - max_padding) * batch[0].seconds):
-            batches.append([job])
-        else:
-            batch.append(job)
+    start = 0
+    while start < len(known):
+        longest = known[start].seconds
+        end = start + 1
+        while (end < len(known) and (end - start + 1) * longest <= batch_seconds
+               and known[end].seconds >= (1 - max_padding) * longest):
+            end += 1
+        count = end - start
+        batches.append(known[start:start + max(rows for rows in range(1, count + 1) if padded_rows(rows) == rows)])
+        start += len(batches[-1])
     return batches + [[job] for job in jobs if job.seconds is None]
 
 
@@ -310,12 +320,15 @@ class StreamingRun:
 
 # --- Local lanes: a forked (or spawned) CPU pool and one spawned device process per GPU. -----------------
 
+# Batches travel between the local processes with their arrays in shared memory, not in the pickle.
+
 def _prepare_task(jobs: list[Job], stop: int) -> tuple[Batch, dict]:
-    return prepare(workers.worker_system(), jobs, workers.worker_allow_pipes(), stop)
+    batch, info = prepare(workers.worker_system(), jobs, workers.worker_allow_pipes(), stop)
+    return shared_arrays.pack(batch), info
 
 
 def _write_task(batch: Batch) -> tuple[list[Outcome], dict]:
-    return write(workers.worker_system(), batch)
+    return write(workers.worker_system(), shared_arrays.unpack(batch))
 
 
 def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str | None) -> None:
@@ -334,7 +347,8 @@ def _device_ready() -> None:
 
 
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
-    return run_device(workers.worker_system(), jobs, start, parts)
+    batch, info = run_device(workers.worker_system(), jobs, start, [shared_arrays.unpack(part) for part in parts])
+    return shared_arrays.pack(batch, background=True), info  # the next batch starts while the results are written
 
 
 class LocalLanes:
@@ -352,6 +366,7 @@ class LocalLanes:
         self._pending: dict[Future, Tag] = {}
         self._device_of: dict[Future, int] = {}
         self._pools: list[ProcessPoolExecutor] = []
+        shared_arrays.remove_leftovers(os.getpid())
         try:
             if fork_safe():
                 # Forked at once, each worker loading its stages' models itself (pYAAPT's imports), so that
@@ -416,3 +431,4 @@ class LocalLanes:
     def close(self) -> None:
         for pool in self._pools:
             kill_pool(pool)
+        shared_arrays.remove_leftovers(os.getpid())  # the arrays of batches a process took with it
