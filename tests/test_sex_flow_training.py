@@ -14,12 +14,12 @@ from voxanon.eval.cllr import cllr, min_cllr
 from voxanon.models.nets.flow import load_flow
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.training.sex_flow import held_out_speakers
-from voxanon.pipeline.commands.train import add_train_parser
+from voxanon.pipeline.commands.train import add_sex_flow_parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="voxanon train")
-    add_train_parser(parser.add_subparsers(dest="action", required=True))
+    add_sex_flow_parser(parser.add_subparsers(dest="action", required=True))
     return parser.parse_args(argv)
 
 
