@@ -73,14 +73,14 @@ test-fairseq: install
 
 # gpu.py exits 2 with one line on a machine without CUDA; the other figures still run.
 bench: install
-	$(PY) benchmarks/cli.py
-	$(PY) benchmarks/mcadams.py
-	$(PY) benchmarks/metrics.py
-	$(PY) benchmarks/pipeline.py
-	$(PY) benchmarks/ray_scaling.py
-	$(PY) benchmarks/train_vocoder.py
-	$(PY) benchmarks/train_asv.py
-	-$(PY) benchmarks/gpu.py
+	$(PY) -m benchmarks.cli
+	$(PY) -m benchmarks.mcadams
+	$(PY) -m benchmarks.metrics
+	$(PY) -m benchmarks.pipeline
+	$(PY) -m benchmarks.ray_scaling
+	$(PY) -m benchmarks.train_vocoder
+	$(PY) -m benchmarks.train_asv
+	-$(PY) -m benchmarks.gpu
 
 clean:
 	rm -rf $(VENV) voxanon-demo

@@ -9,7 +9,7 @@ start-up, and the ratio of the median wall time to the 0.5 s target (at most 1.0
 Bytecode caches are kept in a temporary folder (``PYTHONPYCACHEPREFIX``), written by a warm-up
 run, as an installed package has them, even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
-    .venv/bin/python benchmarks/cli.py [--runs 7]
+    .venv/bin/python -m benchmarks.cli [--runs 7]
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ The limits add up to 480 s, and no part runs past 8 minutes from the start. On a
 it prints one line saying so and exits with code 2; otherwise the exit code is 0 when every part ran to
 its end with exit code 0, else 1.
 
-    python benchmarks/device.py [--out device-figures.txt] [--parts warm_up gpu gpu_asrbn gpu_pipeline f0 train_asv]
+    python -m benchmarks.device [--out device-figures.txt] [--parts warm_up gpu gpu_asrbn gpu_pipeline f0 train_asv]
 """
 from __future__ import annotations
 
@@ -99,8 +99,7 @@ def main() -> int:
     parser.add_argument("--parts", nargs="+", choices=tuple(PARTS), default=list(PARTS))
     args = parser.parse_args()
     started = time.perf_counter()
-    sys.path.insert(0, str(HERE))
-    from gpu import cuda_or_exit  # benchmarks/gpu.py
+    from benchmarks.gpu import cuda_or_exit
 
     code = cuda_or_exit("benchmarks/device.py")
     if code is not None:
@@ -122,9 +121,9 @@ def main() -> int:
                 write(f"\n== {name}: skipped: the {TOTAL_S:.0f} s budget is spent\n")
                 failed = True
                 continue
-            command = [sys.executable, *(script.split() if script.startswith("-m ") else [str(HERE / script)]),
-                       *arguments]
-            shown = script if script.startswith("-m ") else f"benchmarks/{script}"
+            module = script.split() if script.startswith("-m ") else ["-m", "benchmarks." + script.removesuffix(".py")]
+            command = [sys.executable, *module, *arguments]
+            shown = " ".join(module)
             write(f"\n== {name}: python {shown} {' '.join(arguments)} (limit {min(limit, left):.0f} s)\n")
             returncode, seconds = run_part(command, min(limit, left), write)
             verdict = (f"KILLED at its {min(limit, left):.0f} s limit" if returncode is None

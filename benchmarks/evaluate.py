@@ -6,7 +6,7 @@
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
-    .venv/bin/python benchmarks/evaluate.py [--utterances 48]
+    .venv/bin/python -m benchmarks.evaluate [--utterances 48]
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@
    backend's F0; the SNR of the fast-F0 output against the pYAAPT-F0 output (identical F0 gives identical
    audio: counted apart).
 
-    .venv/bin/python benchmarks/f0.py [--every 1] [--device cpu|cuda] [--batch-sizes 32 128] [--torch-cpu]
+    .venv/bin/python -m benchmarks.f0 [--every 1] [--device cpu|cuda] [--batch-sizes 32 128] [--torch-cpu]
                                       [--cold] [--resynth 16] [--size full]
 """
 from __future__ import annotations
@@ -45,9 +45,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(Path(__file__).resolve().parent)]
-
-from tests.helpers.yaapt_parity import Agreement, agreement, demo_speech, synthetic_speech  # noqa: E402  (tests/yaapt_parity.py)
+from tests.helpers.yaapt_parity import Agreement, agreement, demo_speech, synthetic_speech
 
 from voxanon.models.f0.extract import yaapt_f0, yaapt_f0_batch  # noqa: E402
 
@@ -112,8 +110,8 @@ def resynth_snr(speech: dict[str, np.ndarray], size: str) -> list[float]:
     """SNR (dB) of the resynth output with fast F0 against the output with pYAAPT F0, per utterance."""
     import torch
 
-    from gpu import random_model_home  # benchmarks/gpu.py
-    from stage_timing import stage_seconds, utterance_batches
+    from benchmarks.gpu import random_model_home
+    from benchmarks.stage_timing import stage_seconds, utterance_batches
     from voxanon.pipeline.systems import build_system, load_system_config
 
     torch.set_num_threads(1)

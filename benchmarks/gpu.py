@@ -29,7 +29,7 @@ it off: it tunes every new shape again).
 
 On a machine without CUDA it prints one line saying so and exits with code 2.
 
-    python benchmarks/gpu.py [--systems resynth b5 b6] [--utterances 64] [--batch-sizes 1 8 32 64] [--size full]
+    python -m benchmarks.gpu [--systems resynth b5 b6] [--utterances 64] [--batch-sizes 1 8 32 64] [--size full]
                              [--budget-s 55] [--cudnn-benchmark]
 """
 from __future__ import annotations
@@ -125,8 +125,7 @@ def main() -> int:
     import torch
 
     sys.stdout.reconfigure(line_buffering=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from pipeline import synthetic_utterances  # benchmarks/pipeline.py
+    from benchmarks.pipeline import synthetic_utterances
 
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     print(f"GPU stages on {torch.cuda.get_device_name()}, {args.size} random weights, torch {torch.__version__}, "
@@ -148,7 +147,7 @@ def benchmark_system(name: str, prepared: list[tuple[np.ndarray, dict, float]], 
     """System ``name``'s rows over the utterances its CPU stages ``prepared`` (:func:`cpu_stages`), each batch
     size in each precision, within ``budget_s`` of its start; then the per-stage verdicts."""
     import torch
-    from stage_timing import stage_seconds, utterance_batches
+    from benchmarks.stage_timing import stage_seconds, utterance_batches
 
     from voxanon.pipeline.systems import build_system, device_overrides, load_system_config, precision_overrides
 

@@ -27,7 +27,7 @@ run.json's busy share counts the device stages' time only (F0 in the CPU pool is
 
 On a machine without CUDA it prints one line saying so and exits with code 2.
 
-    python benchmarks/gpu_pipeline.py [--hours 10] [--variants cold gpu-f0 bf16 warm] [--data DIR] [--precision float32]
+    python -m benchmarks.gpu_pipeline [--hours 10] [--variants cold gpu-f0 bf16 warm] [--data DIR] [--precision float32]
                                       [--timeout-s 240] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
@@ -195,8 +195,7 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="passed on to the command (e.g. --set batch_seconds=400)")
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gpu import cuda_or_exit, random_model_home  # benchmarks/gpu.py
+    from benchmarks.gpu import cuda_or_exit, random_model_home
 
     code = cuda_or_exit("benchmarks/gpu_pipeline.py")
     if code is not None:

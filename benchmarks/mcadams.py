@@ -4,7 +4,7 @@ Prints the real-time factor (processing seconds per audio second) on one core fo
 implementations on the same utterances, and their ratio. Targets: RTF below 0.02 per
 core and at least 5x faster than the per-frame loop.
 
-    .venv/bin/python benchmarks/mcadams.py [--seconds 60]
+    .venv/bin/python -m benchmarks.mcadams [--seconds 60]
 """
 from __future__ import annotations
 
@@ -22,10 +22,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from conftest import synthetic_vowel  # noqa: E402
-from tests.reference.mcadams import mcadams_per_frame  # noqa: E402
+from tests.helpers.corpora import synthetic_vowel
+from tests.reference.mcadams import mcadams_per_frame
 from voxanon.data_prep.audio import load_audio  # noqa: E402
 from voxanon.data_prep.corpus import read_data_dir  # noqa: E402
 from voxanon.models.dsp.mcadams import mcadams  # noqa: E402

@@ -15,7 +15,7 @@ Times, best of ``--repeats`` runs on the same synthetic scores:
 Targets: every metric of the JSON for 10^6 trials under 1 s, and at least 1.5x llreval on
 the shared quantities in every run.
 
-    .venv/bin/python benchmarks/metrics.py [--trials 1000000] [--repeats 3] [--runs 5] [--skip-cli]
+    .venv/bin/python -m benchmarks.metrics [--trials 1000000] [--repeats 3] [--runs 5] [--skip-cli]
 """
 from __future__ import annotations
 

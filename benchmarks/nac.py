@@ -5,7 +5,7 @@ utterance of ``--seconds`` seconds with a random voice of the same shapes as the
 stage's seconds, its seconds per audio second (the real-time factor), and the total, with ``--threads`` torch
 threads. On a GPU (``--device cuda``) the coarse and fine stages run under bfloat16 autocast as the recipe does.
 
-    .venv/bin/python benchmarks/nac.py [--seconds 3] [--threads 2] [--device cpu]
+    .venv/bin/python -m benchmarks.nac [--seconds 3] [--threads 2] [--device cpu]
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ Printed, line by line as they come:
 e.g. an older commit extracted: ``git archive <commit> | tar -x -C DIR/voxanon``) in a new process, in the same
 invocation, and prints its figures beside ours.
 
-    python benchmarks/null_model.py [--copies 4] [--workers 2] [--batch-seconds 200] [--compare-with DIR]
+    python -m benchmarks.null_model [--copies 4] [--workers 2] [--batch-seconds 200] [--compare-with DIR]
 """
 from __future__ import annotations
 
@@ -96,8 +96,7 @@ if os.environ.get(LOG_ENV):
 
 def measure(copies: int, workers: int, batch_seconds: float) -> dict:
     """One null-model run (in this process, with the stand-ins installed): its figures."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gpu_pipeline import replicated_set  # benchmarks/gpu_pipeline.py
+    from benchmarks.gpu_pipeline import replicated_set
 
     from voxanon.data_prep.demo_corpus import demo_corpus_dir
     from voxanon.pipeline.runner import anonymise_set
@@ -173,8 +172,8 @@ def main() -> int:
     print(f"null-model resynth, streaming executor, device stages on cpu:0 ({os.cpu_count()} CPUs)")
     report("this checkout", measure(args.copies, args.workers, args.batch_seconds))
     if args.compare_with:
-        command = [sys.executable, __file__, "--json", "--copies", str(args.copies), "--workers", str(args.workers),
-                   "--batch-seconds", str(args.batch_seconds)]
+        command = [sys.executable, "-m", __spec__.name, "--json", "--copies", str(args.copies), "--workers",
+                   str(args.workers), "--batch-seconds", str(args.batch_seconds)]
         environment = {**os.environ, "PYTHONPATH": str(args.compare_with)}
         environment.pop(LOG_ENV, None)
         run = subprocess.run(command, env=environment, capture_output=True, text=True)

@@ -98,7 +98,7 @@ direct ones, whose kernels are cheaper to build, even); HuBERT's feature encoder
 gain once the heap is kept: the difference was page faults); the head start at the lowest priority
 (a quarter fewer utterances prepared, no faster).
 
-    .venv/bin/python benchmarks/pipeline.py [--utterances 16] [--rounds 4] [--round-utterances 6]
+    .venv/bin/python -m benchmarks.pipeline [--utterances 16] [--rounds 4] [--round-utterances 6]
                                             [--workers 2] [--synthetic] [--huge-pages]
                                             [--parts table head-to-head command asrbn] [--cli-rounds 3]
                                             [--cli-seconds 160] [--compare-with DIR]
@@ -121,7 +121,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from stage_timing import stage_seconds, utterance_batches  # benchmarks/stage_timing.py, beside this script
+from benchmarks.stage_timing import stage_seconds, utterance_batches
 
 TARGET_SPEED_UP = 2.0
 CLI_TARGET = 1.3
@@ -179,7 +179,6 @@ def reference_models() -> dict:
     if not _reference_models:
         import torch
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.reference.hifigan import Generator
         from tests.reference.hubert import transformers_hubert
         from voxanon.models.nets.speaker import ecapa_front_end, speechbrain_ecapa_tdnn

@@ -9,7 +9,7 @@ decoded and the tree stays small), then times the preparation twice:
 - with audio headers read (``utt2dur`` and the 16 kHz check) in ``--jobs`` processes,
   for reference.
 
-Run: ``.venv/bin/python benchmarks/prepare.py [--speakers 1000] [--jobs N] [--workdir DIR]``.
+Run: ``.venv/bin/python -m benchmarks.prepare [--speakers 1000] [--jobs N] [--workdir DIR]``.
 The files are in the page cache when timed (they were just written); a cold disk adds
 the file-system's own listing and header-read time.
 """

@@ -28,7 +28,7 @@ Ray overhead +5.5 ms per utterance; resynth 1.79 / 1.75 audio s/s (1 worker) and
 (2 workers): efficiency 0.97 / 0.94; cluster start-up 3.7 s; Ray output byte-identical. Under load
 from other users (load average 8-10, best of 2 rounds) resynth gave 0.99 / 0.92 and B2 0.81 / 0.72.
 
-    .venv/bin/python benchmarks/ray_scaling.py [--rounds 2] [--b2-utterances 182] [--resynth-utterances 30]
+    .venv/bin/python -m benchmarks.ray_scaling [--rounds 2] [--b2-utterances 182] [--resynth-utterances 30]
                                                [--workloads b2,resynth]
 """
 from __future__ import annotations

@@ -28,9 +28,9 @@ Then one epoch of train-clean-360 is extrapolated: 104,014 utterances (921 speak
 challenge trains on all of them (``num_utt: ALL``) minus its 10 % validation split, so
 93,613 training utterances per epoch, and 10 epochs.
 
-    .venv/bin/python benchmarks/train_asv.py --device cuda [--batch-size 256] [--batches 40] [--workers N]
-    .venv/bin/python benchmarks/train_asv.py --loader-only [--workers N]
-    .venv/bin/python benchmarks/train_asv.py --device cpu [--batch-size 32] [--batches 3]
+    .venv/bin/python -m benchmarks.train_asv --device cuda [--batch-size 256] [--batches 40] [--workers N]
+    .venv/bin/python -m benchmarks.train_asv --loader-only [--workers N]
+    .venv/bin/python -m benchmarks.train_asv --device cpu [--batch-size 32] [--batches 3]
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ Keeping the heap saves up to a third of the CPU time but raises the peak by 23-5
 docs/training.md, and :func:`voxanon.pipeline.training.asv.check_cpu_memory` refuses a batch that will not fit.
 Batch 256 needs about 15 GB: ``--batch-sizes`` and ``--modes`` choose what runs.
 
-    .venv/bin/python benchmarks/train_asv_memory.py [--batch-sizes 32 64] [--steps 3] [--modes default kept]
+    .venv/bin/python -m benchmarks.train_asv_memory [--batch-sizes 32 64] [--steps 3] [--modes default kept]
 """
 from __future__ import annotations
 
@@ -85,8 +85,7 @@ def child(batch_size: int, steps: int, mode: str) -> dict:
     from voxanon.pipeline.training.asv import (AsvTrainer, prepare_training_data, read_training_sets,
                                                resolve_hparams, training_memory_estimate)
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from train_asv import synthetic_set
+    from benchmarks.train_asv import synthetic_set
 
     torch.set_num_threads(2)
     hparams = resolve_hparams({"batch_size": batch_size, "valid_ratio": 0.0, "number_of_epochs": 1})
@@ -124,7 +123,7 @@ def main() -> int:
     for batch_size in args.batch_sizes:
         figures = {}
         for mode in args.modes:
-            run = subprocess.run([sys.executable, __file__, "--child", str(batch_size), str(args.steps), mode],
+            run = subprocess.run([sys.executable, "-m", __spec__.name, "--child", str(batch_size), str(args.steps), mode],
                                  capture_output=True, text=True, check=True)
             figures[mode] = json.loads(run.stdout.strip().splitlines()[-1])
             f = figures[mode]

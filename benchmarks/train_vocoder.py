@@ -6,7 +6,7 @@ on the CPU (or ``--device cuda``). Features are synthetic arrays in the training
 so the figure is the training step alone (data loading from the memory-mapped cache included),
 not the one-off feature extraction.
 
-    .venv/bin/python benchmarks/train_vocoder.py [--steps 5] [--batch-size 2] [--device cpu]
+    .venv/bin/python -m benchmarks.train_vocoder [--steps 5] [--batch-size 2] [--device cpu]
 """
 from __future__ import annotations
 

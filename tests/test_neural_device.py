@@ -389,8 +389,8 @@ def test_anonymise_device_option_sets_every_stage_that_has_one(tiny_ssl_sas, tmp
 @pytest.mark.parametrize("script", ["gpu.py", "gpu_pipeline.py", "device.py"])
 def test_device_benchmarks_without_cuda_say_so_in_one_line_and_exit_2(script):
     environment = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, also on a machine with one
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script)], capture_output=True, text=True,
-                         timeout=120, env=environment)
+    run = subprocess.run([sys.executable, "-m", f"benchmarks.{script.removesuffix('.py')}"], capture_output=True,
+                         text=True, timeout=120, env=environment, cwd=ROOT)
     assert run.returncode == 2, run.stderr
     assert run.stdout.count("\n") == 1 and run.stderr == ""
     assert f"benchmarks/{script}: no CUDA device" in run.stdout
