@@ -101,7 +101,7 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
 def ensure_writable_folder(folder: str | os.PathLike, option: str) -> Path:
     """``folder``, created if need be, once a file could be created in it; else one :class:`VoxanonError` naming
     the option and the folder, before any work whose results would have nowhere to go."""
-    from voxanon.data_prep.errors import VoxanonError
+    from .errors import VoxanonError
 
     folder = Path(folder)
     try:

@@ -18,8 +18,8 @@ import numpy as np
 import soundfile
 import soxr
 
-from voxanon.data_prep.atomic import atomic_path
-from voxanon.data_prep.errors import VoxanonError
+from .atomic import atomic_path
+from .errors import VoxanonError
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import id_message, id_problem
+from .atomic import atomic_write_text
+from .errors import VoxanonError
+from .paths import id_message, id_problem
 
 log = logging.getLogger(__name__)
 

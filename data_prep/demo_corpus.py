@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
+from .errors import VoxanonError
 
 
 def demo_corpus_dir() -> Path:

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
+from .errors import VoxanonError
 
 # Every control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F) and the line and
 # paragraph separators (Zl, Zp); one regular expression keeps reading a large corpus fast.

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from voxanon.data_prep.errors import VoxanonError
+from .errors import VoxanonError
 
 try:
     import fcntl

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import DataDirError
-from voxanon.data_prep.paths import id_message, id_problem, text_may_hold_refused_character
+from .atomic import atomic_write_text
+from .corpus import DataDirError
+from .paths import id_message, id_problem, text_may_hold_refused_character
 
 MAX_REPORTED = 20
 

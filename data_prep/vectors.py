@@ -24,9 +24,9 @@ from typing import Iterable, Mapping, Sequence
 import kaldiio
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_bytes, atomic_write_text
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import id_message, id_problem
+from .atomic import atomic_path, atomic_write_bytes, atomic_write_text
+from .errors import VoxanonError
+from .paths import id_message, id_problem
 
 VECTOR_SUFFIXES = (".ark", ".scp", ".npy")
 

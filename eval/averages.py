@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from voxanon.eval.results import Result
+from .results import Result
 
 SET_WEIGHTS = {"libri_{}_trials_f": 0.25, "libri_{}_trials_m": 0.25, "vctk_{}_trials_f": 0.20,
                "vctk_{}_trials_m": 0.20, "vctk_{}_trials_f_common": 0.05, "vctk_{}_trials_m_common": 0.05}

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression, minimize
 from scipy.special import expit, logit
 
-from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
+from .scores import ScoreError, as_score_array, check_score_sets
 
 TIE_ORDERS = ("non_tar", "tar_non")
 MONOTONICITY_EPSILON = 1e-6

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from voxanon.eval.calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration,
+from .calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration,
                                       cross_validated_linear_calibration, sorted_trials)
-from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
+from .scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
 # The ZEBRA reference grid (EXT): prior log-odds -10 ... 10 in 201 steps.

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from voxanon.eval.calibration import sorted_trials
-from voxanon.eval.scores import ScoreError
+from .calibration import sorted_trials
+from .scores import ScoreError
 
 EER_VARIANTS = ("rocch", "kaldi", "speechbrain", "sweep")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.eval.scores import ScoreError, check_score_sets
+from .scores import ScoreError, check_score_sets
 
 MAX_BINS = 100
 

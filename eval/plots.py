@@ -15,13 +15,13 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from scipy.stats import norm
 
-from voxanon.data_prep.atomic import atomic_path
-from voxanon.eval.calibration import empirical_calibration
-from voxanon.eval.cllr import PRIOR_LOG_ODDS_GRID, ece, min_ece, prior_entropy
-from voxanon.eval.eer import roc_convex_hull, roc_points, rocch_eer
-from voxanon.eval.scores import ScoreError
-from voxanon.eval.similarity import SimilarityMatrices, ZooCoordinates
-from voxanon.eval.zebra import zebra
+from ..data_prep.atomic import atomic_path
+from .calibration import empirical_calibration
+from .cllr import PRIOR_LOG_ODDS_GRID, ece, min_ece, prior_entropy
+from .eer import roc_convex_hull, roc_points, rocch_eer
+from .scores import ScoreError
+from .similarity import SimilarityMatrices, ZooCoordinates
+from .zebra import zebra
 
 FIGURE_FORMATS = ("png", "pdf")
 # A labelled score set: (legend label, target scores, non-target scores).

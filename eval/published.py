@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Iterable, Mapping
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.results import Result
+from ..data_prep.errors import VoxanonError
+from .results import Result
 
 # figure key in the file -> (condition, metric, variant, attacker, model); every figure is a percentage.
 FIGURE_COLUMNS = {

@@ -13,10 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.results import Result, to_csv, to_json
-from voxanon.eval.tables import (Table, condition_groups, condition_heading, condition_tables, group_attackers,
+from ..data_prep.atomic import atomic_write_text
+from ..data_prep.errors import VoxanonError
+from .results import Result, to_csv, to_json
+from .tables import (Table, condition_groups, condition_heading, condition_tables, group_attackers,
                                  long_table, markdown_tables_by_condition, markdown_tables_by_family, table_notes,
                                  validate_results)
 

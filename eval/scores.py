@@ -12,9 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from voxanon.data_prep.corpus import Trial
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.scores import ScoreTable, repeated_pairs
+from ..data_prep.corpus import Trial
+from ..data_prep.errors import VoxanonError
+from ..data_prep.scores import ScoreTable, repeated_pairs
 
 MAX_EXAMPLES = 5
 

@@ -30,9 +30,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy.special import expit
 
-from voxanon.data_prep.scores import ScoreTable
-from voxanon.eval.calibration import optimal_llr
-from voxanon.eval.scores import ScoreError
+from ..data_prep.scores import ScoreTable
+from .calibration import optimal_llr
+from .scores import ScoreError
 
 SIMILARITY_DEFINITIONS = ("sigmoid_mean", "geometric_mean")
 MAX_EXAMPLES = 5

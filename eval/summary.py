@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 from tqdm import tqdm
 
-from voxanon.eval.calibration import SortedTrials
-from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.eval.eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
-from voxanon.eval.linkability import linkability
-from voxanon.eval.zebra import zebra
+from .calibration import SortedTrials
+from .cllr import cllr, min_cllr
+from .eer import kaldi_eer, rocch_eer, speechbrain_eer, sweep_eer
+from .linkability import linkability
+from .zebra import zebra
 
 JSON_KEYS = ("n_target", "n_nontarget", "eer_rocch", "eer_kaldi", "eer_speechbrain", "eer_sweep",
              "cllr", "min_cllr", "linkability", "zebra_dece", "zebra_worst_case", "zebra_tag")

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Iterable, Sequence
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.results import CONDITIONS, Result
-from voxanon.eval.zebra import format_zebra_value
+from ..data_prep.errors import VoxanonError
+from .results import CONDITIONS, Result
+from .zebra import format_zebra_value
 
 MISSING = "-"
 GROUPS = ("asv", "zebra", "similarity", "utility", "other")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ..data_prep.errors import VoxanonError
 
 
 class UarError(VoxanonError):

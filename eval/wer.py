@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import jiwer
 
-from voxanon.data_prep.errors import VoxanonError
+from ..data_prep.errors import VoxanonError
 
 
 class WerError(VoxanonError):

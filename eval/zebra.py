@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.eval.calibration import (MONOTONICITY_EPSILON, fit_isotonic_calibration, fit_linear_calibration,
+from .calibration import (MONOTONICITY_EPSILON, fit_isotonic_calibration, fit_linear_calibration,
                                       sorted_trials)
-from voxanon.eval.cllr import cllr
-from voxanon.eval.scores import ScoreError, as_score_array, check_score_sets
+from .cllr import cllr
+from .scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
 LN10 = np.log(10.0)

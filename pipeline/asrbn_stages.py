@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import contained_path
-from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name, check_precision,
+from ..data_prep.atomic import atomic_write_text
+from ..data_prep.errors import VoxanonError
+from ..data_prep.paths import contained_path
+from .model_service import (cached_model, check_device_available, check_device_name, check_precision,
                                              stage_precision,
                                              model_set, resolve_device)
-from voxanon.pipeline.stages import Stage, Utterance
+from .stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
 B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
@@ -76,7 +76,7 @@ def target_speakers(name: str) -> list[str]:
     """The sorted training speakers of an installed converter (its one-hot targets); reads its config only."""
     import json
 
-    from voxanon.models.checkpoints.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
+    from ..models.checkpoints.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
 
     path = models_dir() / name / CONFIG
     if not path.is_file():
@@ -100,7 +100,7 @@ def load_component(name: str, component: str, precision: str = "float32", device
     def build():
         import torch
 
-        from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
+        from ..models.checkpoints.sa_toolkit import load_converter, load_extractor
 
         cpu, dtype = device == "cpu", getattr(torch, precision)
         if cpu and precision == "float32":
@@ -109,8 +109,8 @@ def load_component(name: str, component: str, precision: str = "float32", device
         if component == "extractor":
             extractor = load_component(name, component) if cpu else load_extractor(_sa_toolkit_set(name))
             return extractor.for_device(device, dtype)
-        from voxanon.models.nets.hifigan import Vocoder
-        from voxanon.models.nets.precision import prepared_for_device
+        from ..models.nets.hifigan import Vocoder
+        from ..models.nets.precision import prepared_for_device
 
         vocoder, speakers = load_component(name, component) if cpu else load_converter(_sa_toolkit_set(name), False)
         return Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
@@ -229,7 +229,7 @@ class AsrBnStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         extractor = self._model()
         waves = [utt.audio for utt in batch]
-        from voxanon.models.nets.precision import float32_products
+        from ..models.nets.precision import float32_products
 
         with float32_products(self.tf32):
             features = extractor.extract(waves) if self._on_cpu() else extractor.extract_batch(waves)
@@ -254,7 +254,7 @@ class AsrBnVocoderStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from voxanon.models.nets.core_hifigan import conditioning
+        from ..models.nets.core_hifigan import conditioning
 
         vocoder, speakers = self._model()
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]
@@ -262,7 +262,7 @@ class AsrBnVocoderStage(_ModelStage):
             raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
                                "asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it)")
         items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
-        from voxanon.models.nets.precision import float32_products
+        from ..models.nets.precision import float32_products
 
         with float32_products(self.tf32):
             waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()

@@ -13,8 +13,8 @@ import traceback
 import time
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline import commands
+from ..data_prep.errors import VoxanonError
+from . import commands
 
 # Nothing may reach a model hub at run time: every model is local.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,8 +1,8 @@
 """Signal-processing stages: transforms that need no model weights."""
 from __future__ import annotations
 
-from voxanon.models.dsp.mcadams import mcadams
-from voxanon.pipeline.stages import SEED_LEVELS, Stage, Utterance
+from ..models.dsp.mcadams import mcadams
+from .stages import SEED_LEVELS, Stage, Utterance
 
 
 class McAdamsStage(Stage):

@@ -19,10 +19,10 @@ import numpy as np
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.audio import AudioError, load_audio, normalise_loudness
-from voxanon.data_prep.digest import sha256_file
-from voxanon.data_prep.paths import contained_path
+from ..data_prep.atomic import atomic_path, atomic_write_text
+from ..data_prep.audio import AudioError, load_audio, normalise_loudness
+from ..data_prep.digest import sha256_file
+from ..data_prep.paths import contained_path
 
 
 @dataclass

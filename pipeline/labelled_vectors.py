@@ -6,9 +6,9 @@ from typing import Mapping
 
 import numpy as np
 
-from voxanon.data_prep.corpus import GENDERS, read_mapping
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, read_vectors, speaker_means
+from ..data_prep.corpus import GENDERS, read_mapping
+from ..data_prep.errors import VoxanonError
+from ..data_prep.vectors import Vectors, read_vectors, speaker_means
 
 
 def read_enrolment(path: Path, enroll_utt2spk: Path | None) -> Vectors:

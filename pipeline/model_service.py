@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any, Callable
 
-from voxanon.data_prep.errors import VoxanonError
+from ..data_prep.errors import VoxanonError
 
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def visible_gpus(driver_listing: str = "/proc/driver/nvidia/gpus") -> list[str]:
 
 
 def models_home() -> str:
-    from voxanon.models.checkpoints.registry import models_dir
+    from ..models.checkpoints.registry import models_dir
 
     return str(models_dir())
 
@@ -126,7 +126,7 @@ def model_set(name: str, check: Callable[[Any], None] | None = None):
     if key not in _loaded:
         from concurrent.futures import ThreadPoolExecutor
 
-        from voxanon.models.checkpoints.registry import load_model_set
+        from ..models.checkpoints.registry import load_model_set
 
         # The checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about 1 s):
         # hashing releases the interpreter lock. The thread has ended before the runner forks.

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name, check_precision,
+from ..data_prep.errors import VoxanonError
+from .model_service import (cached_model, check_device_available, check_device_name, check_precision,
                                              model_set, resolve_device)
-from voxanon.pipeline.stages import Stage, Utterance
+from .stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
 MODELS = "nac"
@@ -63,7 +63,7 @@ def load_component(name: str, component: str, device: str = "cpu"):
     device = resolve_device(device)
 
     def build():
-        from voxanon.models.checkpoints import nac
+        from ..models.checkpoints import nac
 
         model = nac.load_component(_nac_set(name), component)
         if component != "voices" and device != "cpu":
@@ -102,7 +102,7 @@ class NacVoiceStage(Stage):
         if self._voices is None:
             import json
 
-            from voxanon.models.checkpoints.registry import CONFIG, load_model_set, models_dir
+            from ..models.checkpoints.registry import CONFIG, load_model_set, models_dir
 
             path = models_dir() / self.models / CONFIG
             if not path.is_file():
@@ -192,7 +192,7 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from voxanon.models.checkpoints.nac import semantic_tokens
+        from ..models.checkpoints.nac import semantic_tokens
 
         hubert = self._model()
         quantiser = load_component(self.models, "quantiser", self.device)
@@ -221,7 +221,7 @@ class NacCoarseStage(_SamplingStage):
         self.temperature, self.top_k = float(temperature), None if top_k is None else int(top_k)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from voxanon.models.nets.bark import generate_coarse
+        from ..models.nets.bark import generate_coarse
 
         self._check_inputs(batch)
         for group in self._groups(batch):
@@ -247,7 +247,7 @@ class NacFineStage(_SamplingStage):
         self.temperature = None if temperature is None else float(temperature)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from voxanon.models.nets.bark import generate_fine
+        from ..models.nets.bark import generate_fine
 
         self._check_inputs(batch)
         for group in self._groups(batch):
@@ -267,7 +267,7 @@ class NacDecodeStage(_NacModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from voxanon.models.checkpoints.nac import SAMPLE_RATE, resample_kaiser_best
+        from ..models.checkpoints.nac import SAMPLE_RATE, resample_kaiser_best
 
         self._check_inputs(batch)
         decoder = self._model()

@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.f0.params import DEFAULT_BACKEND
-from voxanon.pipeline.model_service import (cached_model, check_device_available, check_device_name,
+from ..data_prep.errors import VoxanonError
+from ..models.f0.params import DEFAULT_BACKEND
+from .model_service import (cached_model, check_device_available, check_device_name,
                                              check_precision, model_set, resolve_device, stage_precision)
-from voxanon.pipeline.stages import Stage, Utterance
+from .stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320
 MIN_SAMPLES = 640
@@ -82,8 +82,8 @@ def load_model(name: str, component: str, precision: str = "float32", device: st
     def build():
         import torch
 
-        from voxanon.models.nets.hifigan import Vocoder
-        from voxanon.models.nets.precision import prepared_for_device
+        from ..models.nets.hifigan import Vocoder
+        from ..models.nets.precision import prepared_for_device
 
         if device == "cpu" and precision == "float32":
             return _built(model_set(name), name, component, cpu_plans=True)
@@ -104,14 +104,14 @@ def _built(model_set, name: str, component: str, cpu_plans: bool):
                            f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
                            f"set {component}.models to a set that has one")
     if component == "content":
-        from voxanon.models.nets.hubert_soft import content_encoder
+        from ..models.nets.hubert_soft import content_encoder
 
         return content_encoder(model_set)
     if component == "speaker":
-        from voxanon.models.checkpoints.ecapa import ecapa_from_model_set
+        from ..models.checkpoints.ecapa import ecapa_from_model_set
 
         return ecapa_from_model_set(model_set)
-    from voxanon.models.nets.hifigan import load_vocoder
+    from ..models.nets.hifigan import load_vocoder
 
     return load_vocoder(model_set, cpu_plans)
 
@@ -162,8 +162,8 @@ class F0Stage(Stage):
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
-        from voxanon.models.f0.extract import F0Cache
-        from voxanon.models.f0.params import backend_params
+        from ..models.f0.extract import F0Cache
+        from ..models.f0.params import backend_params
 
         self.params = backend_params(backend, f0_min_hz, f0_max_hz)
         self.cache = F0Cache(cache_dir) if cache_dir else None
@@ -188,9 +188,9 @@ class F0Stage(Stage):
         if self.backend == "pyaapt":
             import amfm_decompy.pYAAPT  # noqa: F401
         elif self.backend == "sa-toolkit":
-            import voxanon.models.f0.sa_yaapt  # noqa: F401  (torch and torchaudio)
+            from ..models.f0 import sa_yaapt  # noqa: F401  (torch and torchaudio)
         else:
-            from voxanon.models.f0.yaapt import warm_up
+            from ..models.f0.yaapt import warm_up
 
             warm_up()
 
@@ -200,7 +200,7 @@ class F0Stage(Stage):
             for utt in batch:
                 self.process(utt)
             return
-        from voxanon.models.f0.extract import yaapt_f0_batch
+        from ..models.f0.extract import yaapt_f0_batch
 
         todo = [utt for utt in batch if not self._cached(utt)]
         failures = []
@@ -224,7 +224,7 @@ class F0Stage(Stage):
         return f0 is not None
 
     def process(self, utt: Utterance) -> None:
-        from voxanon.models.f0.extract import yaapt_f0
+        from ..models.f0.extract import yaapt_f0
 
         if self.cache is not None:
             utt.features["f0"] = self.cache.f0(utt.audio, utt.sample_rate, self.params, self.backend)
@@ -272,8 +272,8 @@ class ContentStage(Stage):
         content = load_model(self.models, "content", self.precision, device)
         waves = [u.audio for u in batch]
         if device != "cpu":
-            from voxanon.models.nets.hubert import encode_on_device
-            from voxanon.models.nets.precision import float32_products
+            from ..models.nets.hubert import encode_on_device
+            from ..models.nets.precision import float32_products
 
             with float32_products(self.tf32):
                 encoded = encode_on_device(content, waves)
@@ -282,7 +282,7 @@ class ContentStage(Stage):
         else:
             import torch
 
-            from voxanon.models.nets.hubert import encode_lower_precision
+            from ..models.nets.hubert import encode_lower_precision
 
             encoded = encode_lower_precision(content, waves, getattr(torch, self.precision))
         for utt, features in zip(batch, encoded):
@@ -323,7 +323,7 @@ class SpeakerStage(Stage):
         if device == "cpu":
             vectors = speaker.embed(waves)
         else:
-            from voxanon.models.nets.precision import float32_products
+            from ..models.nets.precision import float32_products
 
             with float32_products(False):
                 vectors = speaker.embed_on_device(waves)
@@ -366,7 +366,7 @@ class VocoderStage(Stage):
         # before it loads its models.
         if not self.layout:
             return {}
-        from voxanon.models.nets.hifigan import ConditioningLayout
+        from ..models.nets.hifigan import ConditioningLayout
 
         unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
         if unknown:
@@ -384,7 +384,7 @@ class VocoderStage(Stage):
             self._vocoder()
 
     def _vocoder(self):
-        from voxanon.models.nets.hifigan import Vocoder
+        from ..models.nets.hifigan import Vocoder
 
         vocoder = load_model(self.models, "vocoder", self.precision, resolve_device(self.device))
         if not self.layout:
@@ -401,7 +401,7 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
-        from voxanon.models.nets.precision import float32_products
+        from ..models.nets.precision import float32_products
 
         # Off the CPU (cpu:N included) the generator is in its direct form, which synthesise runs as padded batches.
         with float32_products(self.tf32):

@@ -45,17 +45,17 @@ from typing import Iterable
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_write_text, remove_stale_temporaries
-from voxanon.data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
-from voxanon.data_prep.digest import file_identity, same_input
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import contained_path
-from voxanon.data_prep.run_lock import run_lock
-from voxanon.pipeline.execution.batches import Job, Outcome, sha256_or_none
-from voxanon.pipeline.execution.local import EXECUTORS, LocalBackend
-from voxanon.pipeline.execution.pool import NoWork, batch_invariant
-from voxanon.pipeline.stages import RunFault, one_line
-from voxanon.pipeline.systems import System, build_system, check_needs, config_hash
+from ..data_prep.atomic import atomic_write_text, remove_stale_temporaries
+from ..data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
+from ..data_prep.digest import file_identity, same_input
+from ..data_prep.errors import VoxanonError
+from ..data_prep.paths import contained_path
+from ..data_prep.run_lock import run_lock
+from .execution.batches import Job, Outcome, sha256_or_none
+from .execution.local import EXECUTORS, LocalBackend
+from .execution.pool import NoWork, batch_invariant
+from .stages import RunFault, one_line
+from .systems import System, build_system, check_needs, config_hash
 
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def run_hash(config: dict, executor: str) -> str:
     executor's ``batch_seconds``; the pool's ``batch_size`` is in the configuration already)."""
     if batch_invariant(config):
         return config_hash(config)
-    from voxanon.pipeline.execution.streaming import DEFAULT_BATCH_SECONDS
+    from .execution.streaming import DEFAULT_BATCH_SECONDS
 
     batching = {"kind": executor}
     if executor == "streaming":
@@ -191,7 +191,7 @@ def run_hash(config: dict, executor: str) -> str:
 def warn_random_model_sets(system: System) -> None:
     """The random-weights warning for each model set the system uses, once for the run: its workers,
     which load the sets again, stay quiet (:func:`voxanon.models.checkpoints.registry.quiet_random_warnings`)."""
-    from voxanon.models.checkpoints.registry import warn_if_random
+    from ..models.checkpoints.registry import warn_if_random
 
     for need in system.needs:
         kind, _, name = need.partition(":")
@@ -236,7 +236,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
                       device_processes: int | None, input_digest: bool, started: float) -> SetResult:
-    from voxanon.pipeline.execution.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
+    from .execution.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ..data_prep.errors import VoxanonError
 
 SEED_LEVELS = ("utterance", "speaker")
 

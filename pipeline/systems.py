@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from voxanon.data_prep.errors import VoxanonError
+from ..data_prep.errors import VoxanonError
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.stages import Stage, Utterance
+    from .stages import Stage, Utterance
 
 
 class StageRegistry(MutableMapping):
@@ -253,13 +253,13 @@ class System:
         return "spk2gender" in self.needs
 
     def new_utterance(self, utt_id: str, speaker: str, gender: str | None, audio) -> Utterance:
-        from voxanon.pipeline.stages import Utterance
+        from .stages import Utterance
 
         return Utterance.create(utt_id, speaker, gender, audio, self.sample_rate, self.run_seed, self.name)
 
 
 def _installed_file(kind: str, name: str) -> Path:
-    from voxanon.models.checkpoints.registry import MANIFEST, asset_dir, models_dir
+    from ..models.checkpoints.registry import MANIFEST, asset_dir, models_dir
 
     if kind == "checkpoint":
         return models_dir() / name / MANIFEST
@@ -276,7 +276,7 @@ INSTALL_HINTS = {
 
 def missing_needs(system: System) -> list[str]:
     """One message per unmet need of ``system``, naming the missing file and the command that installs it."""
-    from voxanon.models.checkpoints.catalogue import install_hint
+    from ..models.checkpoints.catalogue import install_hint
 
     messages = []
     for need in system.needs:

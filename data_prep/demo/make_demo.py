@@ -30,9 +30,9 @@ import parselmouth
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_path, staging_dir
-from voxanon.data_prep.corpus import DataDir, Trial, write_data_dir, write_mapping
-from voxanon.data_prep.errors import VoxanonError
+from ..atomic import atomic_path, staging_dir
+from ..corpus import DataDir, Trial, write_data_dir, write_mapping
+from ..errors import VoxanonError
 
 DEMO_DIR = Path(__file__).resolve().parent
 SENTENCES_FILE = DEMO_DIR / "harvard_sentences.txt"

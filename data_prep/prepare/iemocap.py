@@ -30,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.listing import CorpusListing
+from ..errors import VoxanonError
+from .issues import PreparationIssues
+from .listing import CorpusListing
 
 SESSIONS = tuple(f"Session{n}" for n in range(1, 6))
 KEPT_EMOTIONS = {"neu": "neu", "ang": "ang", "hap": "hap", "exc": "hap", "sad": "sad"}

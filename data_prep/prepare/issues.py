@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from voxanon.data_prep.corpus import DataDirError
+from ..corpus import DataDirError
 
 log = logging.getLogger(__name__)
 

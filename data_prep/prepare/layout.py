@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
+from ..errors import VoxanonError
 
 
 def corpus_base(root: str | os.PathLike, subsets: list[str], folder: str) -> Path:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.layout import corpus_base, subfolders
-from voxanon.data_prep.prepare.listing import SPEAKERS_FILE_MISSING, CorpusListing
+from ..errors import VoxanonError
+from .issues import PreparationIssues
+from .layout import corpus_base, subfolders
+from .listing import SPEAKERS_FILE_MISSING, CorpusListing
 
 SPEAKERS_FILE = "SPEAKERS.TXT"
 AUDIO_SUFFIXES = (".flac", ".wav")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.layout import corpus_base, subfolders
-from voxanon.data_prep.prepare.librispeech import read_pipe_separated_speakers
-from voxanon.data_prep.prepare.listing import SPEAKERS_FILE_MISSING, CorpusListing
+from ..errors import VoxanonError
+from .issues import PreparationIssues
+from .layout import corpus_base, subfolders
+from .librispeech import read_pipe_separated_speakers
+from .listing import SPEAKERS_FILE_MISSING, CorpusListing
 
 SPEAKERS_FILES = ("speakers.tsv", "SPEAKERS.txt")
 TRANSCRIPT_SUFFIX = ".normalized.txt"

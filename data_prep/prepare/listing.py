@@ -19,12 +19,12 @@ from pathlib import Path
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.audio import AudioError, check_wav, load_audio, write_wav
-from voxanon.data_prep.corpus import GENDERS, DataDir, DataDirError, write_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import contained_path
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.text import normalise_transcript
+from ..audio import AudioError, check_wav, load_audio, write_wav
+from ..corpus import GENDERS, DataDir, DataDirError, write_data_dir
+from ..errors import VoxanonError
+from ..paths import contained_path
+from .issues import PreparationIssues
+from .text import normalise_transcript
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from voxanon.data_prep.corpus import GENDERS, DataDir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.ordering import seeded_order
+from ..corpus import GENDERS, DataDir
+from ..errors import VoxanonError
+from .issues import PreparationIssues
+from .ordering import seeded_order
 
 log = logging.getLogger(__name__)
 

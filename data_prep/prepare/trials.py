@@ -21,11 +21,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxanon.data_prep.corpus import GENDERS, DataDir, Trial, write_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import contained_path
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.ordering import seeded_order
+from ..corpus import GENDERS, DataDir, Trial, write_data_dir
+from ..errors import VoxanonError
+from ..paths import contained_path
+from .issues import PreparationIssues
+from .ordering import seeded_order
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import os
 import re
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.layout import subfolders
-from voxanon.data_prep.prepare.listing import SPEAKERS_FILE_MISSING, CorpusListing
+from ..errors import VoxanonError
+from .issues import PreparationIssues
+from .layout import subfolders
+from .listing import SPEAKERS_FILE_MISSING, CorpusListing
 
 SPEAKERS_FILE = "speaker-info.txt"
 TRANSCRIPT_FOLDER = "txt"

@@ -27,11 +27,11 @@ from pathlib import Path
 import soundfile
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
-from voxanon.data_prep.paths import contained_path
-from voxanon.data_prep.prepare.issues import summarise
-from voxanon.data_prep.prepare.listing import TARGET_RATE, read_audio_header
+from ..atomic import atomic_write_text
+from ..corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
+from ..paths import contained_path
+from .issues import summarise
+from .listing import TARGET_RATE, read_audio_header
 
 SPLITS = ("dev", "test")
 TRIAL_PARTS = {

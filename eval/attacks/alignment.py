@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
 

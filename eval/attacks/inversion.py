@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from voxanon.data_prep.corpus import GENDERS, Trial
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, l2_normalise
-from voxanon.eval.attacks.alignment import (WassersteinProcrustesConfig, orthogonal_procrustes,
+from ...data_prep.corpus import GENDERS, Trial
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import Vectors, l2_normalise
+from .alignment import (WassersteinProcrustesConfig, orthogonal_procrustes,
                                             wasserstein_procrustes)
-from voxanon.eval.cllr import cllr, min_cllr
-from voxanon.eval.eer import eer
-from voxanon.eval.linkability import linkability
+from ..cllr import cllr, min_cllr
+from ..eer import eer
+from ..linkability import linkability
 
 if TYPE_CHECKING:  # scikit-learn takes a second to import; only the PCA front-end needs it
     from sklearn.decomposition import PCA

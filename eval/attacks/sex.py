@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 # scikit-learn and SciPy (and the metrics, which use it) load when a classifier is trained or assessed,
 # not when the command line reads CLASSIFIERS.
 if TYPE_CHECKING:
     from sklearn.pipeline import Pipeline
 
-    from voxanon.eval.calibration import LinearCalibration
+    from ..calibration import LinearCalibration
 
 CLASSIFIERS = ("logistic", "mlp")
 MLP_HIDDEN_UNITS = 64
@@ -120,7 +120,7 @@ def train_sex_classifier(vectors: np.ndarray, is_female: Sequence[bool], kind: s
     from sklearn.base import clone
     from sklearn.model_selection import GroupKFold, StratifiedKFold
 
-    from voxanon.eval.calibration import LinearCalibration, fit_linear_calibration
+    from ..calibration import LinearCalibration, fit_linear_calibration
 
     vectors = np.asarray(vectors, dtype=np.float64)
     is_female = np.asarray(is_female, dtype=bool)
@@ -150,9 +150,9 @@ def train_sex_classifier(vectors: np.ndarray, is_female: Sequence[bool], kind: s
 
 def assess_sex_llrs(llrs: Sequence[float], is_female: Sequence[bool]) -> SexAssessment:
     """EER, ZEBRA and Cllr figures of LLRs where positive values support female."""
-    from voxanon.eval.cllr import cllr, min_cllr
-    from voxanon.eval.eer import eer
-    from voxanon.eval.zebra import zebra
+    from ..cllr import cllr, min_cllr
+    from ..eer import eer
+    from ..zebra import zebra
 
     llrs = np.asarray(llrs, dtype=np.float64)
     is_female = np.asarray(is_female, dtype=bool)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_RELEASE_URL, SA_TOOLKIT_TAGS
+from ...data_prep.errors import VoxanonError
+from .sa_toolkit_tags import SA_TOOLKIT_RELEASE_URL, SA_TOOLKIT_TAGS
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Release:
 
 def _ssl_sas_layout(release: str):
     def importer(source, *, hubert=None, vocoder_dir=None) -> Imported:
-        from voxanon.models.checkpoints.ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
+        from .ssl_sas import SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, import_ssl_sas
 
         layout = ZLLR_VC_LAYOUT if release == "zllr-vc" else None
         default_dir = SSL_SAS_VOCODER_DIR if release == "ssl-sas" else None
@@ -79,7 +79,7 @@ def _ssl_sas_layout(release: str):
                         f"{title} release {source}" + (f" + {hubert}" if hubert else ""))
 
     def random_init(size: str, seed: int) -> Imported:
-        from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
+        from .ssl_sas import ZLLR_VC_LAYOUT, random_ssl_sas
 
         components, config = random_ssl_sas(size, seed, ZLLR_VC_LAYOUT if release == "zllr-vc" else None)
         return Imported(release, components, config, f"random-init size={size} seed={seed}")
@@ -88,22 +88,22 @@ def _ssl_sas_layout(release: str):
 
 
 def _import_hubert_soft(source) -> Imported:
-    from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
+    from .hubert_soft import import_hubert_soft
 
     components, config = import_hubert_soft(source)
     return Imported("hubert-soft", components, config, f"bshall HuBERT-soft {source}")
 
 
 def _random_hubert_soft(size: str, seed: int) -> Imported:
-    from voxanon.models.checkpoints.hubert_soft import random_hubert_soft
+    from .hubert_soft import random_hubert_soft
 
     components, config = random_hubert_soft(size, seed)
     return Imported("hubert-soft", components, config, f"random-init size={size} seed={seed}")
 
 
 def _import_sa_toolkit(source, *, name: str | None = None) -> Imported:
-    from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.checkpoints.sa_toolkit import default_name, find_final_pt, import_sa_toolkit
+    from ...data_prep.digest import sha256_file
+    from .sa_toolkit import default_name, find_final_pt, import_sa_toolkit
 
     path = find_final_pt(source)
     components, config = import_sa_toolkit(path)
@@ -112,7 +112,7 @@ def _import_sa_toolkit(source, *, name: str | None = None) -> Imported:
 
 
 def _random_sa_toolkit(size: str, seed: int, *, tag: str | None = None, name: str | None = None) -> Imported:
-    from voxanon.models.checkpoints.sa_toolkit import random_sa_toolkit
+    from .sa_toolkit import random_sa_toolkit
 
     if not tag:
         raise VoxanonError("sa-toolkit --random-init needs --tag TAG (the layout to give random weights)")
@@ -123,8 +123,8 @@ def _random_sa_toolkit(size: str, seed: int, *, tag: str | None = None, name: st
 def _import_nac(source, *, name: str | None = None) -> Imported:
     from pathlib import Path
 
-    from voxanon.data_prep.digest import sha256_file
-    from voxanon.models.checkpoints.nac import find_release_files, import_nac
+    from ...data_prep.digest import sha256_file
+    from .nac import find_release_files, import_nac
 
     components, config = import_nac(source)
     files = find_release_files(Path(source))
@@ -133,7 +133,7 @@ def _import_nac(source, *, name: str | None = None) -> Imported:
 
 
 def _random_nac(size: str, seed: int, *, name: str | None = None) -> Imported:
-    from voxanon.models.checkpoints.nac import random_nac
+    from .nac import random_nac
 
     components, config = random_nac(size, seed)
     return Imported(name or "nac", components, config, f"random-init size={size} seed={seed}")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from voxanon.models.checkpoints.safe import CheckpointError, built_with_weights, safe_load
-from voxanon.models.checkpoints.speechbrain_dirs import ecapa_dilations
-from voxanon.models.nets.speaker import EcapaConfig, EcapaEncoder, ecapa_tdnn
+from .safe import CheckpointError, built_with_weights, safe_load
+from .speechbrain_dirs import ecapa_dilations
+from ..nets.speaker import EcapaConfig, EcapaEncoder, ecapa_tdnn
 
 EMBEDDING_FILE = "embedding_model.ckpt"
 EMBEDDING_NORM_FILE = "mean_var_norm_emb.ckpt"

@@ -30,9 +30,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from voxanon.data_prep.atomic import atomic_write_text, staging_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.catalogue import CATALOGUE, Release, RemoteFile
+from ...data_prep.atomic import atomic_write_text, staging_dir
+from ...data_prep.errors import VoxanonError
+from .catalogue import CATALOGUE, Release, RemoteFile
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ ZENODO_API = "https://zenodo.org/api/records/{record}"
 
 
 def downloads_dir() -> Path:
-    from voxanon.models.checkpoints.registry import voxanon_home
+    from .registry import voxanon_home
 
     return voxanon_home() / "downloads"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.keymaps import bshall_hubert_to_hf
-from voxanon.models.checkpoints.safe import CheckpointError, built_with_weights, safe_load
-from voxanon.models.nets.hubert_soft import CONTENT_KIND, HubertSoftConfig, HubertSoftEncoder
-from voxanon.models.nets.hifigan import ConditioningLayout
+from ...data_prep.errors import VoxanonError
+from .keymaps import bshall_hubert_to_hf
+from .safe import CheckpointError, built_with_weights, safe_load
+from ..nets.hubert_soft import CONTENT_KIND, HubertSoftConfig, HubertSoftEncoder
+from ..nets.hifigan import ConditioningLayout
 
 
 def hubert_soft_config_from_hf_state(backbone: dict[str, torch.Tensor],

@@ -8,7 +8,7 @@ import re
 
 import torch
 
-from voxanon.models.checkpoints.safe import KEY_LIST_LIMIT, CheckpointError, fold_weight_norm
+from .safe import KEY_LIST_LIMIT, CheckpointError, fold_weight_norm
 
 
 _FAIRSEQ_TO_HF = [

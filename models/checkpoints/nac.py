@@ -42,13 +42,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
+from ...data_prep.errors import VoxanonError
+from ..nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
                                  SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt, init_random)
-from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm, key_list, restricted_pickle_module, safe_load
-from voxanon.models.nets.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
-from voxanon.models.nets.encodec import init_random as init_random_encodec
-from voxanon.models.nets.hubert import HubertBackbone, HubertBackboneConfig, plain_hubert
+from .safe import CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm, key_list, restricted_pickle_module, safe_load
+from ..nets.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
+from ..nets.encodec import init_random as init_random_encodec
+from ..nets.hubert import HubertBackbone, HubertBackboneConfig, plain_hubert
 
 RELEASE = "nac"
 FILES = {"coarse": ("coarse_2.pt",), "fine": ("fine_2.pt",), "encodec": ("encodec_24khz-d7cc33bc.th",),

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.digest import sha256_file
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.catalogue import install_hint
+from ...data_prep.atomic import atomic_path, atomic_write_text
+from ...data_prep.digest import sha256_file
+from ...data_prep.errors import VoxanonError
+from .catalogue import install_hint
 
 if TYPE_CHECKING:  # torch loads in seconds; the CLI's commands import this module at start-up
     import torch
@@ -79,7 +79,7 @@ class ModelSet:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        from voxanon.models.checkpoints.safe import CheckpointError
+        from .safe import CheckpointError
 
         path = self.weights_file(component)
         try:
@@ -94,7 +94,7 @@ class ModelSet:
     def build(self, component: str, build, what: str = ""):
         """``build()`` holding the component's weights, loaded strictly: every key and shape must fit, or a
         CheckpointError names the file and the keys (:func:`voxanon.models.checkpoints.safe.built_with_weights`)."""
-        from voxanon.models.checkpoints.safe import built_with_weights
+        from .safe import built_with_weights
 
         return built_with_weights(build, self.tensors(component), str(self.weights_file(component)), what)
 

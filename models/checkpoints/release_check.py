@@ -18,13 +18,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from voxanon.data_prep.digest import sha256_file
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.ssl_sas import SEX_FLOW_PREFIX, SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
-from voxanon.models.checkpoints.keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
-from voxanon.models.checkpoints.safe import CheckpointError, key_list, safe_load
-from voxanon.models.checkpoints.registry import MANIFEST, MODEL_SET_NAME, load_model_set, models_dir
-from voxanon.models.checkpoints.sa_toolkit import import_sa_toolkit
+from ...data_prep.digest import sha256_file
+from ...data_prep.errors import VoxanonError
+from .ssl_sas import SEX_FLOW_PREFIX, SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
+from .keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
+from .safe import CheckpointError, key_list, safe_load
+from .registry import MANIFEST, MODEL_SET_NAME, load_model_set, models_dir
+from .sa_toolkit import import_sa_toolkit
 
 SOFT_MODEL = Path("HuBERT_soft") / "soft_model.pt"
 EMBEDDING_MODEL = Path("ECAPA-TDNN") / "embedding_model.ckpt"
@@ -359,7 +359,7 @@ def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
         _try_import(report, "fairseq HuBERT key conversion", lambda: _named(name, fairseq_hubert_to_hf,
                                                                              checkpoint["model"]))
     elif "hubert" in entries:
-        from voxanon.models.checkpoints.hubert_soft import import_hubert_soft
+        from .hubert_soft import import_hubert_soft
 
         report.files.append(inspect_state(name, checkpoint["hubert"], "bshall HuBERT-soft checkpoint", "hubert"))
         _try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path, read)[0])
@@ -385,7 +385,7 @@ def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
 
 def inspect_sa_toolkit(name: str, checkpoint: dict) -> FileReport:
     """An SA-toolkit ``final.pt``: its config, options and keys by family (:func:`~voxanon.models.checkpoints.sa_toolkit.key_families`)."""
-    from voxanon.models.checkpoints.sa_toolkit import key_families
+    from .sa_toolkit import key_families
 
     state = checkpoint["base_model_state_dict"]
     converter = isinstance(state, dict) and any(str(key).startswith("hifigan.") for key in state)
@@ -452,7 +452,7 @@ NAC_PARTS = {"coarse": "Bark coarse GPT (model_args, _orig_mod. model, best_val_
 
 def check_nac_release(root: Path, read: OnceReader | None = None) -> CheckReport:
     """B4's files under ``root`` (:func:`voxanon.models.checkpoints.nac.find_release_files`) and a trial import."""
-    from voxanon.models.checkpoints.nac import find_release_files, find_voices, import_nac
+    from .nac import find_release_files, find_voices, import_nac
 
     read = read or OnceReader()
     report = CheckReport(root)
@@ -476,22 +476,22 @@ def component_loaders(model_set) -> dict:
     if model_set.config.get("release") == "nac":
         from types import SimpleNamespace
 
-        from voxanon.models.checkpoints.nac import COMPONENTS, load_component, voices_state
+        from .nac import COMPONENTS, load_component, voices_state
 
         loaders = {component: lambda c=component: load_component(model_set, c) for component in COMPONENTS}
         # The voices are arrays, not a network: reported as their tensors.
         loaders["voices"] = lambda: SimpleNamespace(state_dict=lambda: voices_state(load_component(model_set, "voices")))
         return loaders
     if model_set.config.get("release") == "sa-toolkit":
-        from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor
+        from .sa_toolkit import load_converter, load_extractor
 
         loaders = {"extractor": lambda: load_extractor(model_set)}
         if model_set.config.get("kind") == "converter":
             loaders["generator"] = lambda: load_converter(model_set, cpu_plans=False)[0].generator
         return loaders
-    from voxanon.models.nets.hifigan import load_vocoder
-    from voxanon.models.nets.hubert_soft import content_encoder
-    from voxanon.models.checkpoints.ecapa import ecapa_from_model_set
+    from ..nets.hifigan import load_vocoder
+    from ..nets.hubert_soft import content_encoder
+    from .ecapa import ecapa_from_model_set
 
     loaders = {"content": lambda: content_encoder(model_set), "speaker": lambda: ecapa_from_model_set(model_set),
                "generator": lambda: load_vocoder(model_set, cpu_plans=False).generator}

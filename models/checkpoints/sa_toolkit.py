@@ -41,9 +41,9 @@ import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_CONVERTER_TAGS, SA_TOOLKIT_TAGS
-from voxanon.models.f0.params import SA_TOOLKIT_B5_B6
+from ...data_prep.errors import VoxanonError
+from .sa_toolkit_tags import SA_TOOLKIT_CONVERTER_TAGS, SA_TOOLKIT_TAGS
+from ..f0.params import SA_TOOLKIT_B5_B6
 
 # torch and the checkpoint readers are imported where they are used: the command line reads the tags
 # below at start-up.
@@ -79,7 +79,7 @@ def tag_front_end(tag: str) -> tuple[str, int | None]:
 
 
 def _fail(source: str, message: str):
-    from voxanon.models.checkpoints.safe import CheckpointError
+    from .safe import CheckpointError
 
     return CheckpointError(f"{source}: {message}")
 
@@ -87,7 +87,7 @@ def _fail(source: str, message: str):
 def read_final_pt(path: str | Path, read=None) -> dict:
     """A ``final.pt``'s entries, read as data (``read``, default :func:`~voxanon.models.checkpoints.safe.safe_load`);
     any entry besides SA-toolkit's six is an error naming it."""
-    from voxanon.models.checkpoints.safe import key_list, safe_load
+    from .safe import key_list, safe_load
 
     checkpoint = (read or safe_load)(path)
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("base_model_state_dict"), dict):
@@ -150,7 +150,7 @@ def release_tdnnf_shapes(config, output_dim: int) -> dict[str, tuple]:
 
 def _front_end_state(state: dict, source: str) -> dict:
     """The wav2vec2 keys renamed to ours, weight norm folded."""
-    from voxanon.models.checkpoints.safe import CheckpointError, fold_weight_norm
+    from .safe import CheckpointError, fold_weight_norm
 
     renamed = {}
     for key, value in state.items():
@@ -172,7 +172,7 @@ def release_key(key: str) -> str:
 
 
 def _wav2vec2_config(state: dict, source: str):
-    from voxanon.models.nets.hubert import HubertBackboneConfig
+    from ..nets.hubert import HubertBackboneConfig
 
     layers = {int(m.group(1)) for key in state if (m := re.match(re.escape(_TRANSFORMER) + r"layers\.(\d+)\.", key))}
     pos_conv = next((key for key in (f"{_TRANSFORMER}pos_conv_embed.conv.weight_v",
@@ -203,7 +203,7 @@ def _codebook_size(state: dict, bn: str, source: str) -> int | None:
 
 def asr_config_from_state(state: dict, source: str):
     """(:class:`~voxanon.models.nets.asr_bn.AsrBnConfig`, ASR output width) read off an ASR state dict's shapes."""
-    from voxanon.models.nets.asr_bn import AsrBnConfig
+    from ..nets.asr_bn import AsrBnConfig
 
     front_end = "wav2vec2" if any(key.startswith("preprocessor.") for key in state) else "fbank"
     context, subsampling = LAYOUTS[front_end]
@@ -235,8 +235,8 @@ def convert_asr_state(state: dict, source: str):
     (prefix removed); every key checked as the module doc says."""
     import torch
 
-    from voxanon.models.nets.asr_bn import AsrBnExtractor
-    from voxanon.models.checkpoints.safe import CheckpointError, check_state_fits, key_list
+    from ..nets.asr_bn import AsrBnExtractor
+    from .safe import CheckpointError, check_state_fits, key_list
 
     config, output_dim = asr_config_from_state(state, source)
     front = _front_end_state(state, source) if config.wav2vec2 is not None else {}
@@ -320,10 +320,10 @@ def import_sa_toolkit(path: str | Path, read=None) -> tuple[dict, dict]:
     ``read`` as :func:`read_final_pt`'s."""
     import torch
 
-    from voxanon.models.checkpoints.ssl_sas import GENERATOR_KEY
+    from .ssl_sas import GENERATOR_KEY
 
-    from voxanon.models.checkpoints.safe import CheckpointError, check_state_fits, fold_weight_norm, key_list
-    from voxanon.models.nets.core_hifigan import CoreHifiGan, generator_config
+    from .safe import CheckpointError, check_state_fits, fold_weight_norm, key_list
+    from ..nets.core_hifigan import CoreHifiGan, generator_config
 
     source = str(path)
     checkpoint = read_final_pt(path, read)
@@ -397,7 +397,7 @@ KEY_FAMILIES = (("front end (wav2vec2, preprocessor.*)", r"preprocessor\."),
 
 def key_families(state: dict) -> dict[str, list[str]]:
     """A ``base_model_state_dict``'s keys by family, for a report; ``unknown`` holds the rest."""
-    from voxanon.models.checkpoints.ssl_sas import GENERATOR_KEY
+    from .ssl_sas import GENERATOR_KEY
 
     families: dict[str, list[str]] = {}
     for key in map(str, state):
@@ -413,7 +413,7 @@ def key_families(state: dict) -> dict[str, list[str]]:
 def find_final_pt(source: str | Path) -> Path:
     """``source`` itself, or the ``final.pt`` in the folder ``source`` (torch.hub keeps each tag's in
     ``checkpoints/<tag>/final.pt``)."""
-    from voxanon.models.checkpoints.safe import CheckpointError
+    from .safe import CheckpointError
 
     path = Path(source)
     if path.is_dir():
@@ -449,9 +449,9 @@ def random_sa_toolkit(tag: str, size: str = "full", seed: int = 0) -> tuple[dict
     ``tiny`` is small, for tests."""
     import torch
 
-    from voxanon.models.nets.asr_bn import AsrBnConfig, AsrBnExtractor
-    from voxanon.models.nets.core_hifigan import CoreHifiGan, generator_config
-    from voxanon.models.nets.hubert import HubertBackboneConfig
+    from ..nets.asr_bn import AsrBnConfig, AsrBnExtractor
+    from ..nets.core_hifigan import CoreHifiGan, generator_config
+    from ..nets.hubert import HubertBackboneConfig
 
     if tag not in SA_TOOLKIT_TAGS:
         raise VoxanonError(f"unknown SA-toolkit tag {tag!r}; tags: {', '.join(SA_TOOLKIT_TAGS)}")
@@ -506,7 +506,7 @@ def _signal_preserving(generator):
 
 def load_extractor(model_set):
     """The set's :class:`~voxanon.models.nets.asr_bn.AsrBnExtractor`, built without random initialisation."""
-    from voxanon.models.nets.asr_bn import AsrBnConfig, AsrBnExtractor
+    from ..nets.asr_bn import AsrBnConfig, AsrBnExtractor
 
     _require_release(model_set)
     config = AsrBnConfig.from_dict(model_set.config["extractor"])
@@ -516,8 +516,8 @@ def load_extractor(model_set):
 def load_converter(model_set, cpu_plans: bool = True):
     """(the set's :class:`~voxanon.models.nets.hifigan.Vocoder` with a :class:`~voxanon.models.nets.core_hifigan.CoreHifiGan`,
     its sorted target speakers); ``cpu_plans``: the spectral convolutions of CPU synthesis planned here."""
-    from voxanon.models.nets.core_hifigan import CoreHifiGan, conditioning_layout
-    from voxanon.models.nets.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
+    from ..nets.core_hifigan import CoreHifiGan, conditioning_layout
+    from ..nets.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
 
     _require_release(model_set)
     if model_set.config.get("kind") != "converter":

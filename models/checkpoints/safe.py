@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from voxanon.data_prep.atomic import atomic_path
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.atomic import atomic_path
+from ...data_prep.errors import VoxanonError
 
 
 class CheckpointError(VoxanonError):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 HPARAMS_FILE = "hyperparams.yaml"
 TRUST_FLAG = "--trust-model-code"
@@ -365,7 +365,7 @@ def wav2vec2_config_from_state(state: dict):
 
 def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str = "wav2vec2.ckpt"):
     """Our copy of speechbrain's wav2vec2 wrapper, with ``directory/checkpoint`` loaded key for key."""
-    from voxanon.models.checkpoints.safe import safe_load
+    from .safe import safe_load
 
     options = arguments(hparams, node)
     source = str(options.get("source", ""))
@@ -390,7 +390,7 @@ def load_wav2vec2(directory: Path, hparams: dict, node: Tagged, checkpoint: str 
     preprocessor = _hf_cached(source, "preprocessor_config.json", directory, save_path) if source else None
     normalize_wav = bool(json.loads(preprocessor.read_text(encoding="utf-8")).get("do_normalize", True)) \
         if preprocessor is not None else True
-    from voxanon.models.checkpoints.safe import built_with_weights
+    from .safe import built_with_weights
 
     # Built without random initialisation, holding the checkpoint's tensors themselves: loaded once.
     return built_with_weights(lambda: _wav2vec2_module(config, bool(options.get("output_norm", False)), normalize_wav),

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import torch
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
-from voxanon.models.checkpoints.keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
-from voxanon.models.checkpoints.ecapa import ecapa_config_from_state, ecapa_with_weights
-from voxanon.models.checkpoints.safe import (CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load,
+from .keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
+from .ecapa import ecapa_config_from_state, ecapa_with_weights
+from .safe import (CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load,
                                              strip_prefix)
-from voxanon.models.nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
-from voxanon.models.nets.hubert import SoftContentConfig, SoftContentEncoder
-from voxanon.models.nets.speaker import SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_front_end
+from ..nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+from ..nets.hubert import SoftContentConfig, SoftContentEncoder
+from ..nets.speaker import SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_front_end
 
 
 SSL_SAS_SUBMODELS = ("latent_encoder.", "xv_model.")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from voxanon.models.checkpoints.safe import (AllowListUnpickler, CheckpointError, UnsafeCheckpointError, key_list,
+from .safe import (AllowListUnpickler, CheckpointError, UnsafeCheckpointError, key_list,
                                              restricted_pickle_module)
-from voxanon.models.nets.flow import ZeroLLRFlow
-from voxanon.models.nets.flow_config import FlowConfig
+from ..nets.flow import ZeroLLRFlow
+from ..nets.flow_config import FlowConfig
 
 REFERENCE_CODE_MODULES = ("classes", "__main__")
 """Modules of the releases' own classes (``classes.py``, or a script run as ``__main__``)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voxanon.models.dsp.f0_transform import VoicedMoments, map_f0_to_moments, voiced_moments
+from .f0_transform import VoicedMoments, map_f0_to_moments, voiced_moments
 
 PRAAT_F0_MIN_HZ = 75.0
 PRAAT_F0_MAX_HZ = 600.0

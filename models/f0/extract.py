@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_path
-from voxanon.data_prep.paths import contained_path
-from voxanon.models.f0.params import (DEFAULT_BACKEND, MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams,
+from ...data_prep.atomic import atomic_path
+from ...data_prep.paths import contained_path
+from .params import (DEFAULT_BACKEND, MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams,
                                       backend_params, check_backend)
 
 def _prepared(audio: np.ndarray, sample_rate: int, params: YaaptParams) -> tuple[np.ndarray | None, int]:
@@ -75,14 +75,14 @@ def yaapt_f0(audio: np.ndarray, sample_rate: int = 16000, params: YaaptParams = 
     :func:`~voxanon.models.f0.sa_yaapt.sa_toolkit_f0`).
     """
     if check_backend(backend) == "sa-toolkit":
-        from voxanon.models.f0.sa_yaapt import sa_toolkit_f0
+        from .sa_yaapt import sa_toolkit_f0
 
         return sa_toolkit_f0(audio, sample_rate, _sa_toolkit_params(params))
     signal, n_frames = _prepared(audio, sample_rate, params)
     if signal is None:
         return np.zeros(n_frames, dtype=np.float32)
     if backend == "fast":
-        from voxanon.models.f0.yaapt import yaapt_samp_values
+        from .yaapt import yaapt_samp_values
 
         return _checked_track(yaapt_samp_values(signal, sample_rate, params), len(audio), n_frames, backend)
     import amfm_decompy.basic_tools as basic
@@ -109,7 +109,7 @@ def yaapt_f0_batch(audios: list[np.ndarray], sample_rate: int = 16000, params: Y
         return _sa_toolkit_batch(audios, sample_rate, params, device)
     if backend != "fast":
         raise ValueError(f"F0 backend {backend!r} has no batched version (fast or sa-toolkit)")
-    from voxanon.models.f0.yaapt import yaapt_samp_values
+    from .yaapt import yaapt_samp_values
 
     results: list[np.ndarray | Exception | None] = [None] * len(audios)
     batch: list[tuple[int, np.ndarray, int]] = []
@@ -126,7 +126,7 @@ def yaapt_f0_batch(audios: list[np.ndarray], sample_rate: int = 16000, params: Y
         except Exception as error:  # reported for this utterance; the batch goes on
             results[index] = error
     if batch:
-        from voxanon.models.f0.yaapt_torch import yaapt_samp_values_batch
+        from .yaapt_torch import yaapt_samp_values_batch
 
         tracks = yaapt_samp_values_batch([signal for _, signal, _ in batch], sample_rate, params, device)
         for (index, signal, n_frames), track in zip(batch, tracks):
@@ -150,7 +150,7 @@ def _sa_toolkit_params(params):
 def _sa_toolkit_batch(audios: list[np.ndarray], sample_rate: int, params, device: str) -> list[np.ndarray | Exception]:
     """SA-toolkit's port over the utterances it can take, in one call (it batches them itself); the error of
     each one it refuses (empty, multi-channel, not float, non-finite) in its place."""
-    from voxanon.models.f0.sa_yaapt import check_waveform, sa_toolkit_f0
+    from .sa_yaapt import check_waveform, sa_toolkit_f0
 
     results: list[np.ndarray | Exception | None] = [None] * len(audios)
     usable = []

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 import torchaudio.functional
 
-from voxanon.models.f0.params import SA_TOOLKIT_B5_B6, SaToolkitYaaptParams
+from .params import SA_TOOLKIT_B5_B6, SaToolkitYaaptParams
 
 MIN_FRAMES = 4
 """The port reads its spectral track's fourth frame: shorter inputs get an all-unvoiced track."""

@@ -52,7 +52,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from voxanon.models.numba_cache import use_user_cache_folder
+from ..numba_cache import use_user_cache_folder
 
 use_user_cache_folder()
 import numba  # noqa: E402  (after its cache folder is chosen)
@@ -456,7 +456,7 @@ def warm_up() -> None:
     """Load (or, the first time on a machine, compile) the compiled kernels, e.g. before forking workers: the
     CPU version's, and those the GPU version (:mod:`voxanon.models.f0.yaapt_torch`) calls with its own array
     layouts (the NCCF's peaks written to column slices of the tracks, the frame means)."""
-    from voxanon.models.f0.params import SSL_SAS_YAAPT
+    from .params import SSL_SAS_YAAPT
 
     t = np.arange(1600) / 16000
     yaapt_samp_values(np.sin(2 * np.pi * 150 * t) * (1 + t), 16000.0, SSL_SAS_YAAPT)

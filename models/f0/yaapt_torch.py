@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from voxanon.models.f0 import yaapt as cpu
+from . import yaapt as cpu
 
 SHC_CHUNK_FRAMES = 16384
 """Voiced frames per batched 8192-point FFT: about 1 GB of spectrum and 0.6 GB of harmonic products, 164 s

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from voxanon.models.nets.speaker import EcapaConfig, ecapa_front_end, speechbrain_ecapa_tdnn
+from .speaker import EcapaConfig, ecapa_front_end, speechbrain_ecapa_tdnn
 
 
 class SpeakerClassifier(torch.nn.Module):

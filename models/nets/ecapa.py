@@ -47,7 +47,7 @@ class FrameCounts:
     Counts are given on the CPU (checked there, without waiting for a device) and copied to ``device``."""
 
     def __init__(self, counts: list[int], total: int, device: torch.device):
-        from voxanon.models.nets.precision import to_device
+        from .precision import to_device
 
         self.host = counts
         self.total = total

@@ -46,10 +46,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm import tqdm
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.vectors import l2_normalise
-from voxanon.models.nets.flow_config import FlowConfig, FlowError, TrainingConfig
-from voxanon.models.speakers.lda import LinearDiscriminant
+from ...data_prep.atomic import atomic_path, atomic_write_text
+from ...data_prep.vectors import l2_normalise
+from .flow_config import FlowConfig, FlowError, TrainingConfig
+from ..speakers.lda import LinearDiscriminant
 
 log = logging.getLogger(__name__)
 

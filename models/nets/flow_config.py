@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 MU_STRATEGIES = ("mle", "learned")
 

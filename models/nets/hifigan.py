@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxanon.models.nets.spectral import WeightsPlan, cpu_inference, current_plan
+from .spectral import WeightsPlan, cpu_inference, current_plan
 
 LRELU_SLOPE = 0.1
 CPU_WINDOW_FRAMES = (64, 128, 192, 256, 384, 512)
@@ -503,7 +503,7 @@ class ConditioningLayout:
         lower, frame rate), the F0 and the speaker vectors cross from the CPU (from pinned memory, without
         waiting); the normalisations run batched, each over its own item's frames. Frames past an item's
         count are not zero (the generator masks its input); rows past the items are silence of ``length``."""
-        from voxanon.models.nets.precision import staging_zeros, to_device
+        from .precision import staging_zeros, to_device
 
         for item in items:
             self._check(*item)
@@ -601,7 +601,7 @@ class Vocoder:
         path. On CPU it computes the same values (how it is tested). The conditioning frames are built on the
         device, in float32 (:meth:`ConditioningLayout.device_batch`); every group is queued before the host
         waits for the first waveform."""
-        from voxanon.models.nets.precision import device_groups, to_device
+        from .precision import device_groups, to_device
 
         device = next(self.generator.parameters()).device
         hop, lead = self.generator.config.hop_length, self.generator.leading_samples

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxanon.models.nets.hifigan import LRELU_SLOPE
+from .hifigan import LRELU_SLOPE
 
 MPD_PERIODS = (2, 3, 5, 7, 11)
 MEL_LOSS_WEIGHT = 45.0

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-from voxanon.models.nets.precision import device_groups, float32_normalisations, staging_zeros, to_device
-from voxanon.models.nets.spectral import fft_form
+from .precision import device_groups, float32_normalisations, staging_zeros, to_device
+from .spectral import fft_form
 
 CONV_KERNELS = (10, 3, 3, 3, 3, 2, 2)
 CONV_STRIDES = (5, 2, 2, 2, 2, 2, 2)

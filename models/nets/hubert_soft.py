@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxanon.models.nets.hubert import (HubertBackboneConfig, SoftContentConfig, _conv_output_lengths,
+from .hubert import (HubertBackboneConfig, SoftContentConfig, _conv_output_lengths,
                                    batch_hubert_features, plain_hubert)
-from voxanon.models.nets.precision import to_device
+from .precision import to_device
 
 UNITS_PAD_SAMPLES = (400 - 320) // 2
 LOGIT_TEMPERATURE = 0.1
@@ -90,7 +90,7 @@ class HubertSoftEncoder(nn.Module):
 def content_encoder(model_set) -> nn.Module:
     """The content encoder a model set describes: HuBERT-soft units when its config says
     ``content_kind: hubert-soft``, else the SSL-SAS 200-centroid soft content. Both have ``encode(waves)``."""
-    from voxanon.models.nets.hubert import SoftContentEncoder
+    from .hubert import SoftContentEncoder
 
     if model_set.config.get("content_kind") == CONTENT_KIND:
         config = HubertSoftConfig.from_dict(model_set.config["content"])

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from voxanon.models.nets.ecapa import EcapaTdnn, Fbank, FrameCounts, sentence_mean_normalised
-from voxanon.models.nets.precision import device_groups, staging_zeros, to_device
+from .ecapa import EcapaTdnn, Fbank, FrameCounts, sentence_mean_normalised
+from .precision import device_groups, staging_zeros, to_device
 
 
 

@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 from tqdm import tqdm
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 SAMPLE_RATE = 16000
 DEFAULT_ASR = "whisper-tiny.en"
@@ -237,7 +237,7 @@ class SpeechBrainASR:
         self._model = self._load()
 
     def _checked_dir(self) -> dict:
-        from voxanon.models.checkpoints.speechbrain_dirs import check_model_code
+        from ..checkpoints.speechbrain_dirs import check_model_code
 
         if not self.model_dir.is_dir():
             raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
@@ -296,7 +296,7 @@ def is_wav2vec2_ctc_layout(hparams: dict) -> bool:
     """The ``speechbrain/asr-wav2vec2-librispeech`` layout: the wav2vec2 wrapper, an ``enc`` DNN
     (a ``Sequential`` of linear/batch-norm/LeakyReLU blocks, or the recipe's ``VanillaNN``),
     a ``ctc_lin`` output layer and a sentencepiece (or recipe CTCTextEncoder) tokenizer."""
-    from voxanon.models.checkpoints.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
+    from ..checkpoints.speechbrain_dirs import WAV2VEC2_WRAPPERS, Tagged
 
     def target(name: str) -> str:
         node = hparams.get(name)
@@ -322,7 +322,7 @@ class Wav2Vec2CTCASR(SpeechBrainASR):
     """
 
     def _load(self):
-        from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, read_hparams, require_files
+        from ..checkpoints.speechbrain_dirs import ModelDirError, read_hparams, require_files
 
         if not self.model_dir.is_dir():
             raise ASRError(f"{self.model_dir}: SpeechBrain model directory not found")
@@ -345,7 +345,7 @@ def _enc_children(hparams: dict, enc, where: Path) -> list[tuple[str, str, dict]
     """``(checkpoint name, layer kind, options)`` of the ``enc`` DNN in order: the children of a
     ``Sequential`` as the YAML lists them, or the blocks a ``VanillaNN`` appends (``linear``,
     ``act``, ``linear_0``, ``act_0``, ...)."""
-    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, Tagged, arguments, resolve
+    from ..checkpoints.speechbrain_dirs import ModelDirError, Tagged, arguments, resolve
 
     if not isinstance(enc, Tagged):
         raise ModelDirError(f"{where}: enc is not a speechbrain module")
@@ -373,7 +373,7 @@ def _dnn_layers(hparams: dict, enc, state: dict, where: Path):
     """The ``enc`` DNN's layers, in order, with the ``asr.ckpt`` entries each one takes."""
     import torch
 
-    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError
+    from ..checkpoints.speechbrain_dirs import ModelDirError
 
     layers, renamed = [], {}
     for name, kind, options in _enc_children(hparams, enc, where):
@@ -415,7 +415,7 @@ def _frame_batch_norm(channels: int, eps: float):
 def _token_decoder(path: Path, tokenizer):
     """Token ids -> text as EncoderASR does: sentencepiece ``decode_ids``, or a CTCTextEncoder's
     labels joined without separator."""
-    from voxanon.models.checkpoints.speechbrain_dirs import ModelDirError, read_label_encoder
+    from ..checkpoints.speechbrain_dirs import ModelDirError, read_label_encoder
 
     if tokenizer.target == CTC_TEXT_ENCODER:
         labels = read_label_encoder(path)
@@ -434,8 +434,8 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     """The torch module of :class:`Wav2Vec2CTCASR` with the directory's weights."""
     import torch
 
-    from voxanon.models.checkpoints.safe import CheckpointError, safe_load
-    from voxanon.models.checkpoints.speechbrain_dirs import (ModelDirError, Tagged, arguments, entry, load_wav2vec2,
+    from ..checkpoints.safe import CheckpointError, safe_load
+    from ..checkpoints.speechbrain_dirs import (ModelDirError, Tagged, arguments, entry, load_wav2vec2,
                                                  resolve)
 
     where = directory / SPEECHBRAIN_HPARAMS
@@ -508,7 +508,7 @@ def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
     if (path / "model.bin").is_file():
         return WhisperASR(path, threads=threads, device=device)
     if (path / SPEECHBRAIN_HPARAMS).is_file():
-        from voxanon.models.checkpoints.speechbrain_dirs import read_hparams
+        from ..checkpoints.speechbrain_dirs import read_hparams
 
         if is_wav2vec2_ctc_layout(read_hparams(path / SPEECHBRAIN_HPARAMS)):
             return Wav2Vec2CTCASR(path, device=device)

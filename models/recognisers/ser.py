@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from voxanon.models.checkpoints.speechbrain_dirs import (HPARAMS_FILE, WAV2VEC2_WRAPPERS, ModelDirError, Tagged, arguments,
+from ..checkpoints.speechbrain_dirs import (HPARAMS_FILE, WAV2VEC2_WRAPPERS, ModelDirError, Tagged, arguments,
                                              entry, read_hparams, read_label_encoder, require_files, resolve)
 
 SAMPLE_RATE = 16000
@@ -50,7 +50,7 @@ def model_identity(model_dir: str | Path, digest=None) -> str:
     """sha256 over a model directory's files: a cache key that changes with any weight or label.
     ``digest`` (path -> sha256 hex) may serve the files' digests from a cache; default: hash them."""
     if digest is None:
-        from voxanon.data_prep.digest import sha256_file as digest
+        from ...data_prep.digest import sha256_file as digest
 
     return hashlib.sha256("".join(digest(Path(model_dir) / name) for name in SER_FILES).encode()).hexdigest()
 
@@ -74,7 +74,7 @@ class EmotionClassifier:
         ``max_batch`` utterances of similar length (:func:`voxanon.models.nets.precision.length_groups`)."""
         import torch
 
-        from voxanon.models.nets.precision import length_groups
+        from ..nets.precision import length_groups
 
         checked = [_checked_audio(audio, i) for i, audio in enumerate(audios)]
         rows = np.zeros((len(checked), len(self.labels)), np.float32)
@@ -95,8 +95,8 @@ class EmotionClassifier:
 def _classifier_module(directory: Path, hparams: dict, n_labels: int):
     import torch
 
-    from voxanon.models.checkpoints.safe import CheckpointError, safe_load
-    from voxanon.models.checkpoints.speechbrain_dirs import load_wav2vec2
+    from ..checkpoints.safe import CheckpointError, safe_load
+    from ..checkpoints.speechbrain_dirs import load_wav2vec2
 
     where = directory / HPARAMS_FILE
     layout = {name: resolve(hparams, hparams.get(name)) for name in ("wav2vec2", "avg_pool", "output_mlp")}

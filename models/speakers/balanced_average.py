@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 
 @dataclass(frozen=True)

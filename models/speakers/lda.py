@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 # Relative ridge added to covariance matrices so that rank-deficient training sets
 # (fewer vectors than dimensions) still give a usable inverse.

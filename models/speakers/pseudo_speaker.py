@@ -30,12 +30,12 @@ from typing import Mapping
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.corpus import read_mapping, write_mapping
-from voxanon.data_prep.digest import sha256_file
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
-from voxanon.models.speakers.balanced_average import balanced_average
+from ...data_prep.atomic import atomic_path, atomic_write_text
+from ...data_prep.corpus import read_mapping, write_mapping
+from ...data_prep.digest import sha256_file
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
+from .balanced_average import balanced_average
 
 AFFINITIES = ("cosine", "plda")
 GENDER_MODES = ("same", "cross")

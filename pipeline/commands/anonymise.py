@@ -5,13 +5,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from voxanon.data_prep.corpus import DataDir, load_corpus
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import named_folder
-from voxanon.pipeline.commands.options import add_corpus_arguments
-from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
-from voxanon.pipeline.model_service import usable_cpus
-from voxanon.pipeline.systems import available_systems, device_overrides, load_system_config, precision_overrides
+from ...data_prep.corpus import DataDir, load_corpus
+from ...data_prep.errors import VoxanonError
+from ...data_prep.paths import named_folder
+from .options import add_corpus_arguments
+from .options import add_backend_arguments, backend_from_args
+from ..model_service import usable_cpus
+from ..systems import available_systems, device_overrides, load_system_config, precision_overrides
 
 
 def add_parser(subparsers) -> None:
@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.runner import FAILURES, anonymise_set
+    from ..runner import FAILURES, anonymise_set
 
     overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))

@@ -13,11 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from voxanon.data_prep.corpus import read_mapping, read_trials
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import read_vectors
-from voxanon.eval.attacks.alignment import WassersteinProcrustesConfig
-from voxanon.eval.attacks.sex import CLASSIFIERS
+from ...data_prep.corpus import read_mapping, read_trials
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import read_vectors
+from ...eval.attacks.alignment import WassersteinProcrustesConfig
+from ...eval.attacks.sex import CLASSIFIERS
 
 
 DEFAULT_WP = WassersteinProcrustesConfig()
@@ -90,9 +90,9 @@ def add_parser(subparsers) -> None:
 
 
 def run_inversion(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.labelled_vectors import read_enrolment, read_spk2gender
+    from ..labelled_vectors import read_enrolment, read_spk2gender
 
-    from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack
+    from ...eval.attacks.inversion import InversionInputs, inversion_attack
 
     if args.by_sex and args.spk2gender is None:
         raise VoxanonError("--by-sex needs --spk2gender")
@@ -126,9 +126,9 @@ def run_inversion(args: argparse.Namespace) -> int:
 
 
 def run_sex(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.labelled_vectors import read_spk2gender, sex_labels
+    from ..labelled_vectors import read_spk2gender, sex_labels
 
-    from voxanon.eval.attacks.sex import sex_attack
+    from ...eval.attacks.sex import sex_attack
 
     train, test = read_vectors(args.train), read_vectors(args.test)
     train_female, train_speakers = sex_labels(

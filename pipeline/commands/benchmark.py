@@ -5,9 +5,9 @@ import argparse
 import os
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.options import add_device_argument, add_evaluation_arguments, cache_from
-from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
+from ...data_prep.errors import VoxanonError
+from .options import add_device_argument, add_evaluation_arguments, cache_from
+from .options import add_backend_arguments, backend_from_args
 
 
 def add_parser(subparsers) -> None:
@@ -29,12 +29,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation.benchmark import compare
-    from voxanon.pipeline.evaluation.computations import check_device
-    from voxanon.pipeline.evaluation.outputs import print_table, write_outputs
-    from voxanon.pipeline.evaluation.protocols import load_protocol
+    from ..evaluation.benchmark import compare
+    from ..evaluation.computations import check_device
+    from ..evaluation.outputs import print_table, write_outputs
+    from ..evaluation.protocols import load_protocol
 
-    from voxanon.pipeline.evaluation.sets import discover_sets
+    from ..evaluation.sets import discover_sets
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems:

@@ -5,9 +5,9 @@ import argparse
 import os
 from pathlib import Path
 
-from voxanon.pipeline.commands.options import add_device_argument, add_evaluation_input_arguments
-from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
-from voxanon.pipeline.systems import available_recipes
+from .options import add_device_argument, add_evaluation_input_arguments
+from .options import add_backend_arguments, backend_from_args
+from ..systems import available_recipes
 
 
 def add_parser(subparsers) -> None:
@@ -58,11 +58,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation.challenge import stage_summary
+    from ..evaluation.challenge import stage_summary
 
-    from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
-    from voxanon.pipeline.commands.options import cache_from
-    from voxanon.pipeline.evaluation.outputs import print_table
+    from ..evaluation.challenge import ChallengeInputs, run_challenge
+    from .options import cache_from
+    from ..evaluation.outputs import print_table
 
     inputs = ChallengeInputs(
         system=args.system, train=list(args.train), data=args.data, out=args.out, iemocap=list(args.iemocap),

@@ -6,11 +6,11 @@ import json
 import os
 from pathlib import Path
 
-from voxanon.data_prep.atomic import ensure_writable_folder
-from voxanon.data_prep.corpus import DataDir
-from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.model_service import machine_workers
+from ...data_prep.atomic import ensure_writable_folder
+from ...data_prep.corpus import DataDir
+from ...data_prep.demo_corpus import demo_corpus_dir
+from ...data_prep.errors import VoxanonError
+from ..model_service import machine_workers
 
 
 DEMO_SYSTEMS = ("b2", "b2r")
@@ -36,7 +36,7 @@ def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
     speakers) and ``<root>/demo_eval`` (enrolment and trials of the other speakers, trials between them
     only). Per sex, every other speaker in name order is evaluated, at most
     ``DEMO_EVAL_SPEAKERS_PER_SEX``; the rest train the attacker. Returns the two folders and a note."""
-    from voxanon.data_prep.corpus import write_data_dir
+    from ...data_prep.corpus import write_data_dir
 
     evaluated: set[str] = set()
     for sex in sorted(set(demo.spk2gender.values())):
@@ -68,7 +68,7 @@ def demo_split(demo: DataDir, root: Path) -> tuple[Path, Path, str]:
 def attacker_comparison(results) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """(header, rows): per set and system, the EER (%) of o-o (original speech, the set's) and of the
     ignorant, lazy-informed and semi-informed attackers, then the models of the last two."""
-    from voxanon.eval.tables import format_value
+    from ...eval.tables import format_value
 
     columns = (("o-o", ""), ("o-a", "ignorant"), ("a-a", "lazy-informed"), ("a-a", "semi-informed"))
     eers = {(r.set, r.system, r.condition, r.attacker): r for r in results
@@ -104,16 +104,16 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation.benchmark import compare
-    from voxanon.pipeline.evaluation.outputs import print_table, write_outputs
-    from voxanon.pipeline.evaluation.protocols import load_protocol
+    from ..evaluation.benchmark import compare
+    from ..evaluation.outputs import print_table, write_outputs
+    from ..evaluation.protocols import load_protocol
 
     ensure_writable_folder(args.out, "--out")
     args.workers = machine_workers(max(1, args.workers))
     if args.semi_informed:
         return run_semi_informed(args)
-    from voxanon.pipeline.evaluation.sets import discover_sets
-    from voxanon.pipeline.feature_cache import ContentCache
+    from ..evaluation.sets import discover_sets
+    from ..feature_cache import ContentCache
 
     sets = discover_sets(demo_corpus_dir())
     data = sets[0].trials
@@ -134,11 +134,11 @@ def run_semi_informed(args: argparse.Namespace) -> int:
     """``voxanon challenge`` for B2 and B2r on a speaker split of the demo corpus, with a tiny attacker."""
     import time
 
-    from voxanon.data_prep.corpus import read_data_dir
-    from voxanon.eval.tables import Table, markdown
-    from voxanon.pipeline.evaluation.challenge import ChallengeInputs, run_challenge
-    from voxanon.pipeline.evaluation.challenge import stage_summary
-    from voxanon.pipeline.feature_cache import ContentCache
+    from ...data_prep.corpus import read_data_dir
+    from ...eval.tables import Table, markdown
+    from ..evaluation.challenge import ChallengeInputs, run_challenge
+    from ..evaluation.challenge import stage_summary
+    from ..feature_cache import ContentCache
 
     import torch
 

@@ -5,9 +5,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from voxanon.data_prep.atomic import ensure_writable_folder
-from voxanon.pipeline.commands.options import COMPUTATION_WORKERS_HELP, add_device_argument, add_evaluation_arguments, cache_from
-from voxanon.pipeline.commands.options import add_backend_arguments, backend_from_args
+from ...data_prep.atomic import ensure_writable_folder
+from .options import COMPUTATION_WORKERS_HELP, add_device_argument, add_evaluation_arguments, cache_from
+from .options import add_backend_arguments, backend_from_args
 
 
 log = logging.getLogger(__name__)
@@ -40,13 +40,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.evaluation.computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
-    from voxanon.pipeline.evaluation.outputs import attacker_notes, print_table, write_outputs
-    from voxanon.pipeline.evaluation.protocols import load_protocol
+    from ..evaluation.computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
+    from ..evaluation.outputs import attacker_notes, print_table, write_outputs
+    from ..evaluation.protocols import load_protocol
 
-    from voxanon.pipeline.evaluation.evaluate import evaluate_sets
-    from voxanon.pipeline.evaluation.sets import discover_sets
-    from voxanon.pipeline.feature_cache import FileDigests
+    from ..evaluation.evaluate import evaluate_sets
+    from ..evaluation.sets import discover_sets
+    from ..feature_cache import FileDigests
 
     backend = backend_from_args(args)
     check_device(args.device, backend)

@@ -6,9 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import read_data_dir
-from voxanon.models.f0.params import DEFAULT_BACKEND, PYAAPT_BACKENDS
+from ...data_prep.atomic import atomic_write_text
+from ...data_prep.corpus import read_data_dir
+from ...models.f0.params import DEFAULT_BACKEND, PYAAPT_BACKENDS
 
 SHOWN_IDS = 10
 
@@ -45,14 +45,14 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
         return None
     if args.cache_dir is not None:
         return args.cache_dir
-    from voxanon.models.checkpoints.registry import voxanon_home
+    from ...models.checkpoints.registry import voxanon_home
 
     return voxanon_home() / "cache" / "f0"
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.f0_targets import compute_f0_targets
-    from voxanon.pipeline.model_service import machine_workers
+    from ..f0_targets import compute_f0_targets
+    from ..model_service import machine_workers
 
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]
     targets = compute_f0_targets(sets, workers=machine_workers(max(1, args.workers)), cache_dir=_cache_dir(args),

@@ -11,15 +11,15 @@ from typing import Iterator
 
 import numpy as np
 
-from voxanon.data_prep.atomic import ensure_writable_folder
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.atomic import ensure_writable_folder
+from ...data_prep.errors import VoxanonError
 
 log = logging.getLogger(__name__)
 
 def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes: dict[str, str] | None = None) -> str:
     """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named; each figure that the
     scores make degenerate (``notes``, by JSON key) followed by what it means."""
-    from voxanon.eval.zebra import format_zebra_value
+    from ...eval.zebra import format_zebra_value
 
     lines = (
         f"ASV: trials {trials}, scores {scores}",
@@ -45,7 +45,7 @@ def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes:
 
 def write_plots(directory: Path, label: str, tar: np.ndarray, non: np.ndarray) -> list[Path]:
     """ECE profile, DET curve and empirical calibration plot, each as PNG and PDF."""
-    from voxanon.eval.plots import calibration_figure, det_figure, ece_profile_figure, save_figure
+    from ...eval.plots import calibration_figure, det_figure, ece_profile_figure, save_figure
     system = [(label, tar, non)]
     written = save_figure(ece_profile_figure(system), directory / "ece_profile")
     written += save_figure(det_figure(system), directory / "det")
@@ -89,10 +89,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxanon.data_prep.corpus import read_trials
-    from voxanon.data_prep.scores import read_scores
-    from voxanon.eval.scores import pair_trials_with_scores
-    from voxanon.eval.summary import compute_metrics, degenerate_notes
+    from ...data_prep.corpus import read_trials
+    from ...data_prep.scores import read_scores
+    from ...eval.scores import pair_trials_with_scores
+    from ...eval.summary import compute_metrics, degenerate_notes
 
     if not args.trials.is_file():
         raise VoxanonError(f"{args.trials}: trials file not found")

@@ -5,10 +5,10 @@ import argparse
 import logging
 from pathlib import Path
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.catalogue import CATALOGUE, importable
-from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_TAGS
-from voxanon.pipeline.systems import available_systems, build_system, load_system_config
+from ...data_prep.errors import VoxanonError
+from ...models.checkpoints.catalogue import CATALOGUE, importable
+from ...models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_TAGS
+from ..systems import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints.registry import installed, models_dir
+    from ...models.checkpoints.registry import installed, models_dir
 
     sets = installed()
     print(f"models directory: {models_dir()}")
@@ -109,8 +109,8 @@ def install(release_name: str, source: str | Path | None, *, random_init: bool =
             seed: int = 0, **options) -> tuple[str, Path]:
     """Import a release (or random weights of its layout, marked random) and write its model set; (name, folder).
     ``options``: the release's ``models import`` options that were given."""
-    from voxanon.models.checkpoints.catalogue import release
-    from voxanon.models.checkpoints.registry import write_model_set
+    from ...models.checkpoints.catalogue import release
+    from ...models.checkpoints.registry import write_model_set
 
     entry = release(release_name)
     given = {key: value for key, value in options.items() if value}
@@ -141,7 +141,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints.release_check import check
+    from ...models.checkpoints.release_check import check
 
     report = check(args.path)
     print("\n".join(report.lines()))
@@ -149,7 +149,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from voxanon.models.checkpoints.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
+    from ...models.checkpoints.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
 
     entry = catalogue_entry(args.name)
     if args.install and not entry.model_sets:
@@ -192,9 +192,9 @@ RELEASE_FLOW_NAME = "sex"
 
 def install_release_flow(folders: tuple[Path, ...]) -> None:
     """Import the zLLR-VC release's pickled sex flow as the ``sex`` flow, unless one is installed already."""
-    from voxanon.models.nets.flow import save_flow
-    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
-    from voxanon.models.checkpoints.registry import asset_dir
+    from ...models.nets.flow import save_flow
+    from ...models.checkpoints.zllr_flow import import_reference_flow
+    from ...models.checkpoints.registry import asset_dir
 
     pickles = sorted({p for folder in folders for p in folder.rglob("xv_disentanglement_model/*.pt")})
     if len(pickles) != 1:
@@ -213,12 +213,12 @@ def install_release_flow(folders: tuple[Path, ...]) -> None:
 def run_warm_up(args: argparse.Namespace) -> int:
     import time
 
-    from voxanon.models.numba_cache import numba_cache_dir
+    from ...models.numba_cache import numba_cache_dir
 
     began = time.perf_counter()
     print(f"compiling the fast YAAPT's kernels into {numba_cache_dir()} (about 45 s the first time; then loaded)",
           flush=True)
-    from voxanon.models.f0.yaapt import warm_up
+    from ...models.f0.yaapt import warm_up
 
     warm_up()
     print(f"fast YAAPT kernels ready in {numba_cache_dir()} ({time.perf_counter() - began:.1f} s)")

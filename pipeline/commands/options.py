@@ -8,15 +8,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.models.checkpoints.registry import default_cache_dir
-from voxanon.models.nets.flow_config import MU_STRATEGIES, TrainingConfig
-from voxanon.pipeline.model_service import device_option, machine_workers
-from voxanon.pipeline.systems import available_recipes
+from ...data_prep.errors import VoxanonError
+from ...models.checkpoints.registry import default_cache_dir
+from ...models.nets.flow_config import MU_STRATEGIES, TrainingConfig
+from ..model_service import device_option, machine_workers
+from ..systems import available_recipes
 
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.feature_cache import ContentCache
+    from ..feature_cache import ContentCache
 
 
 def add_device_argument(parser: argparse.ArgumentParser, what: str) -> None:
@@ -53,7 +53,7 @@ def add_evaluation_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cache_from(args: argparse.Namespace) -> ContentCache:
-    from voxanon.pipeline.feature_cache import ContentCache
+    from ..feature_cache import ContentCache
 
     if args.cache is not None and str(args.cache).lower() == "none":
         return ContentCache(None)
@@ -125,7 +125,7 @@ def backend_from_args(args: argparse.Namespace):
         return None
     if args.cpus_per_worker < 0 or args.gpus_per_worker < 0:
         raise VoxanonError("--cpus-per-worker and --gpus-per-worker cannot be negative")
-    from voxanon.pipeline.execution.ray import RayBackend, RayOptions
+    from ..execution.ray import RayBackend, RayOptions
 
     return RayBackend(RayOptions(address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
                                  workers=args.workers, cpus_per_worker=args.cpus_per_worker,

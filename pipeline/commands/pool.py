@@ -19,20 +19,20 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import read_mapping
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import read_vectors
-from voxanon.models.speakers.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
+from ...data_prep.corpus import read_mapping
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import read_vectors
+from ...models.speakers.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
                                            pool_from_utterances, save_pool)
-from voxanon.models.checkpoints.registry import asset_dir
+from ...models.checkpoints.registry import asset_dir
 
 UTTERANCE_LEVEL_NAMES = ("xvector.scp", "xvector.ark")
 SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
 
 
 def add_parser(subparsers) -> None:
-    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
-    from voxanon.pipeline.commands.options import add_backend_arguments
+    from ..corpus_embeddings import add_embedding_arguments
+    from .options import add_backend_arguments
 
     parser = subparsers.add_parser(
         "pool", help="build, import or inspect a speaker-vector pool (B1 pseudo-speakers)",
@@ -82,8 +82,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
-    from voxanon.pipeline.commands.options import backend_from_args
+    from ..corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
+    from .options import backend_from_args
 
     backend = backend_from_args(args)
     data_dirs, sex = read_labelled_data_dirs(args.data)

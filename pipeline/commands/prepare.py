@@ -21,18 +21,18 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from voxanon.data_prep.corpus import (GENDERS, DataDir, DataDirError, format_mapping, read_data_dir, read_list,
+from ...data_prep.corpus import (GENDERS, DataDir, DataDirError, format_mapping, read_data_dir, read_list,
                                       write_data_dir)
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.prepare.iemocap import scan_iemocap
-from voxanon.data_prep.prepare.issues import PreparationIssues
-from voxanon.data_prep.prepare.librispeech import scan_librispeech
-from voxanon.data_prep.prepare.libritts import scan_libritts
-from voxanon.data_prep.prepare.listing import CorpusListing, PrepareOptions, prepare_corpus
-from voxanon.data_prep.prepare.subsets import PURPOSES, SubsetOptions, select_training_subset
-from voxanon.data_prep.prepare.trials import TrialDesign, build_trial_sets, write_trial_sets
-from voxanon.data_prep.prepare.vctk import AUDIO_FOLDERS, DEFAULT_MICROPHONE, MICROPHONES, scan_vctk
-from voxanon.data_prep.prepare.vpc import CORPORA, INDEX_NAME, index_vpc, write_index, write_native_sets
+from ...data_prep.errors import VoxanonError
+from ...data_prep.prepare.iemocap import scan_iemocap
+from ...data_prep.prepare.issues import PreparationIssues
+from ...data_prep.prepare.librispeech import scan_librispeech
+from ...data_prep.prepare.libritts import scan_libritts
+from ...data_prep.prepare.listing import CorpusListing, PrepareOptions, prepare_corpus
+from ...data_prep.prepare.subsets import PURPOSES, SubsetOptions, select_training_subset
+from ...data_prep.prepare.trials import TrialDesign, build_trial_sets, write_trial_sets
+from ...data_prep.prepare.vctk import AUDIO_FOLDERS, DEFAULT_MICROPHONE, MICROPHONES, scan_vctk
+from ...data_prep.prepare.vpc import CORPORA, INDEX_NAME, index_vpc, write_index, write_native_sets
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from voxanon.pipeline.systems import available_systems, build_system, load_system_config, missing_needs
+from ..systems import available_systems, build_system, load_system_config, missing_needs
 
 
 def add_parser(subparsers) -> None:

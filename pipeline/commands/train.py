@@ -14,9 +14,9 @@ import logging
 import os
 from pathlib import Path
 
-from voxanon.data_prep.corpus import load_corpus
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.commands.options import add_corpus_arguments
+from ...data_prep.corpus import load_corpus
+from ...data_prep.errors import VoxanonError
+from .options import add_corpus_arguments
 
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_vocoder(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.training.vocoder import VocoderTrainingOptions, install_trained_generator, train_vocoder
+    from ..training.vocoder import VocoderTrainingOptions, install_trained_generator, train_vocoder
 
     options = VocoderTrainingOptions(
         out=args.out, models=args.models, steps=args.steps, batch_size=args.batch_size, segment=args.segment,
@@ -138,7 +138,7 @@ def run_vocoder(args: argparse.Namespace) -> int:
         discriminator_width_divisor=args.discriminator_divisor, workers=args.workers,
         progress=not args.quiet)
     if args.install:
-        from voxanon.models.checkpoints.registry import MODEL_SET_NAME, installed
+        from ...models.checkpoints.registry import MODEL_SET_NAME, installed
 
         existing = installed().get(args.install)
         if args.install == args.models or not MODEL_SET_NAME.fullmatch(args.install):
@@ -165,8 +165,8 @@ KALDI_FILES = ("wav.scp", "utt2spk", "spk2utt", "text", "utt2dur", "spk2gender")
 
 
 def run_asv(args: argparse.Namespace) -> int:
-    from voxanon.data_prep.corpus import read_data_dir
-    from voxanon.pipeline.training.asv import TRAINING_FILE, train_asv
+    from ...data_prep.corpus import read_data_dir
+    from ..training.asv import TRAINING_FILE, train_asv
 
     # A folder with any Kaldi file is read as a data directory, so that a missing one is named.
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) if any((path / name).is_file() for name in KALDI_FILES)
@@ -201,10 +201,10 @@ def run_asv(args: argparse.Namespace) -> int:
 
 def add_sex_flow_parser(actions) -> None:
     """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
-    from voxanon.pipeline.training.sex_flow import run_sex_flow
+    from ..training.sex_flow import run_sex_flow
 
-    from voxanon.pipeline.commands.options import add_flow_training_arguments
-    from voxanon.pipeline.corpus_embeddings import add_embedding_arguments
+    from .options import add_flow_training_arguments
+    from ..corpus_embeddings import add_embedding_arguments
 
     parser = actions.add_parser(
         "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",

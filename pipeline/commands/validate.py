@@ -5,8 +5,8 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from voxanon.data_prep.corpus import load_corpus
-from voxanon.pipeline.commands.options import add_corpus_arguments
+from ...data_prep.corpus import load_corpus
+from .options import add_corpus_arguments
 
 
 def add_parser(subparsers) -> None:
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from voxanon.data_prep.audio import AudioError, load_audio
+    from ...data_prep.audio import AudioError, load_audio
 
     data = load_corpus(args.data, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
                        speaker_regex=args.speaker_regex)

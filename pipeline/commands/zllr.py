@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import read_mapping, read_trials
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import Vectors, read_vectors, speaker_means, write_vectors
-from voxanon.models.nets.flow_config import FlowConfig, MU_STRATEGIES, TrainingConfig
-from voxanon.models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant
-from voxanon.pipeline.commands.options import add_flow_training_arguments
-from voxanon.pipeline.training.zllr_flow import METHODS, Protections
+from ...data_prep.corpus import read_mapping, read_trials
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import Vectors, read_vectors, speaker_means, write_vectors
+from ...models.nets.flow_config import FlowConfig, MU_STRATEGIES, TrainingConfig
+from ...models.speakers.lda import LinearDiscriminant, QuadraticDiscriminant
+from .options import add_flow_training_arguments
+from ..training.zllr_flow import METHODS, Protections
 
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ DEFAULT_TRAINING = TrainingConfig()
 
 
 def add_parser(subparsers) -> None:
-    from voxanon.pipeline.training.zllr_flow import run_train
+    from ..training.zllr_flow import run_train
 
     parser = subparsers.add_parser(
         "zllr", help="zero-LLR sex neutralisation of embeddings",
@@ -142,10 +142,10 @@ def evaluation_table(protections: Protections, vectors: Vectors, is_female: np.n
     ``enrolment`` is speaker-level, or utterance-level with ``enroll_utt2spk`` (protected
     per utterance, then averaged by speaker).
     """
-    from voxanon.eval.attacks.sex import sex_attack
-    from voxanon.eval.cllr import min_cllr
-    from voxanon.eval.eer import eer
-    from voxanon.pipeline.evaluation.scoring import cosine_trial_scores
+    from ...eval.attacks.sex import sex_attack
+    from ...eval.cllr import min_cllr
+    from ...eval.eer import eer
+    from ..evaluation.scoring import cosine_trial_scores
 
     attacker_train = _speaker_halves(speakers, is_female, seed)
     groups = np.array(speakers)[attacker_train]
@@ -187,7 +187,7 @@ def format_evaluation(table: dict[str, dict[str, float]], classifier: str) -> st
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from voxanon.pipeline.labelled_vectors import _labelled
+    from ..labelled_vectors import _labelled
 
     protections = Protections(args.model)
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
@@ -200,8 +200,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from voxanon.models.nets.flow import save_flow
-    from voxanon.models.checkpoints.zllr_flow import import_reference_flow
+    from ...models.nets.flow import save_flow
+    from ...models.checkpoints.zllr_flow import import_reference_flow
 
     model = import_reference_flow(args.pickle, l2_normalise_input=not args.no_l2_normalise, mu=args.mu)
     save_flow(model, args.out)
@@ -241,8 +241,8 @@ def toy_table(*, hidden: int = 64, learning_rate: float = 1e-3, epochs: int = 10
               initial_mu: float | None = TOY_INITIAL_MU, seed: int = 0, datasets=("Gaussians", "Moons", "Circles"),
               progress: bool = True) -> dict[str, dict[str, float]]:
     """Test-set Cllr and min Cllr of LDA, QDA and the flow per toy data set."""
-    from voxanon.eval.cllr import cllr, min_cllr
-    from voxanon.models.nets.flow import train_zero_llr_flow
+    from ...eval.cllr import cllr, min_cllr
+    from ...models.nets.flow import train_zero_llr_flow
 
     table: dict[str, dict[str, float]] = {}
     for offset, name in enumerate(datasets):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxanon.data_prep.corpus import DataDir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.evaluation.sets import EvaluationSet
-from voxanon.pipeline.training.asv import HYPERPARAMS_FILE, TRAINING_FILE, schedule_reach
+from ...data_prep.corpus import DataDir
+from ...data_prep.errors import VoxanonError
+from .sets import EvaluationSet
+from ..training.asv import HYPERPARAMS_FILE, TRAINING_FILE, schedule_reach
 
 
 @dataclass
@@ -49,7 +49,7 @@ def attacker_training_summary(training: dict | Path | None) -> dict | None:
 
 
 def undertrained_warning(model_dir: Path, summary: dict) -> str:
-    from voxanon.pipeline.training.asv import reference_schedule
+    from ..training.asv import reference_schedule
 
     reference = reference_schedule()
     return (f"{model_dir} hardly trained ({summary['line']}; the challenge's configuration reaches lr "
@@ -66,7 +66,7 @@ def check_attacker_model(model_dir: Path) -> dict | None:
     a VoxanonError naming the file when a model file is missing or training is unfinished or unreadable."""
     import json
 
-    from voxanon.models.checkpoints.speechbrain_dirs import require_files
+    from ...models.checkpoints.speechbrain_dirs import require_files
 
     model_dir = Path(model_dir)
     require_files(model_dir, ATTACKER_MODEL_FILES, "semi-informed attacker's ASV model")
@@ -86,7 +86,7 @@ def check_attacker_model(model_dir: Path) -> dict | None:
 
 def _run_identity(data: DataDir | None) -> tuple[str, str] | None:
     """(system, config hash) of an anonymised set, from its run.json; None without one."""
-    from voxanon.pipeline.runner import read_run_identity
+    from ..runner import read_run_identity
 
     found = read_run_identity(data.path) if data is not None and data.path is not None else None
     return None if found is None else (str(found["system"]), str(found["config_hash"]))

@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.corpus import DataDir, read_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides, make_embedder, make_transcriber, run_computations_on
-from voxanon.pipeline.systems import build_system, load_system_config
+from ...data_prep.corpus import DataDir, read_data_dir
+from ...data_prep.errors import VoxanonError
+from .computations import anonymisation_device_overrides, make_embedder, make_transcriber, run_computations_on
+from ..systems import build_system, load_system_config
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.evaluation.evaluate import Evaluation
-    from voxanon.pipeline.evaluation.sets import EvaluationSet
+    from .evaluate import Evaluation
+    from .sets import EvaluationSet
 
 
 def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, workers: int,
@@ -23,8 +23,8 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     With ``second_run`` a stochastic system also anonymises the trials again with the next
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
     """
-    from voxanon.pipeline.evaluation.sets import EvaluationSet
-    from voxanon.pipeline.runner import anonymise_set
+    from .sets import EvaluationSet
+    from ..runner import anonymise_set
 
     overrides = [f"batch_size={batch_size}"] if batch_size is not None else []
     overrides = anonymisation_device_overrides(load_system_config(system, overrides), device, backend) + overrides
@@ -56,8 +56,8 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
     ``backend`` (None: local) runs the anonymisation and the embedding and transcription batches; every model
     runs on ``device``; ``progress``: the anonymisation's and the evaluation's progress bars.
     """
-    from voxanon.pipeline.evaluation.evaluate import Evaluation, evaluate_sets
-    from voxanon.pipeline.feature_cache import FileDigests
+    from .evaluate import Evaluation, evaluate_sets
+    from ..feature_cache import FileDigests
 
     embedder = make_embedder(protocol.get("asv", {}), device=device, digest=FileDigests(cache.root))
     transcriber = make_transcriber(protocol.get("asr"), trust_model_code, device=device)

@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import DataDir, read_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.feature_cache import ContentCache
+from ...data_prep.atomic import atomic_write_text
+from ...data_prep.corpus import DataDir, read_data_dir
+from ...data_prep.errors import VoxanonError
+from ..feature_cache import ContentCache
 
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class ChallengeOutcome:
 
 
 def _protocol(inputs: ChallengeInputs) -> dict:
-    from voxanon.pipeline.evaluation.protocols import load_protocol
+    from .protocols import load_protocol
 
     overrides = list(inputs.protocol_overrides)
     if inputs.asr is not None:
@@ -91,8 +91,8 @@ def _protocol(inputs: ChallengeInputs) -> dict:
 
 
 def _system_config(inputs: ChallengeInputs) -> dict:
-    from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides
-    from voxanon.pipeline.systems import build_system, check_needs, load_system_config
+    from .computations import anonymisation_device_overrides
+    from ..systems import build_system, check_needs, load_system_config
 
     overrides = list(inputs.system_overrides)
     if inputs.batch_size is not None:
@@ -126,7 +126,7 @@ class _Anonymiser:
                                    f"anonymised twins would share {self.target(data)}; rename one")
 
     def __call__(self, data: DataDir) -> DataDir:
-        from voxanon.pipeline.runner import anonymise_set
+        from ..runner import anonymise_set
 
         key = str(data.path.resolve()) if data.path else data.name
         if key not in self.done:
@@ -153,15 +153,15 @@ class _Anonymiser:
 
 def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
-    from voxanon.pipeline.evaluation.attackers import attacker_training_summary
-    from voxanon.pipeline.model_service import torch_device
-    from voxanon.pipeline.training.asv import (attacker_identity, check_cpu_memory, data_identity,
+    from .attackers import attacker_training_summary
+    from ..model_service import torch_device
+    from ..training.asv import (attacker_identity, check_cpu_memory, data_identity,
                                                prepare_training_data, read_training_sets, resolve_hparams, train_asv)
-    from voxanon.pipeline.evaluation.outputs import attacker_notes, write_outputs
-    from voxanon.pipeline.evaluation.computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
-    from voxanon.pipeline.evaluation.evaluate import evaluate_sets
-    from voxanon.pipeline.evaluation.sets import EvaluationSet, discover_sets
-    from voxanon.pipeline.feature_cache import FileDigests
+    from .outputs import attacker_notes, write_outputs
+    from .computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
+    from .evaluate import evaluate_sets
+    from .sets import EvaluationSet, discover_sets
+    from ..feature_cache import FileDigests
     started = time.monotonic()
     out = Path(inputs.out)
     # Every check before the first file is written.
@@ -252,7 +252,7 @@ def _since(start: float) -> float:
 def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
     """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
     settings (then their data passed train_asv's checks when it was trained)."""
-    from voxanon.pipeline.training.asv import attacker_identity, data_identity, finished_attacker
+    from ..training.asv import attacker_identity, data_identity, finished_attacker
 
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False
@@ -265,8 +265,8 @@ def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: l
 
 
 def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
-    from voxanon.pipeline.evaluation.ser import FoldClassifiers, ser_labels
-    from voxanon.pipeline.feature_cache import FileDigests
+    from .ser import FoldClassifiers, ser_labels
+    from ..feature_cache import FileDigests
 
     if not iemocap_sets:
         if inputs.ser_models is not None:
@@ -284,7 +284,7 @@ def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):
 
 def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, inputs: ChallengeInputs,
               system: str, cache, protocol: dict, results: list) -> list:
-    from voxanon.pipeline.evaluation.ser import ser_results
+    from .ser import ser_results
 
     failures: dict[str, str] = {}
     rows = []
@@ -300,7 +300,7 @@ def _ser_rows(originals: list[DataDir], anonymised: list[DataDir], classifiers, 
     model = Path(inputs.ser_models).name
     rows = [replace(r, model=model) for r in rows]
     if protocol.get("name") == DEFAULT_PROTOCOL:
-        from voxanon.eval.published import load_published, published_beside
+        from ...eval.published import load_published, published_beside
 
         present = {(r.set, r.system) for r in results}
         rows += [r for r in published_beside(rows, load_published(DEFAULT_PROTOCOL))

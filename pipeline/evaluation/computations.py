@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.evaluation.attackers import SemiInformed
-    from voxanon.pipeline.evaluation.sets import EvaluationSet
-    from voxanon.pipeline.feature_cache import CachedComputation
+    from .attackers import SemiInformed
+    from .sets import EvaluationSet
+    from ..feature_cache import CachedComputation
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,15 @@ def speaker_encoder_factory(spec: str, digest=None):
     device. ``digest`` (path -> sha256, e.g. a :class:`~voxanon.pipeline.feature_cache.FileDigests`) names an
     ECAPA checkpoint in the cache; default: hash it."""
     if spec == "ge2e":
-        from voxanon.models.nets.ge2e import GE2EEncoder
+        from ...models.nets.ge2e import GE2EEncoder
         return "ge2e", lambda device="cpu": GE2EEncoder(device=device)
     kind, _, directory = spec.partition(":")
     if kind not in ("ecapa", "ecapa-voxceleb") or not directory:
         raise VoxanonError(f"unknown speaker encoder {spec!r}; available: {ENCODERS}")
-    from voxanon.models.checkpoints.ecapa import ecapa_from_directory
-    from voxanon.models.nets.speaker import EcapaConfig
-    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
-    from voxanon.models.checkpoints.speechbrain_dirs import ecapa_dilations
+    from ...models.checkpoints.ecapa import ecapa_from_directory
+    from ...models.nets.speaker import EcapaConfig
+    from ...models.checkpoints.ecapa import EMBEDDING_FILE
+    from ...models.checkpoints.speechbrain_dirs import ecapa_dilations
 
     checkpoint = Path(directory) / EMBEDDING_FILE
     if not checkpoint.is_file():
@@ -43,7 +43,7 @@ def speaker_encoder_factory(spec: str, digest=None):
         return ecapa_from_directory(directory, embedding_mean_norm=kind == "ecapa-voxceleb").to(device)
 
     if digest is None:
-        from voxanon.data_prep.digest import sha256_file as digest
+        from ...data_prep.digest import sha256_file as digest
     # The checkpoint's content names the cache, so two model folders never share embeddings; a geometry
     # other than the standard one (dilations from hyperparams.yaml) gives other embeddings from the same weights.
     tag = f"{kind}-{digest(checkpoint)[:16]}"
@@ -57,7 +57,7 @@ def embedding_function(encoder, device: str):
     """An encoder's ``waves -> vectors`` on ``device``: on the CPU ECAPA embeds one utterance at a time; on any other
     device (``cpu:N`` runs that path on the CPU) padded batches of similar length, each vector the utterance's own
     to float rounding. GE2E's partials are all of one length: batched either way."""
-    from voxanon.models.nets.speaker import EcapaEncoder
+    from ...models.nets.speaker import EcapaEncoder
 
     return encoder.embed_on_device if device != "cpu" and isinstance(encoder, EcapaEncoder) else encoder.embed
 
@@ -71,14 +71,14 @@ def encoder_label(spec: str, tag: str) -> str:
 def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu", digest=None) -> CachedComputation:
     """The protocol's speaker encoder (or ``encoder``, a spec), built on ``device`` (``auto`` resolved where it runs)
     only when an embedding is not in the cache; see :func:`embedding_function`."""
-    from voxanon.pipeline.feature_cache import CachedComputation
+    from ..feature_cache import CachedComputation
 
     tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")), digest)
     encoder = {}
 
     def embed(waves):
         if "embed" not in encoder:
-            from voxanon.pipeline.model_service import resolve_device
+            from ..model_service import resolve_device
 
             resolved = resolve_device(device)
             encoder["embed"] = embedding_function(build(resolved), resolved)
@@ -93,7 +93,7 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
     """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
     warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
     A missing model file is an error naming it."""
-    from voxanon.pipeline.evaluation.attackers import (SemiInformed, attacker_training_summary,
+    from .attackers import (SemiInformed, attacker_training_summary,
                                                        attacker_training_warnings, check_attacker_model)
 
     training = check_attacker_model(model_dir)
@@ -112,7 +112,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
     outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`)."""
-    from voxanon.pipeline.feature_cache import CachedComputation
+    from ..feature_cache import CachedComputation
 
     if not spec:
         return None
@@ -120,8 +120,8 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
 
     def transcribe(waves):
         if "asr" not in model:
-            from voxanon.models.recognisers.asr import load_asr
-            from voxanon.pipeline.model_service import resolve_device
+            from ...models.recognisers.asr import load_asr
+            from ..model_service import resolve_device
 
             model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))
         return model["asr"].transcribe_many(waves)
@@ -146,14 +146,14 @@ def anonymisation_device_overrides(config: dict, device: str, backend=None) -> l
     """The stage settings that run a system's models on ``device`` (``auto`` resolved here, or by each actor under
     Ray): none for a system without models, and none for stages already there, so a CPU run keeps its
     configuration and with it its finished outputs."""
-    from voxanon.pipeline.systems import device_overrides
+    from ..systems import device_overrides
 
     try:
         device_overrides(config, device)
     except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
         return []
     if backend is None:
-        from voxanon.pipeline.model_service import resolve_device
+        from ..model_service import resolve_device
 
         device = resolve_device(device)
     return [override for override in device_overrides(config, device)
@@ -164,6 +164,6 @@ def check_device(device: str, backend) -> None:
     """``--device cuda`` where this process sees no CUDA device: one error before any work. Under Ray the actors
     check their own (the machine that starts the run need not have a GPU)."""
     if backend is None:
-        from voxanon.pipeline.model_service import check_device_available
+        from ..model_service import check_device_available
 
         check_device_available(device)

@@ -21,13 +21,13 @@ from typing import Iterable
 
 import numpy as np
 
-from voxanon.data_prep.corpus import read_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.results import ATTACKERS, SEMI_INFORMED, Result
-from voxanon.pipeline.evaluation.attackers import SemiInformed
-from voxanon.pipeline.evaluation.scoring import (cosine_trial_scores, enrolment_vectors, pair_score_table,
+from ...data_prep.corpus import read_data_dir
+from ...data_prep.errors import VoxanonError
+from ...eval.results import ATTACKERS, SEMI_INFORMED, Result
+from .attackers import SemiInformed
+from .scoring import (cosine_trial_scores, enrolment_vectors, pair_score_table,
                                                  plda_trial_scores, scored_trial_speakers, speaker_enrolment)
-from voxanon.pipeline.evaluation.sets import EvaluationSet, audio_files, check_anonymised
+from .sets import EvaluationSet, audio_files, check_anonymised
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
     the evaluation model in the records (default: the embedder's cache tag); ``semi_informed``
     adds the a-a scores of a model trained on anonymised speech.
     """
-    from voxanon.eval.similarity import similarity_matrices
-    from voxanon.eval.summary import compute_metrics
+    from ...eval.similarity import similarity_matrices
+    from ...eval.summary import compute_metrics
 
     asv = protocol.get("asv", {})
     conditions = asv.get("conditions", list(ASV_CONDITIONS))
@@ -182,13 +182,13 @@ def evaluate_sets(sets: list[EvaluationSet], protocol: dict, system: str, *, emb
         log.warning("left out %s: %s", key, message)
     results = _attributed(results, asv_model or embedder.tag)
     if asr is not None:
-        from voxanon.eval.averages import pooled_asr_results
+        from ...eval.averages import pooled_asr_results
         results += _attributed(pooled_asr_results(results), asv_model or embedder.tag)
     if protocol.get("weighted_averages"):
-        from voxanon.eval.averages import weighted_averages
+        from ...eval.averages import weighted_averages
         results += weighted_averages(results)
     if protocol.get("name") == "vpc2024":
-        from voxanon.eval.published import load_published, published_beside
+        from ...eval.published import load_published, published_beside
         results += published_beside(results, load_published("vpc2024"))
     computations = [embedder, asr, semi_informed.embedder if semi_informed else None, pitch_tracker]
     return Evaluation(results, kept, matrices, sum(c.computed for c in computations if c is not None),
@@ -227,7 +227,7 @@ def _semi_informed_results(evaluation: EvaluationSet, system: str, semi_informed
                            missing: set[str], utt2spk: dict[str, str], eer_variants, failures: dict[str, str]
                            ) -> tuple[list[Result], SetScores]:
     """a-a scored with the model trained on anonymised speech (cosine, enrolment = mean embedding)."""
-    from voxanon.eval.summary import compute_metrics
+    from ...eval.summary import compute_metrics
 
     embedder = semi_informed.embedder
     enroll = embedder.run(audio_files(evaluation.anon_enroll, [u for u in evaluation.enroll_utts if u not in missing]),
@@ -254,8 +254,8 @@ def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray,
     trial (enrolment speaker, test speaker) is scored by a map fitted on trials that involve neither
     speaker's fold), and its caveats for the tables: fits on separable or few trials. NaN, with the reason
     why it is not estimable, when there are too few speakers for such folds."""
-    from voxanon.eval.cllr import calibrated_cllr_with_caveats
-    from voxanon.eval.scores import ScoreError
+    from ...eval.cllr import calibrated_cllr_with_caveats
+    from ...eval.scores import ScoreError
 
     enrolled = set(enrolment_vectors(enrol_vectors, evaluation.enroll_utts, utt2spk))
     tar_groups, non_groups = scored_trial_speakers(evaluation.trials.trials, enrolled, set(test_vectors), utt2spk)
@@ -273,7 +273,7 @@ def _calibrated_cllr(evaluation: EvaluationSet, condition: str, tar: np.ndarray,
 
 def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr, cache, system: str,
                  failures: dict[str, str]) -> list[Result]:
-    from voxanon.eval.wer import word_error_rate
+    from ...eval.wer import word_error_rate
 
     references = {u: evaluation.trials.text[u] for u in evaluation.test_utts if u in evaluation.trials.text}
     rows = []
@@ -301,8 +301,8 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
 
 def _relative_results(set_name: str, system: str, scores: dict[str, SetScores]) -> list[Result]:
     """Spec §6.6: DeID-style percentages (OP against OO) and gains in dB (PP against OO)."""
-    from voxanon.eval.cllr import min_cllr
-    from voxanon.eval.zebra import (dece_deidentification_percent, dece_gain_db, expected_disclosure,
+    from ...eval.cllr import min_cllr
+    from ...eval.zebra import (dece_deidentification_percent, dece_gain_db, expected_disclosure,
                                     min_cllr_deidentification_percent, min_cllr_gain_db)
 
     if "o-o" not in scores:
@@ -326,7 +326,7 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
                                     enrolment_vectors: dict, utt2spk: dict, first_run: SetScores,
                                     missing: set[str], failures: dict[str, str]) -> list[Result]:
     """C_ECE (spec §6.5): calibrate run 2's o-a scores with maps fitted on run 1's."""
-    from voxanon.eval.zebra import calibration_distortion
+    from ...eval.zebra import calibration_distortion
 
     run2 = evaluation.anon_trials_run2
     tests = embedder.run(audio_files(run2, [u for u in evaluation.test_utts if u not in missing]), cache,
@@ -344,8 +344,8 @@ def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embe
 
 def _pitch_tracker(progress: bool):
     """Praat pitch tracks (VoicePrivacy settings), cached."""
-    from voxanon.models.f0.praat_pitch import praat_f0
-    from voxanon.pipeline.feature_cache import CachedComputation
+    from ...models.f0.praat_pitch import praat_f0
+    from ..feature_cache import CachedComputation
 
     return CachedComputation("praat-f0-10ms", lambda waves: [praat_f0(w, 16000) for w in waves], progress=progress)
 
@@ -353,7 +353,7 @@ def _pitch_tracker(progress: bool):
 def _pitch_results(evaluation: EvaluationSet, missing: set[str], tracker, cache, system: str,
                    failures: dict[str, str]) -> list[Result]:
     """rho_F0 between original and anonymised trial utterances."""
-    from voxanon.eval.pitch import pitch_correlation_summary
+    from ...eval.pitch import pitch_correlation_summary
 
     utts = [u for u in evaluation.test_utts if u not in missing]
     original = tracker.run(audio_files(evaluation.trials, utts), cache, f"{evaluation.name} o F0")
@@ -368,7 +368,7 @@ def _pitch_results(evaluation: EvaluationSet, missing: set[str], tracker, cache,
 
 
 def _as_vectors(vectors: dict[str, np.ndarray]):
-    from voxanon.data_prep.vectors import Vectors
+    from ...data_prep.vectors import Vectors
 
     ids = sorted(vectors)
     return Vectors(tuple(ids), np.stack([np.asarray(vectors[u], dtype=np.float64) for u in ids]))
@@ -377,8 +377,8 @@ def _as_vectors(vectors: dict[str, np.ndarray]):
 def _inversion_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk: dict,
                        settings: dict) -> list[Result]:
     """The Procrustes inversion attack (spec §8): rotation learnt on enrolment pairs, then ASV."""
-    from voxanon.data_prep.vectors import speaker_means
-    from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack
+    from ...data_prep.vectors import speaker_means
+    from ...eval.attacks.inversion import InversionInputs, inversion_attack
 
     settings = settings if isinstance(settings, dict) else {}
     paired = sorted(set(vectors["o"]["enroll"]) & set(vectors["a"]["enroll"]))
@@ -409,7 +409,7 @@ def _sex_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk:
     """
     import hashlib
 
-    from voxanon.eval.attacks.sex import SexAttackError, assess_sex_llrs, train_sex_classifier
+    from ...eval.attacks.sex import SexAttackError, assess_sex_llrs, train_sex_classifier
 
     settings = settings if isinstance(settings, dict) else {}
     kind = settings.get("classifier", "logistic")
@@ -455,7 +455,7 @@ def _sex_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk:
 
 def _fit_plda(asv: dict, embedder, cache):
     """PLDA trained on the embeddings of ``asv.plda_train`` (a data directory of other speakers)."""
-    from voxanon.eval.plda import fit_plda
+    from ...eval.plda import fit_plda
 
     train_dir = asv.get("plda_train")
     if not train_dir:

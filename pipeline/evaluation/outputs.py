@@ -5,20 +5,20 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.data_prep.paths import contained_path
+from ...data_prep.paths import contained_path
 
 if TYPE_CHECKING:
-    from voxanon.eval.results import Result
-    from voxanon.pipeline.evaluation.attackers import SemiInformed
-    from voxanon.pipeline.evaluation.evaluate import Evaluation
+    from ...eval.results import Result
+    from .attackers import SemiInformed
+    from .evaluate import Evaluation
 
 log = logging.getLogger(__name__)
 
 
 def write_outputs(out_dir: Path, evaluation: Evaluation, title: str, notes: dict[str, str]) -> Path:
     """results.json/.csv/.md, plots/ and report.html; returns the report's path."""
-    from voxanon.eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure, zoo_figure
-    from voxanon.eval.report import write_report
+    from ...eval.plots import det_figure, ece_profile_figure, save_figure, similarity_figure, zoo_figure
+    from ...eval.report import write_report
 
     plots = out_dir / "plots"
     figures: list[tuple[str, Path]] = []
@@ -53,5 +53,5 @@ def attacker_notes(semi_informed: SemiInformed, warnings: list[str]) -> dict[str
 
 
 def print_table(results: list[Result]) -> None:
-    from voxanon.eval.tables import markdown_tables_by_condition
+    from ...eval.tables import markdown_tables_by_condition
     print(markdown_tables_by_condition(results))

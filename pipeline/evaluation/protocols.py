@@ -1,8 +1,8 @@
 """Evaluation protocols: the recipes in recipes/protocols/, read with their overrides and checked."""
 from __future__ import annotations
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.systems import read_recipe
+from ...data_prep.errors import VoxanonError
+from ..systems import read_recipe
 
 
 def load_protocol(name: str, overrides: list[str] = ()) -> dict:

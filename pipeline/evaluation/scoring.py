@@ -6,7 +6,7 @@ from typing import Iterable
 
 import numpy as np
 
-from voxanon.data_prep.scores import ScoreTable
+from ...data_prep.scores import ScoreTable
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)

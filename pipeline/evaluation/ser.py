@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.corpus import DataDir, read_data_dir, read_mapping
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.eval.results import Result
-from voxanon.pipeline.feature_cache import CachedComputation, ContentCache, FileDigests
+from ...data_prep.corpus import DataDir, read_data_dir, read_mapping
+from ...data_prep.errors import VoxanonError
+from ...eval.results import Result
+from ..feature_cache import CachedComputation, ContentCache, FileDigests
 
 SER_SET_FILES = ("utt2emo", "spk2fold")
 
@@ -61,8 +61,8 @@ class FoldClassifiers:
 
     def __init__(self, model_dirs: str | os.PathLike | Mapping[str, str | os.PathLike], device: str = "cpu", *,
                  digests=None, batch_size: int = 16, progress: bool = True):
-        from voxanon.models.recognisers.ser import SER_FILES, fold_model_dirs
-        from voxanon.models.checkpoints.speechbrain_dirs import require_files
+        from ...models.recognisers.ser import SER_FILES, fold_model_dirs
+        from ...models.checkpoints.speechbrain_dirs import require_files
 
         self.dirs = (fold_model_dirs(model_dirs) if isinstance(model_dirs, (str, os.PathLike))
                      else {str(fold): Path(d) for fold, d in model_dirs.items()})
@@ -83,21 +83,21 @@ class FoldClassifiers:
 
     def classifier(self, fold: str):
         if fold not in self._loaded:
-            from voxanon.models.recognisers.ser import EmotionClassifier
-            from voxanon.pipeline.model_service import resolve_device
+            from ...models.recognisers.ser import EmotionClassifier
+            from ..model_service import resolve_device
 
             self._loaded[fold] = EmotionClassifier(self.dirs[fold], device=resolve_device(self.device))
         return self._loaded[fold]
 
     def labels(self, fold: str) -> tuple[str, ...]:
-        from voxanon.models.recognisers.ser import read_label_encoder
+        from ...models.recognisers.ser import read_label_encoder
 
         return read_label_encoder(self.dirs[fold] / "label_encoder.txt")
 
     def computation(self, fold: str) -> CachedComputation:
         """The fold model's log-probabilities of waves, cached under the model's identity."""
         if fold not in self._computations:
-            from voxanon.models.recognisers.ser import model_identity
+            from ...models.recognisers.ser import model_identity
 
             self._computations[fold] = CachedComputation(
                 tag=f"ser-{model_identity(self.dirs[fold], self.digests)[:20]}", batch_size=self.batch_size,
@@ -126,7 +126,7 @@ def _predictions(data: DataDir, folds: dict[str, str], classifiers: FoldClassifi
 
 def _side_results(set_name: str, label: str, emotions: dict[str, str], folds: dict[str, str],
                   predicted: dict[str, str]) -> tuple[list[Result], float | None]:
-    from voxanon.eval.uar import unweighted_average_recall
+    from ...eval.uar import unweighted_average_recall
 
     scored = sorted(predicted)
     if not scored:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from voxanon.data_prep.corpus import DataDir, read_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.paths import named_folder
+from ...data_prep.corpus import DataDir, read_data_dir
+from ...data_prep.errors import VoxanonError
+from ...data_prep.paths import named_folder
 
 log = logging.getLogger(__name__)
 

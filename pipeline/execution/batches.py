@@ -11,13 +11,13 @@ from typing import Iterable
 import numpy as np
 import soundfile
 
-from voxanon.data_prep.atomic import atomic_write_bytes
-from voxanon.data_prep.audio import AudioError, load_audio, to_pcm16
-from voxanon.data_prep.digest import sha256_file
-from voxanon.data_prep.paths import contained_path
-from voxanon.pipeline.model_service import check_device_available
-from voxanon.pipeline.stages import RunFault, Stage, Utterance, is_run_fault, one_line
-from voxanon.pipeline.systems import System
+from ...data_prep.atomic import atomic_write_bytes
+from ...data_prep.audio import AudioError, load_audio, to_pcm16
+from ...data_prep.digest import sha256_file
+from ...data_prep.paths import contained_path
+from ..model_service import check_device_available
+from ..stages import RunFault, Stage, Utterance, is_run_fault, one_line
+from ..systems import System
 
 
 # Shorter, no system has one analysis frame (25 ms: the neural chains' first; McAdams takes 20 ms): the output

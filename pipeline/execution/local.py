@@ -6,14 +6,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from voxanon.pipeline.execution.batches import Job
-from voxanon.pipeline.execution.pool import InProcess, run_parallel
-from voxanon.pipeline.model_service import check_device_available
-from voxanon.pipeline.systems import System
+from .batches import Job
+from .pool import InProcess, run_parallel
+from ..model_service import check_device_available
+from ..systems import System
 
 
 if TYPE_CHECKING:
-    from voxanon.pipeline.execution.streaming import StreamingOptions
+    from .streaming import StreamingOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class LocalBackend:
         ``with``) once read, or when the run stops early."""
         workers = self._set_workers(batches)
         if streaming is not None:
-            from voxanon.pipeline.execution.streaming import LocalLanes, StreamingRun
+            from .streaming import LocalLanes, StreamingRun
 
             return StreamingRun(LocalLanes(system, allow_pipes, workers, streaming.device_processes), batches,
                                 streaming)

@@ -9,10 +9,10 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Iterator
 
-from voxanon.pipeline.execution.batches import Job, Outcome, process_jobs
-from voxanon.pipeline.execution.workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, worker_process
-from voxanon.pipeline.stages import RunFault, one_line
-from voxanon.pipeline.systems import System
+from .batches import Job, Outcome, process_jobs
+from .workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, worker_process
+from ..stages import RunFault, one_line
+from ..systems import System
 
 
 def batch_invariant(config: dict) -> bool:

@@ -37,8 +37,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.stages import RunFault, one_line
+from ...data_prep.errors import VoxanonError
+from ..stages import RunFault, one_line
 
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class _Worker:
 
 def _system_worker(config: dict, allow_pipes: bool) -> Callable[[list], list]:
     """The pool executor's work function: the runner's ``process_jobs`` on this actor's system."""
-    from voxanon.pipeline.execution import batches, pool, workers
+    from . import batches, pool, workers
 
     workers.load_worker(config, allow_pipes)
     return functools.partial(batches.process_jobs, workers.worker_system(), allow_pipes=allow_pipes)
@@ -125,7 +125,7 @@ def _lane_worker(config: dict, allow_pipes: bool, start: int, stop: int) -> Call
     """A streaming lane's work function: the system with the models of its stages ``start`` to ``stop``
     loaded; then, per task, ``prepare`` (load and the CPU stages), ``device`` (the device stages on one
     planned batch) or ``write``."""
-    from voxanon.pipeline.execution import batches, streaming, workers
+    from . import batches, streaming, workers
 
     workers.load_worker(config, allow_pipes, (start, stop))
     system = workers.worker_system()
@@ -323,7 +323,7 @@ class RayBackend:
         if self.options.address is None:
             # The instance started here is this process's: if it is killed, its agents and workers would wait
             # minutes for the raylet; the reaper ends them within seconds.
-            from voxanon.pipeline.execution.orphan_reaper import start_reaper
+            from .orphan_reaper import start_reaper
 
             start_reaper()
 
@@ -409,14 +409,14 @@ class RayBackend:
         actors (:class:`RayLanes`)."""
         self.connect()
         if streaming is not None:
-            from voxanon.pipeline.execution.streaming import StreamingRun
+            from .streaming import StreamingRun
 
             return StreamingRun(RayLanes(self, system, allow_pipes, str(output_dir)), batches, streaming)
         return contextlib.closing(self._outcomes(system.config, batches, allow_pipes, output_dir))
 
     def _outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
-        from voxanon.pipeline.execution.batches import Outcome
-        from voxanon.pipeline.execution.pool import parallel_batches
+        from .batches import Outcome
+        from .pool import parallel_batches
 
         # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
         batches = parallel_batches(batches, self._worker_count(len(batches)), config)
@@ -478,7 +478,7 @@ class RayLanes:
     def __init__(self, backend: RayBackend, system, allow_pipes: bool, shared_path: str):
         import ray
 
-        from voxanon.pipeline.execution.streaming import cpu_stage_count
+        from .streaming import cpu_stage_count
 
         config, stages = system.config, len(system.stages)
         self.start, self.shared_path = cpu_stage_count(system), shared_path
@@ -515,7 +515,7 @@ class RayLanes:
         ``(tag, None, None, Lost)`` for a task lost with its worker; a :class:`RunFault` is raised."""
         import ray
 
-        from voxanon.pipeline.execution.streaming import Lost
+        from .streaming import Lost
 
         pool, ref = _wait([self._cpu, self._device])
         done = pool.handle(ref)

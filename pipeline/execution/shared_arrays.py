@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.pipeline.stages import RunFault
+from ..stages import RunFault
 
 PREFIX = "voxanon-arrays"
 ALIGNMENT = 64

@@ -48,13 +48,13 @@ from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from typing import Any, Iterator
 
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.execution import batches, shared_arrays, workers
-from voxanon.pipeline.execution.batches import Batch, Job, Outcome
-from voxanon.pipeline.execution.pool import fork_safe, kill_pool
-from voxanon.pipeline.model_service import visible_gpus
-from voxanon.pipeline.stages import RunFault, one_line
-from voxanon.pipeline.systems import System
+from ...data_prep.errors import VoxanonError
+from . import batches, shared_arrays, workers
+from .batches import Batch, Job, Outcome
+from .pool import fork_safe, kill_pool
+from ..model_service import visible_gpus
+from ..stages import RunFault, one_line
+from ..systems import System
 
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def plan_batches(jobs: list[Job], batch_seconds: float, max_padding: float = MAX
     row the device computes is padding; the rest start the next batch. A job of unknown length (a pipe) goes
     alone, after the others, in the jobs' order. A function of its arguments only: every run over the same
     set plans the same batches."""
-    from voxanon.models.nets.precision import padded_rows  # torch: not for the driver's start-up
+    from ...models.nets.precision import padded_rows  # torch: not for the driver's start-up
 
     if not batch_seconds > 0:
         raise VoxanonError(f"batch_seconds must be positive, got {batch_seconds}")

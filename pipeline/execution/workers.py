@@ -9,9 +9,9 @@ import queue
 import sys
 from multiprocessing import get_context
 
-from voxanon.pipeline.execution.batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
-from voxanon.pipeline.stages import RunFault
-from voxanon.pipeline.systems import System, build_system
+from .batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
+from ..stages import RunFault
+from ..systems import System, build_system
 
 
 _worker_state: dict = {}
@@ -188,7 +188,7 @@ def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None 
     """This process as a worker of a run (a spawned pool worker, the device process, a Ray actor): the system,
     with the models of its ``stages`` (a range; all by default) loaded and checked; a fault is kept, and
     raised by its first batch. The run's driver has already warned of random weights."""
-    from voxanon.models.checkpoints.registry import quiet_random_warnings
+    from ...models.checkpoints.registry import quiet_random_warnings
 
     quiet_random_warnings()
     _reuse_freed_memory()

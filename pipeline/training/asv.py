@@ -77,11 +77,11 @@ from pathlib import Path
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.corpus import DataDir, DataDirError, read_data_dir
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline.model_service import torch_device
-from voxanon.pipeline.training.checkpointing import (autocast_dtype, resolve_precision, restore_rng_state,
+from ...data_prep.atomic import atomic_path, atomic_write_text
+from ...data_prep.corpus import DataDir, DataDirError, read_data_dir
+from ...data_prep.errors import VoxanonError
+from ..model_service import torch_device
+from .checkpointing import (autocast_dtype, resolve_precision, restore_rng_state,
                                                     rng_state)
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ PCM16_SCALE = 1.0 / 32768
 
 
 def default_hparams() -> dict:
-    from voxanon.pipeline.systems import read_recipe
+    from ..systems import read_recipe
 
     return read_recipe("training", RECIPE)
 
@@ -120,7 +120,7 @@ def default_hparams() -> dict:
 def resolve_hparams(overrides: dict | None = None, set_options: list[str] = (), option: str = "--set") -> dict:
     """The recipe's settings, then ``overrides`` (key -> value), then ``key=value`` texts given with the command's
     ``option`` (``--set`` in train asv, ``--train-set`` in challenge); checked."""
-    from voxanon.pipeline.systems import apply_overrides
+    from ..systems import apply_overrides
 
     defaults = default_hparams()
     hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options), option)
@@ -175,7 +175,7 @@ def check_hparams(h: dict) -> None:
 
 
 def ecapa_config(h: dict):
-    from voxanon.models.nets.speaker import EcapaConfig
+    from ...models.nets.speaker import EcapaConfig
 
     return EcapaConfig(channels=tuple(h["channels"]), lin_neurons=h["lin_neurons"], n_mels=h["n_mels"],
                        kernel_sizes=tuple(h["kernel_sizes"]), dilations=tuple(h["dilations"]),
@@ -239,7 +239,7 @@ def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: 
     """The utterance with its length at ``sample_rate`` and its header's facts; an AudioError when unreadable."""
     import soundfile
 
-    from voxanon.data_prep.audio import AudioError, load_audio, pcm16_data_offset
+    from ...data_prep.audio import AudioError, load_audio, pcm16_data_offset
 
     speaker = data.utt2spk[utt]
     if data.is_pipe(utt):
@@ -270,7 +270,7 @@ def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, pr
     unreadable ones ("set/utt" -> why): an error listing them unless ``allow_missing``."""
     from tqdm import tqdm
 
-    from voxanon.data_prep.audio import AudioError
+    from ...data_prep.audio import AudioError
 
     items, unreadable = [], {}
     total = sum(len(d.wav) for d in sets)
@@ -352,7 +352,7 @@ def data_identity(data: DataDir) -> dict:
     """Name, place and size of a set, a digest of its listing (each utterance's audio entry and speaker: edited
     data of the same size differ, without reading any audio), and the anonymisation that made it (from the
     runner's ``run.json``)."""
-    from voxanon.pipeline.runner import read_run_identity
+    from ..runner import read_run_identity
 
     anonymisation = read_run_identity(data.path) if data.path else None
     if anonymisation is not None and anonymisation["status"] != "complete":
@@ -503,7 +503,7 @@ def read_chunk_into(row: np.ndarray, item: TrainingUtterance, start: int, sample
     (a resampled length can fall a sample short of the header's estimate) are zero."""
     import soundfile
 
-    from voxanon.data_prep.audio import load_audio
+    from ...data_prep.audio import load_audio
 
     if item.data_offset >= 0 and row.dtype == np.int16:
         with open(item.source, "rb", buffering=0) as stream:
@@ -677,7 +677,7 @@ class AsvTrainer:
                  workers: int | None = None, allow_pipes: bool = False, progress: bool = True):
         import torch
 
-        from voxanon.models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
+        from ...models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
 
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
         self.device = torch_device(device)
@@ -722,7 +722,7 @@ class AsvTrainer:
         return sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
 
     def save_checkpoint(self) -> Path:
-        from voxanon.models.checkpoints.safe import atomic_torch_save
+        from ...models.checkpoints.safe import atomic_torch_save
 
         state = {"format": CHECKPOINT_FORMAT, "settings": json.dumps(self.settings(), sort_keys=True),
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -737,7 +737,7 @@ class AsvTrainer:
         return target
 
     def resume(self) -> bool:
-        from voxanon.models.checkpoints.safe import safe_load
+        from ...models.checkpoints.safe import safe_load
 
         paths = self.checkpoint_paths()
         if not paths:
@@ -769,7 +769,7 @@ class AsvTrainer:
     # Work --------------------------------------------------------------------------------------
 
     def learning_rate(self, step: int) -> float:
-        from voxanon.models.nets.asv_model import cyclic_learning_rate
+        from ...models.nets.asv_model import cyclic_learning_rate
 
         return cyclic_learning_rate(step, self.h["base_lr"], self.h["lr"], self.h["step_size"])
 
@@ -932,8 +932,8 @@ def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
     """The speechbrain model files, each written atomically."""
     from speechbrain.dataio.encoder import CategoricalEncoder
 
-    from voxanon.models.checkpoints.safe import atomic_torch_save
-    from voxanon.models.checkpoints.ecapa import EMBEDDING_FILE
+    from ...models.checkpoints.safe import atomic_torch_save
+    from ...models.checkpoints.ecapa import EMBEDDING_FILE
 
     for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
         atomic_torch_save({k: v.detach().cpu() for k, v in module.state_dict().items()}, out_dir / name)
@@ -985,7 +985,7 @@ def batches_per_epoch(n_train: int, batch_size: int) -> int:
 
 
 def _peak_learning_rate(h: dict, steps: int) -> float:
-    from voxanon.models.nets.asv_model import cyclic_learning_rate
+    from ...models.nets.asv_model import cyclic_learning_rate
 
     # The triangular schedule rises for step_size steps, to lr, then falls.
     return h["lr"] if steps >= h["step_size"] else cyclic_learning_rate(steps, h["base_lr"], h["lr"], h["step_size"])
@@ -993,7 +993,7 @@ def _peak_learning_rate(h: dict, steps: int) -> float:
 
 def reference_schedule() -> dict:
     """Steps and learning rate the challenge's configuration reaches on train-clean-360 (see above)."""
-    from voxanon.models.nets.asv_model import cyclic_learning_rate
+    from ...models.nets.asv_model import cyclic_learning_rate
 
     h = default_hparams()
     held_out = sum(validation_counts({"all": TRAIN_CLEAN_360_UTTERANCES}, h["valid_ratio"], h["seed"]).values())
@@ -1006,7 +1006,7 @@ def schedule_reach(h: dict, steps: int) -> dict:
     """How far ``steps`` optimiser steps take the cyclic schedule of settings ``h``, against the challenge's
     configuration on train-clean-360 (:func:`reference_schedule`): ``undertrained`` when the highest learning
     rate reached is under :data:`UNDERTRAINED_SHARE` of the one it reaches."""
-    from voxanon.models.nets.asv_model import cyclic_learning_rate
+    from ...models.nets.asv_model import cyclic_learning_rate
 
     reference = reference_schedule()
     peak = _peak_learning_rate(h, steps)

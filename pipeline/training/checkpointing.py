@@ -3,7 +3,7 @@
 checkpoint keeps so that a resumed run continues bit for bit (on the CPU)."""
 from __future__ import annotations
 
-from voxanon.data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 

@@ -19,10 +19,10 @@ import json
 
 import numpy as np
 
-from voxanon.data_prep.atomic import atomic_write_text
-from voxanon.data_prep.corpus import write_mapping
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import write_vectors
+from ...data_prep.atomic import atomic_write_text
+from ...data_prep.corpus import write_mapping
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import write_vectors
 
 
 TRAINING_VECTORS = "training_vectors.npy"
@@ -48,11 +48,11 @@ def held_out_speakers(sex: dict[str, str], fraction: float, seed: int) -> set[st
 
 
 def run_sex_flow(args: argparse.Namespace) -> int:
-    from voxanon.eval.cllr import cllr, min_cllr
-    from voxanon.models.nets.flow import load_flow
-    from voxanon.models.checkpoints.registry import asset_dir
-    from voxanon.pipeline.training.zllr_flow import run_train
-    from voxanon.pipeline.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
+    from ...eval.cllr import cllr, min_cllr
+    from ...models.nets.flow import load_flow
+    from ...models.checkpoints.registry import asset_dir
+    from .zllr_flow import run_train
+    from ..corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
     if not 0.0 <= args.held_out < 1.0:
         raise VoxanonError(f"--held-out must lie in [0, 1), got {args.held_out}")

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file as load_arrays, save_file as save_arrays
 
-from voxanon.data_prep.atomic import atomic_path, atomic_write_text
-from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import l2_normalise
-from voxanon.models.nets.flow_config import FlowConfig, TrainingConfig
-from voxanon.models.speakers.lda import LinearDiscriminant, balanced_global_average
-from voxanon.pipeline.labelled_vectors import _labelled
+from ...data_prep.atomic import atomic_path, atomic_write_text
+from ...data_prep.errors import VoxanonError
+from ...data_prep.vectors import l2_normalise
+from ...models.nets.flow_config import FlowConfig, TrainingConfig
+from ...models.speakers.lda import LinearDiscriminant, balanced_global_average
+from ..labelled_vectors import _labelled
 
 
 METHODS = ("zllr", "lda", "global")
@@ -31,7 +31,7 @@ def default_hidden_width(dim: int) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from voxanon.models.nets.flow import save_flow, train_zero_llr_flow
+    from ...models.nets.flow import save_flow, train_zero_llr_flow
 
     vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
     config = FlowConfig(dim=vectors.dim, hidden=args.hidden or default_hidden_width(vectors.dim),
@@ -65,7 +65,7 @@ class Protections:
     """The methods a model folder offers, each mapping an ``(n, d)`` array to protected vectors."""
 
     def __init__(self, directory: Path):
-        from voxanon.models.nets.flow import load_flow
+        from ...models.nets.flow import load_flow
 
         self.directory = directory
         self.flow = load_flow(directory)
