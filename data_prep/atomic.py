@@ -99,14 +99,20 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
 
 
 def ensure_writable_folder(folder: str | os.PathLike, option: str) -> Path:
-    """``folder``, created if need be, once a file could be created in it; else one :class:`VoxanonError` naming
-    the option and the folder, before any work whose results would have nowhere to go."""
+    """``folder`` once a file could be created in it; else one :class:`VoxanonError` naming the option and the
+    folder, before any work whose results would have nowhere to go. Folders made for the check are removed again,
+    so a run refused later for another reason leaves nothing behind."""
     from .errors import VoxanonError
 
     folder = Path(folder)
+    made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         _create_unique(folder, ".write-check.", ".tmp", _create_file).unlink()
     except OSError as error:
         raise VoxanonError(f"{option} {folder}: cannot write there ({error.strerror or error})") from None
+    finally:
+        for parent in made:  # deepest first
+            with contextlib.suppress(OSError):
+                parent.rmdir()
     return folder

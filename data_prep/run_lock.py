@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
 # A run that has just taken the lock writes its record a moment later; wait this long for it.
+ORPHAN_WAIT_SECONDS = 10.0
 RECORD_WAIT_SECONDS = 1.0
 
 
@@ -122,6 +123,15 @@ def run_lock(folder: str | os.PathLike) -> Iterator[Path]:
             while record is None and time.monotonic() < deadline:
                 time.sleep(0.05)
                 record = _read_record(fd)
+            # A run killed with kill -9 leaves its worker processes holding the lock's file for the moments they
+            # take to die with it (they get a signal when their parent dies): wait for them, not for a live run.
+            deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+            while (locked is False and record is not None and record.get("host") == socket.gethostname()
+                   and not process_alive(int(record.get("pid") or 0), record.get("process_start"))
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+                locked = _flock(fd)
+        if locked is False:
             raise RunLockedError(f"{folder}: {_describe(record)} is writing this output set; wait for it to "
                                  f"finish, or write to another output folder")
         previous = _read_record(fd)

@@ -114,7 +114,7 @@ def test_kernels_are_cached_in_the_users_cache_folder_unless_numba_cache_dir_is_
     import subprocess
     import sys
 
-    probe = ("import numba; from voxanon.models import yaapt; "
+    probe = ("import numba; from voxanon.models.f0 import yaapt; "
              "print(numba.config.CACHE_DIR); print(yaapt._first_argmax._cache._cache_path)")
     environment = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     for extra, expected in (({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path / "xdg" / "voxanon" / "numba"),

@@ -189,7 +189,7 @@ def test_each_stage_sets_cudas_float32_products_for_its_precision(voxanon_home, 
     device path on the CPU, where they change nothing)."""
     import torch
 
-    from voxanon.models import hifigan, hubert, speaker
+    from voxanon.models.nets import hifigan, hubert, speaker
 
     seen = {}
 

@@ -180,7 +180,7 @@ def test_full_size_random_weights_have_the_published_shapes(tmp_path):
     torch.manual_seed(0)
     components, config = random_sa_toolkit(B6, "full")
     assert config["generator"]["in_channels"] == 256 + 1 + 247 and config["extractor"]["hidden_dim"] == 1024
-    import reference_sa_toolkit as ref
+    from tests.reference import sa_toolkit as ref
 
     net = ref.build_asr(ref.asr_args(48), "fbank", True)(output_dim=3280).eval()
     imported, asr, output_dim = convert_asr_state(net.state_dict(), "full-size reference")
