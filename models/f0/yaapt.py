@@ -30,7 +30,7 @@ order of operations, so that its output (``samp_values``: Hz, 0 for unvoiced fra
 
 The sequential parts (peak picking per frame, the NCCF with its running mean removal, both dynamic
 programmes) are compiled with numba (``cache=True``: compiled once per machine, then loaded from the user's
-cache folder, :mod:`voxanon.models.numba_cache`);
+cache folder, :mod:`voxanon.models.f0.numba_cache`);
 the rest calls the same numpy and scipy functions on the same arrays as pYAAPT (``np.convolve``,
 ``np.fft.rfft``, ``np.argsort`` in the refinement, whose order among equal merits is numpy's,
 ``medfilt``, ``pchip``, ``lfilter``). Sums follow numpy's pairwise summation exactly, and the NCCF's
@@ -52,7 +52,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from ..numba_cache import use_user_cache_folder
+from .numba_cache import use_user_cache_folder
 
 use_user_cache_folder()
 import numba  # noqa: E402  (after its cache folder is chosen)

@@ -213,7 +213,7 @@ def install_release_flow(folders: tuple[Path, ...]) -> None:
 def run_warm_up(args: argparse.Namespace) -> int:
     import time
 
-    from ...models.numba_cache import numba_cache_dir
+    from ...models.f0.numba_cache import numba_cache_dir
 
     began = time.perf_counter()
     print(f"compiling the fast YAAPT's kernels into {numba_cache_dir()} (about 45 s the first time; then loaded)",
