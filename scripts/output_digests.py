@@ -37,7 +37,8 @@ def _write_subset(demo, folder: Path, utterances: list[str]) -> Path:
     return folder
 
 
-def collect(work: Path) -> dict[str, str]:
+def collect(work: Path, systems: set[str] | None = None) -> dict[str, str]:
+    """Every output file's digest, by system (``systems``: only these; default every shipped system)."""
     os.environ["VOXANON_HOME"] = str(work / "home")
     os.environ["OMP_NUM_THREADS"] = "1"
     from voxanon.data_prep.corpus import read_data_dir
@@ -64,6 +65,8 @@ def collect(work: Path) -> dict[str, str]:
 
     digests = {}
     for system in available_systems():
+        if systems is not None and system not in systems:
+            continue
         stages = load_system_config(system)["stages"]
         overrides = ["--set", "pseudo_speaker.world=3", "--set", "pseudo_speaker.region=2"] \
             if "pseudo_speaker" in stages else []
@@ -81,13 +84,14 @@ def main() -> int:
     group.add_argument("--out", type=Path, help="write the digests to this file")
     group.add_argument("--compare", type=Path, help="compare with digests written earlier; exit 1 on a difference")
     args = parser.parse_args()
+    earlier = dict(line.split("\t") for line in args.compare.read_text().splitlines()) if args.compare else None
     with tempfile.TemporaryDirectory(prefix="voxanon-digests-") as work:
-        digests = collect(Path(work))
+        # Compared with an earlier run: the systems it had (a system added since has nothing to compare with).
+        digests = collect(Path(work), {name.split("/")[0] for name in earlier} if earlier else None)
     if args.out:
         args.out.write_text("".join(f"{name}\t{digest}\n" for name, digest in digests.items()))
         print(f"{len(digests)} output files digested into {args.out}")
         return 0
-    earlier = dict(line.split("\t") for line in args.compare.read_text().splitlines())
     differing = sorted(name for name in set(earlier) | set(digests) if earlier.get(name) != digests.get(name))
     for name in differing:
         print(f"differs: {name} ({'missing now' if name not in digests else 'new' if name not in earlier else 'bytes'})")
