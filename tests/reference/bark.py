@@ -508,7 +508,8 @@ def generate_coarse(
         n_coarse_hist_provided = int(round(n_semantic_hist_provided * semantic_to_coarse_ratio))
         x_semantic_history = x_semantic_history[-n_semantic_hist_provided:].astype(np.int32)
         x_coarse_history = x_coarse_history[-n_coarse_hist_provided:].astype(np.int32)
-        # TODO: bit of a hack for time alignment (sounds better)
+        # Bark drops the prompt's last two coarse frames (its own comment calls this a time-alignment hack that
+        # "sounds better"); voxanon's coarse_history does the same, and the parity tests hold it to this.
         x_coarse_history = x_coarse_history[:-2]
     else:
         x_semantic_history = np.array([], dtype=np.int32)
