@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from ...data_prep.atomic import atomic_write_text, staging_dir
 from ...data_prep.errors import VoxanonError
-from .catalogue import CATALOGUE, Release, RemoteFile
+from .catalogue import Release, RemoteFile, release
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,6 @@ def downloads_dir() -> Path:
     from .registry import voxanon_home
 
     return voxanon_home() / "downloads"
-
-
-def catalogue_entry(name: str) -> Release:
-    if name not in CATALOGUE:
-        raise VoxanonError(f"nothing called {name!r} to fetch; known: {', '.join(CATALOGUE)}")
-    return CATALOGUE[name]
 
 
 def _open(url: str, headers: dict[str, str] | None = None):
@@ -336,7 +330,7 @@ class Fetched:
 def fetch(name: str, *, url: str | None = None, sha256: str | None = None, progress: bool = True,
           attempts: int = 4) -> Fetched:
     """Download (and unpack) a catalogue entry into ``$VOXANON_HOME/downloads/<name>``."""
-    entry = catalogue_entry(name)
+    entry = release(name)
     folder = downloads_dir() / entry.name
     files = tuple(download(remote, folder, attempts=attempts, progress=progress)
                   for remote in remote_files(entry, url, sha256))

@@ -149,9 +149,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from ...models.checkpoints.fetch import catalogue_entry, downloads_dir, fetch, find_release_root
+    from ...models.checkpoints.catalogue import release
+    from ...models.checkpoints.fetch import downloads_dir, fetch, find_release_root
 
-    entry = catalogue_entry(args.name)
+    entry = release(args.name)
     if args.install and not entry.model_sets:
         raise VoxanonError(f"{args.name} is not a model set, so there is nothing to --import; fetch it without "
                            "--import and use the downloaded files directly")
