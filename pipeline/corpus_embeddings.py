@@ -29,17 +29,6 @@ log = logging.getLogger(__name__)
 SPEAKER_COMPONENT_FILE = "speaker.safetensors"
 
 
-def add_embedding_arguments(parser, out_help: str, allow_failures_help: str) -> None:
-    """The options of every command that embeds labelled data directories (pool build, train sex-flow)."""
-    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
-                        help="Kaldi data directory with spk2gender (repeatable)")
-    parser.add_argument("--out", required=True, metavar="NAME_OR_PATH", help=out_help)
-    parser.add_argument("--models", default="ssl-sas", help="model set whose speaker encoder embeds (default ssl-sas)")
-    parser.add_argument("--cache", type=Path, metavar="DIR",
-                        help="embedding cache (default $VOXANON_HOME/cache; 'none' disables)")
-    parser.add_argument("--allow-failures", action="store_true", help=allow_failures_help)
-
-
 def cache_from_option(option: Path | None) -> ContentCache:
     """The embedding cache a ``--cache`` option names: a folder, 'none' (no cache) or the default."""
     if option is not None and str(option).lower() == "none":

@@ -44,7 +44,9 @@ def sex_labels(vectors: Vectors, spk2gender: Mapping[str, str], utt2spk: Mapping
     return np.array([spk2gender[spk] == "f" for spk in speakers]), speakers
 
 
-def _labelled(vectors_path: Path, utt2spk_path: Path, spk2gender_path: Path) -> tuple[Vectors, np.ndarray, list[str]]:
+def read_labelled_vectors(vectors_path: Path, utt2spk_path: Path,
+                          spk2gender_path: Path) -> tuple[Vectors, np.ndarray, list[str]]:
+    """Utterance vectors, whether each is a female speaker's, and each one's speaker."""
     vectors = read_vectors(vectors_path)
     is_female, speakers = sex_labels(vectors, read_spk2gender(spk2gender_path),
                                      read_mapping(utt2spk_path, value_kind="speaker"), f"vectors {vectors_path}")

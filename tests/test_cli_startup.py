@@ -2,8 +2,9 @@
 
 Every command module is imported to build the parser, so one heavy import at the top of any
 of them (or of a module it imports) slows every command, ``--help`` included. The checks run in
-a fresh interpreter, which records who first imports each heavy module. Times are measured by
-``benchmarks/cli.py``, not here.
+a fresh interpreter, which records who first imports each heavy module. ``benchmarks/cli.py``
+measures the start-up; its CPU time (user + system, which other processes on the machine
+change far less than the wall time) is held under the 0.5 s target here.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import pytest
 from voxanon.pipeline.stages import Stage
 from voxanon.pipeline.systems import STAGES
 
-HEAVY = ("torch", "torchaudio", "speechbrain", "transformers", "sklearn", "scipy", "librosa", "matplotlib",
+# NumPy and the libraries built on it may load for `voxanon systems` (its stages hold arrays), not for a help.
+NUMERIC = ("numpy", "soundfile", "kaldiio", "tqdm")
+HEAVY = (*NUMERIC, "torch", "torchaudio", "speechbrain", "transformers", "sklearn", "scipy", "librosa", "matplotlib",
          "ray", "pandas", "faster_whisper", "ctranslate2", "numba", "pyarrow", "huggingface_hub", "tokenizers",
          "parselmouth", "pyworld", "amfm_decompy", "ot")
 
@@ -63,8 +66,10 @@ PROBE = textwrap.dedent("""
                     yield from command_paths(sub, prefix + (name,))
 
     helps = {" ".join(path): output([*path, "--help"]) for path in command_paths(cli.build_parser())}
+    heavy_for_helps = dict(first_importer)
     systems = output(["systems"])
-    print(json.dumps({"helps": helps, "systems": systems, "heavy": first_importer}))
+    print(json.dumps({"helps": helps, "systems": systems, "heavy_for_helps": heavy_for_helps,
+                      "heavy": first_importer}))
 """)
 
 
@@ -79,8 +84,11 @@ def probed(tmp_path_factory) -> dict:
 
 
 def test_every_help_and_systems_import_no_heavy_module(probed):
-    assert probed["heavy"] == {}, "heavy modules imported at start-up (module: first importer):\n" + "\n".join(
-        f"  {module}: {where}" for module, where in sorted(probed["heavy"].items()))
+    for what, imported in (("every --help", probed["heavy_for_helps"]),
+                           ("voxanon systems", {module: where for module, where in probed["heavy"].items()
+                                                if module not in NUMERIC})):
+        assert imported == {}, f"heavy modules imported by {what} (module: first importer):\n" + "\n".join(
+            f"  {module}: {where}" for module, where in sorted(imported.items()))
     # Every command is covered, nested actions included, and each help printed.
     assert {"", "metrics", "systems", "anonymise", "zllr toy", "attack sex", "models import"} <= set(probed["helps"])
     for path, (code, text) in probed["helps"].items():
@@ -108,17 +116,19 @@ def test_stage_registry_names_each_class_by_its_name():
         assert issubclass(stage_class, Stage) and stage_class.name == name
 
 
-def test_benchmark_prints_each_command_time_and_the_target_ratio():
+def test_help_takes_under_half_a_second_of_cpu_and_the_benchmark_prints_each_command():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "cli.py"
-    completed = subprocess.run([sys.executable, str(script), "--runs", "1"], capture_output=True, text=True,
+    completed = subprocess.run([sys.executable, str(script), "--runs", "3"], capture_output=True, text=True,
                                timeout=300)
     assert completed.returncode == 0, completed.stderr
     rows = {line.split("  ")[0]: line.split() for line in completed.stdout.splitlines()
             if line.startswith("voxanon ")}
     assert set(rows) == {"voxanon --help", "voxanon systems", "voxanon metrics --help"}
     for name, fields in rows.items():
-        median, ratio = float(fields[-4]), float(fields[-1])
+        median, cpu, ratio = float(fields[-5]), float(fields[-3]), float(fields[-1])
         assert 0 < median < 60 and abs(ratio - median / 0.5) < 0.01 + 1e-9, (name, fields)
+        if name.endswith("--help"):  # `systems` imports the stages, with NumPy
+            assert cpu < 0.5, f"{name}: {cpu:.3f} CPU-seconds to start (target 0.5 s)\n{completed.stdout}"
     assert "target 0.5 s: worst median / target = " in completed.stdout
 
 

@@ -10,7 +10,7 @@ from voxanon.data_prep.vectors import read_vectors, write_vectors
 from voxanon.models.nets.flow import load_flow
 from voxanon.models.speakers.lda import LinearDiscriminant
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.commands.zllr import toy_dataset
+from voxanon.pipeline.evaluation.zllr import toy_dataset
 from voxanon.pipeline.training.zllr_flow import default_hidden_width
 
 

@@ -16,15 +16,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import soundfile
-from tqdm import tqdm
-
-from ..audio import AudioError, check_wav, load_audio, write_wav
 from ..corpus import GENDERS, DataDir, DataDirError, write_data_dir
 from ..errors import VoxanonError
 from ..paths import contained_path
 from .issues import PreparationIssues
 from .text import normalise_transcript
+
+# soundfile (with NumPy), tqdm and the audio module load where headers are read or audio resampled:
+# `voxanon prepare`'s parser reads the corpus scanners' choices, and they import this module.
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +84,16 @@ class _Selection:
 
 
 def read_audio_header(path: str) -> AudioHeader:
+    import soundfile
+
     with soundfile.SoundFile(path) as handle:
         return AudioHeader(handle.frames, handle.samplerate, handle.channels)
 
 
 def header_or_error(path: str) -> AudioHeader | str:
     """The header of ``path``, or why it cannot be read (a top-level function for worker processes)."""
+    import soundfile
+
     try:
         return read_audio_header(path)
     except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
@@ -178,6 +181,8 @@ def _label_sexes(selection: _Selection, listing: CorpusListing, issues: Preparat
 
 def _read_headers(selection: _Selection, issues: PreparationIssues, *, report_rates: bool,
                   jobs: int) -> None:
+    from tqdm import tqdm
+
     items = sorted(selection.audio.items())
     paths = [path for _, path in items]
     if jobs > 1:
@@ -216,6 +221,10 @@ def _read_headers(selection: _Selection, issues: PreparationIssues, *, report_ra
 
 def _resample(selection: _Selection, out_dir: Path, issues: PreparationIssues) -> dict[str, str]:
     """Convert what is not 16 kHz mono into ``<out>/wav/<utt>.wav``; the new ``wav.scp`` entries."""
+    from tqdm import tqdm
+
+    from ..audio import AudioError, check_wav, load_audio, write_wav
+
     todo = sorted(u for u, h in selection.headers.items()
                   if h.sample_rate != TARGET_RATE or h.channels != 1)
     converted: dict[str, str] = {}

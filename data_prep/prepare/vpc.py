@@ -24,9 +24,6 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import soundfile
-from tqdm import tqdm
-
 from ..atomic import atomic_write_text
 from ..corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
 from ..paths import contained_path
@@ -189,6 +186,10 @@ def _load_set(vpc_set: VpcSet, folder: Path, root: Path, read_headers: bool) -> 
 
 
 def _resolve_audio(vpc_set: VpcSet, data: DataDir, folder: Path, root: Path, read_headers: bool) -> None:
+    # Here, not at the top: `voxanon prepare`'s parser reads CORPORA and INDEX_NAME.
+    import soundfile
+    from tqdm import tqdm
+
     missing: list[str] = []
     unresolved: list[str] = []
     unreadable: list[str] = []

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...data_prep.errors import VoxanonError
+from .settings import WassersteinProcrustesConfig
 
 log = logging.getLogger(__name__)
 
@@ -26,29 +25,6 @@ def orthogonal_procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
                            f"{target.shape[0]} target vectors")
     left, _, right = np.linalg.svd(source.T @ target)
     return left @ right
-
-
-@dataclass(frozen=True)
-class WassersteinProcrustesConfig:
-    """Hyper-parameters of Wasserstein-Procrustes; defaults are the reference run's (spec §8.4)."""
-
-    learning_rate: float = 10.0
-    batch_size: int = 8
-    iterations: int = 512
-    max_epochs: int = 15
-    sinkhorn_reg: float = 0.05
-    refine_sinkhorn_reg: float = 0.025
-    init_samples: int = 1000
-    init_iterations: int = 100
-    seed: int = 1111
-
-    def __post_init__(self) -> None:
-        for name in ("learning_rate", "sinkhorn_reg", "refine_sinkhorn_reg"):
-            if not getattr(self, name) > 0:
-                raise VoxanonError(f"Wasserstein-Procrustes: {name} must be positive")
-        for name in ("batch_size", "iterations", "max_epochs", "init_samples", "init_iterations"):
-            if getattr(self, name) < 1:
-                raise VoxanonError(f"Wasserstein-Procrustes: {name} must be at least 1")
 
 
 def wasserstein_procrustes(source: np.ndarray, target: np.ndarray,

@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ...data_prep.errors import VoxanonError
+from .settings import CLASSIFIERS
 
-# scikit-learn and SciPy (and the metrics, which use it) load when a classifier is trained or assessed,
-# not when the command line reads CLASSIFIERS.
+# scikit-learn and SciPy (and the metrics, which use it) load when a classifier is trained or assessed.
 if TYPE_CHECKING:
     from sklearn.pipeline import Pipeline
 
     from ..calibration import LinearCalibration
 
-CLASSIFIERS = ("logistic", "mlp")
 MLP_HIDDEN_UNITS = 64
 CALIBRATION_FOLDS = 5
 # Raw probabilities are clipped before the logit so that a saturated MLP gives finite scores.

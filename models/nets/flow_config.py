@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from ...data_prep.errors import VoxanonError
 
 MU_STRATEGIES = ("mle", "learned")
+PROTECTION_METHODS = ("zllr", "lda", "global")
+"""What a flow folder can protect vectors with: the flow (zero the LLR), or its LDA or global-average baseline."""
 
 
 class FlowError(VoxanonError):

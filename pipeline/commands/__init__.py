@@ -7,7 +7,7 @@ touches no other file. A command parses and prints: what it runs lives below ``c
 no command imports another.
 
 Every command module is imported to build the parser, for ``voxanon --help`` as for any
-command, so a command module imports heavy modules lazily: torch, torchaudio, speechbrain,
+command, so a command module imports heavy modules lazily: NumPy (and kaldiio, soundfile, tqdm), torch, torchaudio, speechbrain,
 transformers, scikit-learn, SciPy, librosa, matplotlib, Ray, pandas, faster-whisper (and what
 imports them: models, metrics, the runner, the evaluation) go inside the functions that need
 them, never at the top of a command module or of a module it imports at start-up. Constants a

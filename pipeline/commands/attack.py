@@ -15,9 +15,7 @@ from pathlib import Path
 
 from ...data_prep.corpus import read_mapping, read_trials
 from ...data_prep.errors import VoxanonError
-from ...data_prep.vectors import read_vectors
-from ...eval.attacks.alignment import WassersteinProcrustesConfig
-from ...eval.attacks.sex import CLASSIFIERS
+from ...eval.attacks.settings import CLASSIFIERS, WassersteinProcrustesConfig
 
 
 DEFAULT_WP = WassersteinProcrustesConfig()
@@ -90,9 +88,9 @@ def add_parser(subparsers) -> None:
 
 
 def run_inversion(args: argparse.Namespace) -> int:
-    from ..labelled_vectors import read_enrolment, read_spk2gender
-
+    from ...data_prep.vectors import read_vectors
     from ...eval.attacks.inversion import InversionInputs, inversion_attack
+    from ..labelled_vectors import read_enrolment, read_spk2gender
 
     if args.by_sex and args.spk2gender is None:
         raise VoxanonError("--by-sex needs --spk2gender")
@@ -126,9 +124,9 @@ def run_inversion(args: argparse.Namespace) -> int:
 
 
 def run_sex(args: argparse.Namespace) -> int:
-    from ..labelled_vectors import read_spk2gender, sex_labels
-
+    from ...data_prep.vectors import read_vectors
     from ...eval.attacks.sex import sex_attack
+    from ..labelled_vectors import read_spk2gender, sex_labels
 
     train, test = read_vectors(args.train), read_vectors(args.test)
     train_female, train_speakers = sex_labels(

@@ -7,14 +7,16 @@ import gc
 import json
 import logging
 from pathlib import Path
-from typing import Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterator
 
 from ...data_prep.atomic import ensure_writable_folder
 from ...data_prep.errors import VoxanonError
 
+if TYPE_CHECKING:
+    import numpy as np
+
 log = logging.getLogger(__name__)
+
 
 def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes: dict[str, str] | None = None) -> str:
     """A block in the manner of VoicePrivacy 2022's ``results.txt``, every EER variant named; each figure that the

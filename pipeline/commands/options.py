@@ -130,3 +130,14 @@ def backend_from_args(args: argparse.Namespace):
     return RayBackend(RayOptions(address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
                                  workers=args.workers, cpus_per_worker=args.cpus_per_worker,
                                  gpus_per_worker=args.gpus_per_worker))
+
+
+def add_embedding_arguments(parser, out_help: str, allow_failures_help: str) -> None:
+    """The options of every command that embeds labelled data directories (pool build, train sex-flow)."""
+    parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
+                        help="Kaldi data directory with spk2gender (repeatable)")
+    parser.add_argument("--out", required=True, metavar="NAME_OR_PATH", help=out_help)
+    parser.add_argument("--models", default="ssl-sas", help="model set whose speaker encoder embeds (default ssl-sas)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="embedding cache (default $VOXANON_HOME/cache; 'none' disables)")
+    parser.add_argument("--allow-failures", action="store_true", help=allow_failures_help)

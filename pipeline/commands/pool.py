@@ -17,22 +17,16 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ...data_prep.corpus import read_mapping
 from ...data_prep.errors import VoxanonError
-from ...data_prep.vectors import read_vectors
-from ...models.speakers.pseudo_speaker import (DEFAULT_WORLD, POOL_MANIFEST, SEXES, load_pool, pool_from_speakers,
-                                           pool_from_utterances, save_pool)
 from ...models.checkpoints.registry import asset_dir
+from .options import add_backend_arguments, add_embedding_arguments, backend_from_args
 
 UTTERANCE_LEVEL_NAMES = ("xvector.scp", "xvector.ark")
 SPEAKER_LEVEL_NAMES = ("spk_xvector.scp", "spk_xvector.ark")
 
 
 def add_parser(subparsers) -> None:
-    from ..corpus_embeddings import add_embedding_arguments
-    from .options import add_backend_arguments
 
     parser = subparsers.add_parser(
         "pool", help="build, import or inspect a speaker-vector pool (B1 pseudo-speakers)",
@@ -82,8 +76,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from ...models.speakers.pseudo_speaker import pool_from_utterances, save_pool
     from ..corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
-    from .options import backend_from_args
 
     backend = backend_from_args(args)
     data_dirs, sex = read_labelled_data_dirs(args.data)
@@ -126,6 +120,9 @@ def _find_source(path: Path, utterance_level: bool) -> Path:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from ...data_prep.vectors import read_vectors
+    from ...models.speakers.pseudo_speaker import pool_from_speakers, pool_from_utterances, save_pool
+
     utterance_level = args.utt2spk is not None or args.speaker_from_id is not None
     source = _find_source(args.source, utterance_level)
     vectors = read_vectors(source)
@@ -163,6 +160,8 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _print_summary(directory: Path) -> None:
+    from ...models.speakers.pseudo_speaker import DEFAULT_WORLD, POOL_MANIFEST, SEXES
+
     manifest = json.loads((directory / POOL_MANIFEST).read_text(encoding="utf-8"))
     counts = manifest["speakers_per_sex"]
     utterances = manifest.get("utterances")
@@ -177,6 +176,10 @@ def _print_summary(directory: Path) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ...models.speakers.pseudo_speaker import load_pool
+
     directory = asset_dir("pools", args.pool)
     pool = load_pool(directory, with_utterances=False)
     if args.json:

@@ -201,10 +201,7 @@ def run_asv(args: argparse.Namespace) -> int:
 
 def add_sex_flow_parser(actions) -> None:
     """Add the ``sex-flow`` action to ``voxanon train``'s sub-parsers."""
-    from ..training.sex_flow import run_sex_flow
-
-    from .options import add_flow_training_arguments
-    from ..corpus_embeddings import add_embedding_arguments
+    from .options import add_embedding_arguments, add_flow_training_arguments
 
     parser = actions.add_parser(
         "sex-flow", help="train the zero-LLR sex flow (zLLR-VC) on ECAPA vectors of a labelled corpus",
@@ -219,6 +216,12 @@ def add_sex_flow_parser(actions) -> None:
                              "(default 0.1; 0 trains on all)")
     add_flow_training_arguments(parser)
     parser.set_defaults(run=run_sex_flow)
+
+
+def run_sex_flow(args: argparse.Namespace) -> int:
+    from ..training.sex_flow import run_sex_flow as train_sex_flow
+
+    return train_sex_flow(args)
 
 
 ACTIONS = (add_vocoder_parser, add_sex_flow_parser, add_asv_parser)

@@ -13,12 +13,11 @@ from safetensors.numpy import load_file as load_arrays, save_file as save_arrays
 from ...data_prep.atomic import atomic_path, atomic_write_text
 from ...data_prep.errors import VoxanonError
 from ...data_prep.vectors import l2_normalise
-from ...models.nets.flow_config import FlowConfig, TrainingConfig
+from ...models.nets.flow_config import PROTECTION_METHODS, FlowConfig, TrainingConfig
 from ...models.speakers.lda import LinearDiscriminant, balanced_global_average
-from ..labelled_vectors import _labelled
+from ..labelled_vectors import read_labelled_vectors
 
 
-METHODS = ("zllr", "lda", "global")
 BASELINES_FILE = "baselines.safetensors"
 
 
@@ -33,7 +32,7 @@ def default_hidden_width(dim: int) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from ...models.nets.flow import save_flow, train_zero_llr_flow
 
-    vectors, is_female, speakers = _labelled(args.vectors, args.utt2spk, args.spk2gender)
+    vectors, is_female, speakers = read_labelled_vectors(args.vectors, args.utt2spk, args.spk2gender)
     config = FlowConfig(dim=vectors.dim, hidden=args.hidden or default_hidden_width(vectors.dim),
                         n_layers=args.layers, zero_init=not args.no_zero_init, l2_normalise_input=args.l2_normalise)
     training = TrainingConfig(mu_strategy=args.mu_strategy, alpha=args.alpha, learning_rate=args.lr,
@@ -78,7 +77,7 @@ class Protections:
 
     @property
     def available(self) -> tuple[str, ...]:
-        return ("zllr",) if self.lda is None else METHODS
+        return ("zllr",) if self.lda is None else PROTECTION_METHODS
 
     def _input(self, vectors: np.ndarray) -> np.ndarray:
         return l2_normalise(vectors) if self.flow.config.l2_normalise_input else np.asarray(vectors, np.float64)
