@@ -1,4 +1,4 @@
-"""Orthogonal alignment of two embedding spaces (spec §8.3–8.4).
+"""Orthogonal alignment of two embedding spaces (Champion et al. 2021; deep-privacy/x-vector-procrustes).
 
 Rows are vectors. Both estimators return an orthogonal ``W`` with ``source @ W ≈ target``;
 an attacker who aligned clear vectors (source) to anonymised ones (target) inverts the
@@ -30,7 +30,7 @@ def orthogonal_procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WassersteinProcrustesConfig:
-    """Hyper-parameters of Wasserstein-Procrustes; defaults are the reference run's (spec §8.4)."""
+    """Hyper-parameters of Wasserstein-Procrustes; defaults are deep-privacy/x-vector-procrustes's run's."""
 
     learning_rate: float = 10.0
     batch_size: int = 8

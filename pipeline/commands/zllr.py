@@ -1,4 +1,4 @@
-"""``voxanon zllr``: zero-LLR sex neutralisation of speaker embeddings (spec §9).
+"""``voxanon zllr``: zero-LLR sex neutralisation of speaker embeddings (Noé 2023 thesis, ch. 5).
 
 * ``zllr train``: fit the normalizing-flow discriminant analysis on labelled vectors, plus
   the two baselines (LDA whitening, balanced global average), into a model folder;
@@ -6,7 +6,7 @@
 * ``zllr eval``: sex EER / D_ECE of ignorant and informed attackers and ASV EER / min Cllr,
   for the original vectors and every protection, in one table;
 * ``zllr import``: convert the pickled flow of the ICASSP 2023 release into a model folder;
-* ``zllr toy``: LDA, QDA and the flow on 2-D Gaussians, Moons and Circles ([S4] Table 1).
+* ``zllr toy``: LDA, QDA and the flow on 2-D Gaussians, Moons and Circles (Noé 2023 thesis, Table 1).
 
 Model folder: ``flow.json`` + ``flow.safetensors`` (the flow), ``baselines.safetensors``
 (LDA means and precision, global average; absent for imported flows) and
@@ -96,7 +96,7 @@ def add_parser(subparsers) -> None:
                          help="do not L2-normalise inputs (the release's ECAPA vectors are normalised)")
     convert.set_defaults(run=run_import)
 
-    toy = commands.add_parser("toy", help="Cllr of LDA, QDA and the flow on 2-D toy data ([S4] Table 1)")
+    toy = commands.add_parser("toy", help="Cllr of LDA, QDA and the flow on 2-D toy data (Noé 2023 thesis, Table 1)")
     toy.add_argument("--hidden", type=int, default=64, help="coupling width (default 64)")
     toy.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     toy.add_argument("--epochs", type=int, default=100, help="maximum epochs (default 100)")
@@ -212,11 +212,11 @@ def run_import(args: argparse.Namespace) -> int:
 
 TOY_TRAIN, TOY_TEST = 10_000, 2_000
 TOY_INITIAL_MU = 3.0
-"""ASSUMPTION: a fixed initial μ for the toy sets ([S4] initialised μ by hand, to 10, for x-vectors).
+"""ASSUMPTION: a fixed initial μ for the toy sets (Noé 2023 thesis initialised μ by hand, to 10, for x-vectors).
 The shared-covariance KL is about 0 for Circles, and from there μ grows too slowly."""
 TOY_GAUSSIANS = ((np.array([1.0, 1.0]), np.array([[1.0, 0.6], [0.6, 1.0]])),
                  (np.array([-1.0, -0.5]), np.array([[1.5, -0.3], [-0.3, 0.5]])))
-"""(mean, covariance) of class 1 and class 2 of the Gaussians toy set (ASSUMPTION; [S4] gives none)."""
+"""(mean, covariance) of class 1 and class 2 of the Gaussians toy set (ASSUMPTION; Noé 2023 thesis gives none)."""
 
 
 def toy_dataset(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,9 +1,10 @@
 """HiFi-GAN vocoder training for SSL-SAS-layout model sets (``voxanon train vocoder``).
 
-The recipe is jik876/SSL-SAS's (anchors Part A §1.3, §3): MPD + MSD, least-squares GAN
-losses, feature matching ×2, mel L1 ×45; AdamW lr 2e-4, betas (0.8, 0.99), ExponentialLR
-0.999 stepped once per epoch; 8960-sample segments; seed 1234. Optionally the x-vector
-consistency loss of the ICASSP 2023 zLLR-VC vocoder (anchors §6.3).
+The recipe is jik876/hifi-gan's as nii-yamagishilab/SSL-SAS configures it
+(``configs/libri_tts_clean_100_fbank_xv_ssl_freeze.json``): MPD + MSD, least-squares GAN losses,
+feature matching ×2, mel L1 ×45; AdamW lr 2e-4, betas (0.8, 0.99), ExponentialLR 0.999 stepped once
+per epoch; 8960-sample segments; seed 1234. Optionally the x-vector consistency loss of the
+ICASSP 2023 zLLR-VC vocoder (nii-yamagishilab/speaker_sex_attribute_privacy).
 
 Features are computed once, before training, by the same stages the anonymisation chain
 runs (:mod:`voxanon.pipeline.neural_stages`): the SSL-SAS input convention (peak 0.95, trim
