@@ -138,7 +138,7 @@ class VocoderTrainingOptions:
 
 
 @dataclass(frozen=True)
-class TrainingUtterance:
+class UtteranceFeatures:
     """One usable utterance: where its cached features are and how many content frames it has."""
 
     key: str
@@ -148,7 +148,7 @@ class TrainingUtterance:
 
 @dataclass
 class FeatureSet:
-    utterances: list[TrainingUtterance]
+    utterances: list[UtteranceFeatures]
     skipped: dict[str, str]
     computed: int  # utterances for which something was computed rather than found in the cache
 
@@ -259,7 +259,7 @@ def prepare_features(data_dirs: Iterable[DataDir], models: str, cache_root: Path
             skipped[job.key] = (f"{job.source}: {content_frames * SSL_SAS_MULTIPLE} samples after trimming, "
                                 f"shorter than one {segment}-sample training segment")
             continue
-        usable.append(TrainingUtterance(job.key, job.paths, content_frames))
+        usable.append(UtteranceFeatures(job.key, job.paths, content_frames))
     return FeatureSet(usable, skipped, len({job.key for job in signal_jobs + encoder_jobs}))
 
 
