@@ -29,7 +29,9 @@ def main() -> None:
     from voxanon.models.nets.encodec import EncodecConfig, EncodecDecoder
     from voxanon.models.nets.encodec import init_random as init_encodec
     from voxanon.models.nets.hubert import HubertBackboneConfig, plain_hubert
-    from voxanon.models.checkpoints.nac import SemanticQuantiser, random_voice, resample_kaiser_best, semantic_tokens
+    from voxanon.models.checkpoints.nac import random_voice
+    from voxanon.models.dsp.resample import resample_kaiser_best
+    from voxanon.models.nets.nac_semantic import SemanticQuantiser, semantic_tokens
 
     torch.manual_seed(0)
     device = torch.device(args.device)

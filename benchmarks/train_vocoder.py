@@ -21,7 +21,7 @@ import torch
 
 
 def synthetic_features(root: Path, n_utterances: int, seconds: float, seed: int = 0):
-    from voxanon.pipeline.training.vocoder import FeatureSet, TrainingUtterance
+    from voxanon.pipeline.training.vocoder import FeatureSet, UtteranceFeatures
 
     rng = np.random.default_rng(seed)
     frames = int(seconds * 50)
@@ -33,7 +33,7 @@ def synthetic_features(root: Path, n_utterances: int, seconds: float, seed: int 
         for kind, values in arrays.items():
             paths[kind] = root / f"{kind}-{i}.npy"
             np.save(paths[kind], values.astype(np.float32))
-        utterances.append(TrainingUtterance(f"synthetic/{i}", paths, frames))
+        utterances.append(UtteranceFeatures(f"synthetic/{i}", paths, frames))
     return FeatureSet(utterances, {}, n_utterances)
 
 

@@ -2,7 +2,7 @@
 
 Everything in voxanon reads and writes corpus metadata through this module.
 
-Kaldi data directory files (see anchors Part B §1.2):
+Kaldi data directory files (the VoicePrivacy challenges' layout):
 
 - ``wav.scp``     ``<utt> <path>``, or ``<utt> <command> |`` (only with ``allow_pipes``)
 - ``utt2spk``     ``<utt> <spk>``; ``spk2utt`` ``<spk> <utt1> <utt2> ...`` (derived, checked)

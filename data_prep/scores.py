@@ -1,7 +1,7 @@
 """Score files: three columns, ``<first-id> <second-id> <score>``, one comparison a line.
 
 For verification trials the columns are ``<enrol-spk> <test-utt> <score>`` (VoicePrivacy
-layout, anchors Part B §1.2); for the exhaustive utterance-pair lists behind voice
+layout); for the exhaustive utterance-pair lists behind voice
 similarity matrices they are ``<utt-a> <utt-b> <score>``. Each (first, second) pair may
 appear once. Ids follow the corpus rules (:mod:`voxanon.data_prep.paths`: no ``/``, ``\\``,
 control characters, ``.`` or ``..``). Scores must be finite numbers: a NaN or an infinity in a score file is

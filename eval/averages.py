@@ -1,4 +1,4 @@
-"""VoicePrivacy 2022 averages over the LibriSpeech and VCTK sets (``average_results.py``, anchors Part B §1.6).
+"""VoicePrivacy 2022 averages over the LibriSpeech and VCTK sets (Voice-Privacy-Challenge-2022 ``average_results.py``).
 
 * Pooled ASR sets: the challenge scores WER on ``libri_<split>_asr`` (``trials_f`` + ``trials_m``)
   and ``vctk_<split>_asr`` (``trials_{f,m}`` + ``trials_{f,m}_common``), one WER over all their

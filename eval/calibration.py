@@ -1,8 +1,9 @@
 """Score calibration: PAV oracle LLRs, and maps learnt on one score set and applied to another.
 
-Spec §2 and §6.5. All LLRs are natural-log likelihood ratios, ``ln P(s|target) / P(s|non)``.
+Brümmer and du Preez 2006; Noé et al. 2022, §5.3. All LLRs are natural-log likelihood ratios,
+``ln P(s|target) / P(s|non)``.
 
-Oracle LLRs follow the BOSARIS / ZEBRA reference code (EXT):
+Oracle LLRs follow the BOSARIS / ZEBRA reference code (Voice-Privacy-Challenge/zebra):
 
 * scores of both classes are sorted with a *stable* sort of a concatenation; the
   concatenation order decides how tied scores of different classes are ordered
@@ -43,7 +44,7 @@ def pav(y, weights=None) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(ghat, widths)``: ``ghat`` has the length of ``y``; ``widths`` are the
     numbers of elements in the successive blocks. Equal neighbouring blocks are pooled,
-    so block values are strictly increasing (spec §2.1). O(n).
+    so block values are strictly increasing. O(n).
     """
     y = as_score_array(y, "PAV input")
     if weights is not None:
@@ -244,7 +245,7 @@ def sorted_optimal_llr(is_target_sorted: np.ndarray, *, laplace: bool = False,
 
 def optimal_llr(tar, non, laplace: bool = False, *, tie_order: str = "non_tar",
                 monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> tuple[np.ndarray, np.ndarray]:
-    """Oracle (PAV) LLRs of every trial: ``(tar_llr, non_llr)`` in the input order (spec §2.2).
+    """Oracle (PAV) LLRs of every trial: ``(tar_llr, non_llr)`` in the input order.
 
     Without ``laplace`` a lowest block of non-targets only gets -inf (only non-targets
     can) and a highest block of targets only gets +inf; with ``laplace`` every LLR is
@@ -282,7 +283,7 @@ def fit_linear_calibration(tar, non, *, prior: float = 0.5, slope_prior_sd: floa
     """Logistic-regression calibration: the affine map minimising the cross-entropy at ``prior``.
 
     The objective is the prior-weighted cross-entropy (C_llr when ``prior`` is 0.5, the
-    spec §6.5 ASSUMPTION), so each class weighs ``prior`` / ``1 - prior`` whatever its
+    an assumption: Noé et al. 2022 names only C_llr), so each class weighs ``prior`` / ``1 - prior`` whatever its
     count, plus a Gaussian prior N(0, ``slope_prior_sd``²) on the slope of the standardised
     scores (:data:`SLOPE_PRIOR_SD`), which weighs as one trial among the ``N`` fitted: the
     MAP estimate of ``N`` times the average cross-entropy plus ``slope² / (2 sd²)`` (ridge
@@ -353,10 +354,10 @@ class IsotonicCalibration:
 
 
 def fit_isotonic_calibration(tar, non, *, laplace: bool = True) -> IsotonicCalibration:
-    """Learn the PAV score-to-LLR step function on one score set (spec §6.5, isotonic).
+    """Learn the PAV score-to-LLR step function on one score set (Noé et al. 2022, §5.3, isotonic).
 
     Ties are ordered ``[tar, non]``, which pools tied scores into one block, so the map
-    is a function of the score. Laplace smoothing (the default, a spec ASSUMPTION)
+    is a function of the score. Laplace smoothing (the default, an assumption: the paper does not say)
     keeps every LLR finite. A score in the gap between two blocks takes the lower
     block's LLR, a score above the fitted range the last block's (spec: the nearest
     block at the ends; ASSUMPTION for the gaps, the conservative choice).
@@ -377,7 +378,7 @@ class EmpiricalCalibration(NamedTuple):
 
 
 def empirical_calibration(tar_llr, non_llr, *, n_bins: int = 20) -> EmpiricalCalibration:
-    """Data of the empirical calibration plot ([S0] §3.5, spec §5.3).
+    """Data of the empirical calibration plot (Noé et al. 2022, §3.5).
 
     Each LLR becomes the posterior ``sigmoid(llr + logit(Nt / N))`` at the empirical
     prior; posteriors are binned on ``n_bins`` equal bins of [0, 1]. For calibrated LLRs

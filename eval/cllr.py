@@ -1,12 +1,12 @@
 """Log-likelihood-ratio cost (Cllr), its minimum, and the empirical cross-entropy (ECE) over priors.
 
-Spec §3 and §5. Inputs named ``*_llr`` are natural-log LLRs, used as given (±inf
+Brümmer and du Preez 2006; Noé et al. 2022, §3. Inputs named ``*_llr`` are natural-log LLRs, used as given (±inf
 allowed); inputs named ``tar`` / ``non`` are raw scores, calibrated by PAV internally.
 Every result is in **bits**. Priors are passed as prior log-odds ``logit(pi)`` (natural
 log), where ``pi`` is the prior of the target class (positive LLRs).
 
 * ``cllr``: the cross-entropy at pi = 0.5, normalised so that LLRs of 0 give 1 bit.
-* ``min_cllr``: Cllr of the PAV oracle LLRs (no Laplace, ``[non, tar]`` ties, EXT); the
+* ``min_cllr``: Cllr of the PAV oracle LLRs (no Laplace, ``[non, tar]`` ties, as Voice-Privacy-Challenge/zebra); the
   discrimination part, in [0, 1]. ``cllr - min_cllr`` is the calibration loss.
 * ``ece``: actual ECE(pi) of LLRs; ``min_ece``: ECE of the oracle LLRs (never above the
   prior entropy); ``prior_entropy``: H(pi), the ECE of zero evidence.
@@ -21,7 +21,7 @@ from .calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration,
 from .scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)
-# The ZEBRA reference grid (EXT): prior log-odds -10 ... 10 in 201 steps.
+# The grid of the ZEBRA reference code (Voice-Privacy-Challenge/zebra): prior log-odds -10 ... 10 in 201 steps.
 PRIOR_LOG_ODDS_GRID = np.linspace(-10.0, 10.0, 201)
 
 
@@ -46,7 +46,7 @@ def cllr(tar_llr, non_llr) -> float:
 
 def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
              monotonicity_epsilon: float = MONOTONICITY_EPSILON) -> float:
-    """Cllr after oracle PAV calibration (spec §3), in [0, 1] bits.
+    """Cllr after oracle PAV calibration, in [0, 1] bits.
 
     The default keeps the reference code's 1e-6/N monotonicity ramp, which moves the
     value by at most ~1e-8 on small sets; ``monotonicity_epsilon=0`` gives the pure PAV
@@ -81,7 +81,7 @@ def prior_entropy(prior_log_odds=PRIOR_LOG_ODDS_GRID) -> np.ndarray:
 
 
 def ece(tar_llr, non_llr, prior_log_odds=PRIOR_LOG_ODDS_GRID) -> np.ndarray:
-    """Actual ECE in bits at each prior log-odds (spec §5.1, [S0] Eq. 11-12).
+    """Actual ECE in bits at each prior log-odds (Noé et al. 2022, Eq. 11-12).
 
     ``pi <-log2 sigma(a + logit pi)>_tar + (1 - pi) <-log2 sigma(-b - logit pi)>_non``;
     equals ``cllr`` at prior log-odds 0.
@@ -119,7 +119,7 @@ def min_ece(tar, non=None, prior_log_odds=PRIOR_LOG_ODDS_GRID, *, tie_order: str
 
 
 def ece_from_lr(tar_lr, non_lr, prior_log_odds=PRIOR_LOG_ODDS_GRID) -> np.ndarray:
-    """ECE in bits from likelihood ratios (not logs), [S1] Eq. 4.
+    """ECE in bits from likelihood ratios (not logs), Nautsch et al. 2020, Eq. 4.
 
     ``pi/|A| sum log2(1 + (1-pi)/(a pi)) + (1-pi)/|B| sum log2(1 + b pi/(1-pi))``;
     LRs must be >= 0 (0 and +inf allowed).

@@ -1,10 +1,10 @@
 """Equal error rates, in every variant the speech-privacy ecosystem uses, and minDCF.
 
-The EER variants differ by up to a few tenths of a point on anonymised trials (anchors
-Part B §0), so each is named and none is "the" EER. All return a **fraction in [0, 1]**
-(multiply by 100 for %). Scores are any real numbers with "higher means more target";
-they need not be LLRs. Every function takes ``(tar, non)`` or one
-:class:`~voxanon.eval.calibration.SortedTrials`, which sorts and pools once for all of them.
+The EER variants differ by up to a few tenths of a point on anonymised trials, so each is
+named and none is "the" EER. All return a **fraction in [0, 1]** (multiply by 100 for %).
+Scores are any real numbers with "higher means more target"; they need not be LLRs. Every
+function takes ``(tar, non)`` or one :class:`~voxanon.eval.calibration.SortedTrials`, which
+sorts and pools once for all of them.
 
 * ``rocch``: ROCCH-EER, where the ROC convex hull crosses Pmiss = Pfa (BOSARIS, ZEBRA,
   PYLLR, llreval, the VoicePrivacy ``ROCCH-EER`` line). Never above 0.5.
@@ -13,8 +13,8 @@ they need not be LLRs. Every function takes ``(tar, non)`` or one
 * ``speechbrain``: ``speechbrain.utils.metric_stats.EER`` (VoicePrivacy 2024/2026): the
   threshold (a score or a midpoint between scores) minimising |FAR - FRR|, first
   in ascending order, EER = (FAR + FRR) / 2.
-* ``sweep``: the simple threshold sweep of spec §4.2 (sklearn ``roc_curve`` without
-  dropping points; [S3]'s "EER"), optionally folded above 0.5 as [S3]'s code does.
+* ``sweep``: the simple threshold sweep of Champion et al. 2021 (sklearn ``roc_curve`` without
+  dropping points; their "EER"), optionally folded above 0.5 as their code does.
 
 The speechbrain and sweep variants pick the operating point with exact integer
 arithmetic; the reference tools compare floats, which can break an exact tie between
@@ -31,7 +31,7 @@ EER_VARIANTS = ("rocch", "kaldi", "speechbrain", "sweep")
 
 
 def roc_convex_hull(tar, non=None) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices ``(pmiss, pfa)`` of the ROC convex hull, from (0, 1) to (1, 0) (spec §4.1).
+    """Vertices ``(pmiss, pfa)`` of the ROC convex hull, from (0, 1) to (1, 0) (BOSARIS).
 
     PAV of the labels sorted ``[tar, non]`` (ties pooled); vertex k follows the k-th block.
     """
@@ -49,7 +49,7 @@ def rocch_eer(tar, non=None) -> float:
     """ROCCH-EER: the largest crossing of a hull segment's line with Pmiss = Pfa.
 
     Horizontal and vertical segments give 0, as in BOSARIS ``rocch2eer``; for the hull
-    this equals ``max over priors of minDCF`` (spec §4.1 step 6).
+    this equals ``max over priors of minDCF``.
     """
     pmiss, pfa = roc_convex_hull(tar, non)
     x0, y0, x1, y1 = pfa[:-1], pmiss[:-1], pfa[1:], pmiss[1:]
@@ -122,11 +122,11 @@ def speechbrain_eer(tar, non=None) -> float:
 
 
 def sweep_eer(tar, non=None, *, fold: bool = False) -> float:
-    """The simple threshold sweep of spec §4.2: accept when score >= t.
+    """The simple threshold sweep of Champion et al. 2021: accept when score >= t.
 
     Thresholds are +inf then the distinct scores in descending order; the first t
     minimising |FNR - FPR| gives (FPR + FNR) / 2. ``fold`` replaces a result above 0.5
-    by 1 - EER, the quirk of [S3]'s code (it makes a worse-than-chance scorer look
+    by 1 - EER, the quirk of deep-privacy/x-vector-procrustes (it makes a worse-than-chance scorer look
     informative; off by default).
     """
     _, tar_at_or_below, non_above, n_tar, n_non = _threshold_counts(tar, non)

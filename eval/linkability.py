@@ -1,6 +1,6 @@
 """Global linkability D_sys (Gomez-Barrero et al. 2017), as the VoicePrivacy ``anonymization_metrics`` computes it.
 
-anchors.md Part B §1.6. Mated (same speaker) and non-mated score densities are
+Voice-Privacy-Challenge-2022. Mated (same speaker) and non-mated score densities are
 normalised histograms on ``min(n_mated // 10, 100)`` equal bins spanning the pooled
 score range. With the likelihood ratio ``LR = y_mated / y_nonmated`` (1 where
 ``y_nonmated = 0``), the local measure is ``D = 2 w LR / (1 + w LR) - 1``, set to 0 where

@@ -1,6 +1,6 @@
 """Pitch correlation rho_F0 between original and anonymised utterances (VoicePrivacy 2020/2022).
 
-As ``local/pitch_correlation.py`` computes it (anchors Part B §1.6): the shorter F0 track
+As ``local/pitch_correlation.py`` computes it (Voice-Privacy-Challenge-2022): the shorter F0 track
 is linearly interpolated to the longer one's length, values outside [75, 500] Hz are set
 to 0, the anonymised track is shifted (circularly) by the lag that maximises the full
 cross-correlation, and the Pearson correlation of the two tracks is taken with unvoiced

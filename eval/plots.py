@@ -41,7 +41,7 @@ def save_figure(figure: Figure, stem: str | os.PathLike, formats: Sequence[str] 
 
 def ece_profile_figure(systems: Sequence[System], *, show_actual: bool = False, normalized: bool = False,
                        prior_log_odds=PRIOR_LOG_ODDS_GRID) -> Figure:
-    """The ZEBRA plot (spec §5.2): ECE in bits against the prior log-odds logit(pi).
+    """The ZEBRA plot (Nautsch et al. 2020): ECE in bits against the prior log-odds logit(pi).
 
     Black: H(pi), "perfect privacy (0, 0, 0)". One minimum-ECE curve per system,
     labelled ``label (D_ECE, l_w, tag)``; the area between it and the black curve is
@@ -83,9 +83,9 @@ def _colours(count: int) -> list:
 
 
 def similarity_figure(matrices: SimilarityMatrices, *, log_scale: bool = False) -> Figure:
-    """The 2N x 2N block figure ``[[M_OO, M_OP], [M_OP^T, M_PP]]`` (spec §7.5), colours fixed on [0, 1].
+    """The 2N x 2N block figure ``[[M_OO, M_OP], [M_OP^T, M_PP]]`` (Noé et al. 2020, Fig. 1), colours fixed on [0, 1].
 
-    ``log_scale`` shows ``log2`` similarities instead ([S4] Fig. 25), from the lowest
+    ``log_scale`` shows ``log2`` similarities instead (Noé 2023 thesis, Fig. 25), from the lowest
     value up to 0. Empty cells are left blank.
     """
     blocks = np.block([[matrices.oo.matrix, matrices.op.matrix], [matrices.op.matrix.T, matrices.pp.matrix]])
@@ -114,7 +114,7 @@ def similarity_figure(matrices: SimilarityMatrices, *, log_scale: bool = False) 
 
 
 def zoo_figure(zoo: ZooCoordinates, *, quartiles: bool = True, title: str | None = None) -> Figure:
-    """Zoo plot ([S0] §4.3): mean target LLR (x) against mean non-target LLR (y) per speaker.
+    """Zoo plot (Noé et al. 2022, §4.3): mean target LLR (x) against mean non-target LLR (y) per speaker.
 
     Points are annotated with the speaker's index in the matrix order. ``quartiles``
     draws the Dunstone-Yager lines at the 25% and 75% quantiles of each axis.
@@ -140,7 +140,7 @@ def zoo_figure(zoo: ZooCoordinates, *, quartiles: bool = True, title: str | None
 
 
 def calibration_figure(tar_llr, non_llr, *, n_bins: int = 20) -> Figure:
-    """Empirical calibration plot (spec §5.3): target fraction per posterior bin against the
+    """Empirical calibration plot (Noé et al. 2022, §3.5): target fraction per posterior bin against the
     bin centre; calibrated LLRs follow the diagonal. Marker area grows with the bin count."""
     data = empirical_calibration(tar_llr, non_llr, n_bins=n_bins)
     figure = Figure(figsize=(5.0, 5.0))

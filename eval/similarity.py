@@ -1,6 +1,6 @@
 """Voice similarity matrices M_OO, M_OP, M_PP; diagonal dominance, DeID, G_VD; zoo-plot coordinates.
 
-Spec §7 ([S2], [S0] §4), checked against the VoicePrivacy 2022 scripts (anchors Part B §3).
+Noé et al. 2020 and Noé et al. 2022, §4, checked against the VoicePrivacy 2022 ``local/similarity_matrices/``.
 
 Inputs are utterance-pair score tables (``<utt-a> <utt-b> <score>``) for one setting:
 OO (original vs original), OP (original of the first column vs protected of the
@@ -11,8 +11,8 @@ each setting is calibrated on its own.
 
 The similarity of speakers i and j pools the LLRs ``L_ij`` of every admissible pair:
 
-* ``"sigmoid_mean"`` (VoicePrivacy scripts, [S2] Eq. 2): ``sigmoid(mean(L_ij))``;
-* ``"geometric_mean"`` ([S0] Eq. 6): ``exp(mean(ln sigmoid(L_ij)))``, the geometric mean of
+* ``"sigmoid_mean"`` (VoicePrivacy scripts, Noé et al. 2020, Eq. 2): ``sigmoid(mean(L_ij))``;
+* ``"geometric_mean"`` (Noé et al. 2022, Eq. 6): ``exp(mean(ln sigmoid(L_ij)))``, the geometric mean of
   the flat-prior posteriors.
 
 A pair of an utterance with itself is never admissible; in OP, where ids are shared,
@@ -56,7 +56,7 @@ def split_pair_scores(pairs: ScoreTable, utt2spk: Mapping[str, str], *,
                       exclude_same_utt: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Scores of the admissible same-speaker and different-speaker pairs, ``(tar, non)``.
 
-    These feed D_ECE and min Cllr of a setting (spec §7.4).
+    These feed D_ECE and min Cllr of a setting (Noé et al. 2022, §7.1).
     """
     first_spk, second_spk = _pair_speakers(pairs, utt2spk)
     keep = _admissible(pairs, exclude_same_utt)
@@ -90,7 +90,7 @@ class SpeakerSimilarity:
 
 @dataclass(frozen=True)
 class ZooCoordinates:
-    """Zoo-plot coordinates ([S0] §4.3): x = mean target LLR, y = mean non-target LLR per speaker."""
+    """Zoo-plot coordinates (Noé et al. 2022, §4.3): x = mean target LLR, y = mean non-target LLR per speaker."""
 
     speakers: list[str]
     target_mean_llr: np.ndarray
@@ -138,7 +138,7 @@ def speaker_similarity(pairs: ScoreTable, utt2spk: Mapping[str, str], *, symmetr
 
 
 def diagonal_dominance(matrix) -> float:
-    """``D_diag = |mean(diagonal) - mean(off-diagonal)|`` (spec §7.3); 1 for I and for ones - I.
+    """``D_diag = |mean(diagonal) - mean(off-diagonal)|`` (Noé et al. 2020); 1 for I and for ones - I.
 
     NaN cells (speaker pairs without admissible comparisons) are left out with a warning.
     """
@@ -197,7 +197,7 @@ class SimilarityMatrices:
 def similarity_matrices(oo: ScoreTable, op: ScoreTable, pp: ScoreTable, utt2spk: Mapping[str, str], *,
                         speakers: Sequence[str] | None = None, definition: str = "sigmoid_mean",
                         symmetrize_op: bool = False, exclude_same_utt_id_in_op: bool = True) -> SimilarityMatrices:
-    """The three matrices of spec §7; speakers default to the sorted union over the settings.
+    """The three matrices of Noé et al. 2020; speakers default to the sorted union over the settings.
 
     An OP list that scores one direction per speaker pair (VoicePrivacy's upper-triangle
     lists) needs ``symmetrize_op=True``, or half of M_OP stays empty.

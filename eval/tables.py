@@ -74,7 +74,7 @@ METRICS = {
 }
 # Counts print as integers.
 COUNT_METRICS = frozenset({"n_trials", "wer_substitutions", "wer_deletions", "wer_insertions", "wer_reference_words"})
-# The reference tools print ZEBRA numbers as %.3f, or %.e below 5e-4 (spec §6.3).
+# The reference tools print ZEBRA numbers as %.3f, or %.e below 5e-4 (Voice-Privacy-Challenge/zebra).
 ZEBRA_FORMATTED = frozenset({"zebra_dece", "zebra_worst_case"})
 VARIANT_ORDER = ("", "kaldi", "rocch", "speechbrain", "sweep")
 DIGITS_BY_UNIT = {"%": 2, "dB": 2}

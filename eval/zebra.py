@@ -1,6 +1,6 @@
 """ZEBRA (Zero Evidence Biometric Recognition Assessment): expected and worst-case privacy disclosure.
 
-Spec §6, anchors Part B §2 (reference: ``Voice-Privacy-Challenge/zebra``).
+Nautsch et al. 2020 and Noé et al. 2022 (reference code: ``Voice-Privacy-Challenge/zebra``).
 
 * **D_ECE** (population level, bits): ``integral_0^1 [H(pi) - ECE_min(pi)] dpi`` with pi
   uniform; the attacker's expected loss of uncertainty, averaged over priors. Oracle
@@ -9,8 +9,8 @@ Spec §6, anchors Part B §2 (reference: ``Voice-Privacy-Challenge/zebra``).
 * **l_w** (individual level, **log10**): ``max |LLR| / ln 10`` over the Laplace-smoothed
   oracle LLRs (ties ``[non, tar]``), and its categorical **tag** 0, A ... F.
 * **C_ECE** (adversary calibration, bits): the same integral for a realistic attacker's
-  LLRs, calibrated on one run of a stochastic system and applied to another (§6.5).
-* Relative versions against the unprotected (OO) setting (§6.6).
+  LLRs, calibrated on one run of a stochastic system and applied to another (Noé et al. 2022, §5.3).
+* Relative versions against the unprotected (OO) setting (Noé et al. 2022, §7.1).
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ LN10 = np.log(10.0)
 MAX_DECE_BITS = 1.0 / (2.0 * LN2)
 # Upper end of tag "0" in the reference code: float64 machine epsilon.
 ZERO_TAG_LIMIT = 2.22e-16
-# Lower bounds (log10 LR) of the tags A ... F, Table 1 of [S0] and [S1].
+# Lower bounds (log10 LR) of the tags A ... F, Table 1 of Noé et al. 2022 and Nautsch et al. 2020.
 TAG_BOUNDS = ((0.0, "A"), (1.0, "B"), (2.0, "C"), (4.0, "D"), (5.0, "E"), (6.0, "F"))
 TAG_CONVENTIONS = ("paper", "zebra")
 
 # Below this |l| the closed form cancels badly; its Taylor series to l^5 is exact to
-# ~1e-17 there (the spec's two-term series below 1e-4 is good to ~1e-12).
+# ~1e-17 there (a two-term series below 1e-4 is good to ~1e-12).
 _SERIES_LIMIT = 1e-2
 _SERIES = (1 / 3, -1 / 12, 1 / 180, 1 / 720, -1 / 5040)
 _OVERFLOW_LIMIT = 30.0
@@ -42,7 +42,7 @@ _OVERFLOW_LIMIT = 30.0
 def z_function(llr) -> np.ndarray:
     """``Z(l) = 1/2 + (l - (e^l - 1)) / (e^l - 1)^2``: a trial's share of the ECE integral.
 
-    Z(-inf) = -inf, Z(0) = 0, Z(+inf) = 1/2. Numerically safe branches (spec §6.1): the
+    Z(-inf) = -inf, Z(0) = 0, Z(+inf) = 1/2. Numerically safe branches: the
     series ``l/3 - l^2/12 + l^3/180 + l^4/720 - l^5/5040`` for |l| < 1e-2, an ``e^-l``
     form above 30, ``expm1`` elsewhere; accurate to ~1e-14 absolute everywhere.
     """
@@ -64,7 +64,7 @@ def z_function(llr) -> np.ndarray:
 
 
 def z_function_lr(lr) -> np.ndarray:
-    """LR form ``Z_LR(x) = [(x-3)(x-1) + 2 ln x] / [4 (x-1)^2]`` ([S1] Eq. 6); ``Z(l) = 2 Z_LR(e^l)``.
+    """LR form ``Z_LR(x) = [(x-3)(x-1) + 2 ln x] / [4 (x-1)^2]`` (Nautsch et al. 2020, Eq. 6); ``Z(l) = 2 Z_LR(e^l)``.
 
     Evaluated as ``[(x-3)/(x-1) + 2 ln x / (x-1)^2] / 4`` so large x cannot overflow; near
     x = 1, where it cancels, through the series of ``Z(ln x) / 2``.
@@ -95,7 +95,8 @@ def ece_integral(tar_llr, non_llr) -> float:
 
 
 def ece_integral_lr(tar_lr, non_lr) -> float:
-    """:func:`ece_integral` from likelihood ratios, ``(<Z_LR(a)> + <Z_LR(1/b)>) / ln 2`` ([S1] Eq. 6)."""
+    """:func:`ece_integral` from likelihood ratios, ``(<Z_LR(a)> + <Z_LR(1/b)>) / ln 2``
+    (Nautsch et al. 2020, Eq. 6)."""
     tar_lr, non_lr = check_score_sets(tar_lr, non_lr, allow_infinite=True)
     with np.errstate(divide="ignore"):
         inverse_non = 1.0 / non_lr
@@ -113,7 +114,7 @@ def expected_disclosure(tar, non=None, *, tie_order: str = "tar_non") -> float:
 
 def worst_case_disclosure(tar, non=None, *, tie_order: str = "non_tar") -> float:
     """l_w = max |LLR| / ln 10 over the Laplace-smoothed oracle LLRs: the strongest evidence
-    any single trial gives, in log10 (spec §6.2).
+    any single trial gives, in log10 (Nautsch et al. 2020, Eq. 7).
 
     The reference code orders ties ``[non, tar]``, which lets scores tied across classes
     separate them: 4 target and 4 non-target scores all equal give l_w = log10(5) instead
@@ -127,7 +128,7 @@ def worst_case_disclosure(tar, non=None, *, tie_order: str = "non_tar") -> float
 
 
 def worst_case_from_lr(lrs) -> float:
-    """LR form of the worst case, ``max |log10 s|`` over likelihood ratios s ([S1] Eq. 8)."""
+    """LR form of the worst case, ``max |log10 s|`` over likelihood ratios s (Nautsch et al. 2020, Eq. 8)."""
     lrs = as_score_array(lrs, "likelihood ratios", allow_infinite=True)
     if np.any(lrs < 0):
         raise ScoreError("likelihood ratios must be non-negative")
@@ -138,8 +139,8 @@ def worst_case_from_lr(lrs) -> float:
 def privacy_tag(worst_case_log10: float, convention: str = "paper") -> str:
     """Categorical tag ``0, A, ..., F`` of a worst-case disclosure (log10).
 
-    ``"paper"``: intervals ``[lo, hi)`` of [S0]/[S1] Table 1, with tag 0 for
-    ``l_w <= 2.22e-16`` (spec §6.3 default). ``"zebra"``: the reference code's
+    ``"paper"``: intervals ``[lo, hi)`` of Table 1 of the two papers, with tag 0 for
+    ``l_w <= 2.22e-16`` (the default). ``"zebra"``: the reference code's
     ``(lo, hi]`` intervals, with exact 0 (where that code fails) also tagged 0.
     """
     if convention not in TAG_CONVENTIONS:
@@ -185,7 +186,8 @@ def zebra(tar, non=None, *, tag_convention: str = "paper") -> ZebraResult:
 
 @dataclass(frozen=True)
 class CalibrationDistortion:
-    """C_ECE (bits) and the Cllr (bits) of the attacker-calibrated LLRs, [S0] legend ``[C_ECE; Cllr]``."""
+    """C_ECE (bits) and the Cllr (bits) of the attacker-calibrated LLRs (the legend
+    ``[C_ECE; Cllr]`` of Noé et al. 2022)."""
 
     cece_bits: float
     cllr_bits: float
@@ -193,7 +195,7 @@ class CalibrationDistortion:
 
 def calibration_distortion(tar_fit, non_fit, tar_eval, non_eval, *, method: str = "linear",
                            prior: float = 0.5, laplace: bool = True) -> CalibrationDistortion:
-    """C_ECE of spec §6.5: calibrate run f1's scores with a map learnt on run f0's scores.
+    """C_ECE of Noé et al. 2022, §5.3: calibrate run f1's scores with a map learnt on run f0's scores.
 
     ``method="linear"`` fits logistic regression at ``prior``; ``"isotonic"`` the PAV step
     function (with ``laplace`` smoothing). The calibrated f1 LLRs go through the closed
@@ -212,25 +214,26 @@ def calibration_distortion(tar_fit, non_fit, tar_eval, non_eval, *, method: str 
 
 
 def dece_deidentification_percent(dece_op: float, dece_oo: float) -> float:
-    """``100 * (1 - D_ECE(OP) / D_ECE(OO))`` ([S0] Eq. 17); NaN when D_ECE(OO) = 0."""
+    """``100 * (1 - D_ECE(OP) / D_ECE(OO))`` (Noé et al. 2022, Eq. 17); NaN when D_ECE(OO) = 0."""
     return float("nan") if dece_oo == 0 else 100.0 * (1.0 - dece_op / dece_oo)
 
 
 def min_cllr_deidentification_percent(min_cllr_op: float, min_cllr_oo: float) -> float:
-    """``100 * (Cmin(OP) - Cmin(OO)) / (1 - Cmin(OO))`` ([S0] Eq. 18); NaN when Cmin(OO) = 1."""
+    """``100 * (Cmin(OP) - Cmin(OO)) / (1 - Cmin(OO))`` (Noé et al. 2022, Eq. 18); NaN when Cmin(OO) = 1."""
     return float("nan") if min_cllr_oo == 1 else 100.0 * (min_cllr_op - min_cllr_oo) / (1.0 - min_cllr_oo)
 
 
 def dece_gain_db(dece_pp: float, dece_oo: float) -> float:
-    """``10 log10(D_ECE(PP) / D_ECE(OO))`` dB ([S0] Eq. 19); NaN when D_ECE(OO) = 0, -inf when D_ECE(PP) = 0."""
+    """``10 log10(D_ECE(PP) / D_ECE(OO))`` dB (Noé et al. 2022, Eq. 19); NaN when D_ECE(OO) = 0, -inf when
+    D_ECE(PP) = 0."""
     if dece_oo == 0:
         return float("nan")
     return float("-inf") if dece_pp == 0 else 10.0 * float(np.log10(dece_pp / dece_oo))
 
 
 def min_cllr_gain_db(min_cllr_pp: float, min_cllr_oo: float) -> float:
-    """``10 log10((1 - Cmin(PP)) / (1 - Cmin(OO)))`` dB ([S0] Eq. 20 with its numerator typo
-    corrected, spec §6.6); NaN when Cmin(OO) = 1, -inf when Cmin(PP) = 1."""
+    """``10 log10((1 - Cmin(PP)) / (1 - Cmin(OO)))`` dB (Noé et al. 2022, Eq. 20, with its numerator typo
+    corrected); NaN when Cmin(OO) = 1, -inf when Cmin(PP) = 1."""
     if min_cllr_oo == 1:
         return float("nan")
     return float("-inf") if min_cllr_pp == 1 else 10.0 * float(np.log10((1.0 - min_cllr_pp) / (1.0 - min_cllr_oo)))

@@ -1,6 +1,6 @@
 """ECAPA vectors of every utterance of a data directory, with a model set's speaker encoder.
 
-The front end is the reference's (anchors Part A §1.6, ``selec_anon/extract_emb.py``): audio
+The front end is the reference's (nii-yamagishilab/SSL-SAS ``selec_anon/extract_emb.py``): audio
 resampled to 16 kHz, 80 Fbanks, sentence mean normalisation, the raw 192-d ECAPA output (no
 L2) — all inside :class:`voxanon.models.nets.speaker.EcapaEncoder`. No peak normalisation: the
 reference embeds the file as read.

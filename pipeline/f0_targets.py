@@ -1,4 +1,4 @@
-"""Sex-neutral F0 target moments of a corpus (spec §9.7 step 3; [S4] §5.4) and the targets file.
+"""Sex-neutral F0 target moments of a corpus (Noé 2023 thesis §5.4) and the targets file.
 
 For every utterance: YAAPT F0 with the SSL-SAS settings (the ``fast`` version by default, or
 ``pyaapt`` itself: :data:`voxanon.models.f0.params.PYAAPT_BACKENDS`), on the audio as the SSL-SAS chain sees it

@@ -5,7 +5,7 @@ Data flow per utterance (``features`` keys in brackets), as the recipe's ``anony
 1. ``nac_voice``: the voice prompt, one of the set's Bark voices (sorted by name), chosen by ``selection``
    (:data:`SELECTIONS`) [``voice``]; its name is recorded in the run journal.
 2. ``nac_semantic``: HuBERT-base layer 9 through the quantiser's LSTM, argmax (input 16 kHz -> 24 kHz -> 16 kHz
-   as the recipe resamples it; :func:`voxanon.models.checkpoints.nac.semantic_tokens`) [``semantic``], 49.9 Hz.
+   as the recipe resamples it; :func:`voxanon.models.nets.nac_semantic.semantic_tokens`) [``semantic``], 49.9 Hz.
 3. ``nac_coarse``: Bark's coarse GPT, 2 codebooks at 75 Hz, prompted by the voice (60-step windows, 630
    steps of history, KV cache; ``temperature`` 0.7, ``top_k`` none) [``coarse``].
 4. ``nac_fine``: Bark's fine GPT fills codebooks 3-8 (1,024-frame windows every 512; ``temperature`` 0.5;
@@ -192,7 +192,7 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ..models.checkpoints.nac import semantic_tokens
+        from ..models.nets.nac_semantic import semantic_tokens
 
         hubert = self._model()
         quantiser = load_component(self.models, "quantiser", self.device)
@@ -267,7 +267,8 @@ class NacDecodeStage(_NacModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ..models.checkpoints.nac import SAMPLE_RATE, resample_kaiser_best
+        from ..models.dsp.resample import resample_kaiser_best
+        from ..models.nets.nac_semantic import SAMPLE_RATE
 
         self._check_inputs(batch)
         decoder = self._model()

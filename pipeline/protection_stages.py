@@ -1,6 +1,6 @@
 """Sex-attribute protection stages: zero-LLR flow on the speaker vector, F0 to neutral targets, TD-PSOLA.
 
-* ``zero_llr`` (zLLR-VC step 1, spec §9.5/§9.7): the source ECAPA vector, L2-normalised, is mapped
+* ``zero_llr`` (zLLR-VC step 1, Noé 2023 thesis §5.4): the source ECAPA vector, L2-normalised, is mapped
   by the sex flow to its base space, the LLR coordinate z1 is set to 0 and the vector mapped
   back; it replaces ``features["speaker"]``.
 * ``f0_neutral`` (zLLR-VC step 2): the voiced frames of ``features["f0"]`` are mapped affinely to

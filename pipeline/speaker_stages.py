@@ -1,7 +1,7 @@
 """Speaker-vector transforms: B1's pool pseudo-speaker and the global average vector.
 
 ``pseudo_speaker`` replaces ``features["speaker"]`` by a vector chosen from a pool
-(:mod:`voxanon.models.speakers.pseudo_speaker`; anchors Part A §1.6, §7.1). Affinities are computed
+(:mod:`voxanon.models.speakers.pseudo_speaker`; SSL-SAS ``selec_anon``, VoicePrivacy 2020 B1). Affinities are computed
 from the source **speaker's** vector, the mean of its utterances' ECAPA vectors in the set
 being anonymised: :meth:`PseudoSpeakerStage.prepare_set` embeds the set once (cached per
 audio content) and hands the workers a file of speaker means. The draw of ``region`` out of
@@ -10,7 +10,7 @@ audio content) and hands the workers a file of speaker means. The draw of ``regi
 ``<out>/pseudo_xvectors/<utt>.xvector`` and the chosen pool speakers in the run journal.
 
 ``global_speaker`` gives every utterance the pool's global vector (the balanced average of
-L2-normalised utterance vectors, spec §9.7 "global").
+L2-normalised utterance vectors, the "global" baseline of Noé 2023 thesis §5.4).
 
 Pools load lazily, once per process.
 """

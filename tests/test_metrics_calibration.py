@@ -1,4 +1,4 @@
-"""PAV, oracle LLRs and the linear / isotonic calibration maps (spec §2, §6.5)."""
+"""PAV, oracle LLRs and the linear / isotonic calibration maps (Brümmer and du Preez 2006; Noé et al. 2022, §5.3)."""
 import numpy as np
 import pytest
 
@@ -8,7 +8,7 @@ from voxanon.eval.scores import ScoreError
 
 
 def stack_pav(y, weights=None):
-    """Spec §2.1 written out: a stack of (value, weight, width) blocks, merging on >=."""
+    """PAV written out: a stack of (value, weight, width) blocks, merging on >=."""
     weights = np.ones(len(y)) if weights is None else weights
     values, block_weights, widths = [], [], []
     for value, weight in zip(y, weights):
@@ -24,7 +24,7 @@ def stack_pav(y, weights=None):
 
 
 def reference_optimal_llr(tar, non, laplace, eps=1e-6):
-    """The ZEBRA reference ``optimal_llr`` (EXT), with the stack PAV above."""
+    """The ZEBRA reference ``optimal_llr`` (Voice-Privacy-Challenge/zebra), with the stack PAV above."""
     scores = np.concatenate([non, tar])
     ideal = np.concatenate([np.zeros(len(non)), np.ones(len(tar))])
     perturb = np.argsort(scores, kind="mergesort")

@@ -1,4 +1,4 @@
-"""Cllr, min Cllr and the ECE profile (spec §3, §5)."""
+"""Cllr, min Cllr and the ECE profile."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""EER variants and minDCF (spec §4), with parity against llreval and transcriptions of the reference tools."""
+"""EER variants and minDCF, with parity against llreval and transcriptions of the reference tools."""
 import numpy as np
 import pytest
 from llreval.quick_eval import tarnon_2_eer_cllr_mincllr

@@ -1,4 +1,4 @@
-"""Voice similarity matrices, D_diag, DeID, G_VD and zoo coordinates (spec §7)."""
+"""Voice similarity matrices, D_diag, DeID, G_VD and zoo coordinates (Noé et al. 2020; Noé et al. 2022, §4)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""ZEBRA: D_ECE, worst case, tags, LR forms, C_ECE and the relative versions (spec §6, §12, §14)."""
+"""ZEBRA: D_ECE, worst case, tags, LR forms, C_ECE and the relative versions (Nautsch et al. 2020; Noé et al. 2022)."""
 import math
 
 import mpmath
@@ -117,7 +117,7 @@ def test_zero_evidence_data():
     rng = np.random.default_rng(0)
     result = zebra(rng.normal(size=2000), rng.normal(size=2000))
     assert result.dece_bits < 0.01 and result.tag in ("A", "B")
-    # Equal class sizes, every score tied, ties pooled: only the ramp is left, tag A (spec §6.3).
+    # Equal class sizes, every score tied, ties pooled: only the ramp is left, tag A.
     assert abs(expected_disclosure(np.zeros(4), np.zeros(4))) < 1e-6
     pooled = worst_case_disclosure(np.zeros(4), np.zeros(4), tie_order="tar_non")
     assert 0 < pooled < 1e-6 and privacy_tag(pooled) == "A"
@@ -134,7 +134,7 @@ def test_zebra_formatting():
     assert str(ZebraResult(3e-05, 2e-4, "A")) == "(3e-05, 2e-04, A)"
 
 
-# [S0] Table 2: OO (first tuple) and OP D_ECE per set; Table 3: the D_ECE^(OP/OO) column in %.
+# Noé et al. 2022, Table 2: OO (first tuple) and OP D_ECE per set; Table 3: the D_ECE^(OP/OO) column in %.
 TABLE_2_AND_3 = {
     "libri_test_trials_f": (0.584, {"B1": (0.004, 99.32), "B2": (0.221, 62.16), "B2r": (0.236, 59.59)}),
     "libri_test_trials_m": (0.690, {"B1": (0.001, 99.86), "B2": (0.354, 48.70), "B2r": (0.224, 67.54)}),

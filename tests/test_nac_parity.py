@@ -11,7 +11,9 @@ from tests.reference import bark as ref
 from tests.helpers.nac_fixtures import (reference_coarse, reference_encodec, reference_fine, reference_hubert, reference_prompt,
                           reference_quantiser, write_release)
 from voxanon.models.nets.bark import (CoarseGPT, FineGPT, GptConfig, VoicePrompt, generate_coarse, generate_fine)
-from voxanon.models.checkpoints.nac import (SemanticQuantiser, import_nac, load_component, resample_kaiser_best, semantic_tokens)
+from voxanon.models.checkpoints.nac import import_nac, load_component
+from voxanon.models.dsp.resample import resample_kaiser_best
+from voxanon.models.nets.nac_semantic import SemanticQuantiser, semantic_tokens
 from voxanon.models.checkpoints.registry import load_model_set, write_model_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,7 +1,7 @@
 """Transcript normalisation for prepared corpora.
 
-VoicePrivacy's data scripts upper-case transcripts and delete ``, ! ? .`` (anchors
-Part B §1.2). LibriSpeech transcripts are already in that form and pass through
+VoicePrivacy's data download scripts upper-case transcripts and delete ``, ! ? .``.
+LibriSpeech transcripts are already in that form and pass through
 unchanged. VCTK and LibriTTS text also holds quotes, colons, brackets and dashes; those
 separate words, so they become spaces rather than being deleted. Apostrophes stay, as
 in LibriSpeech ("DON'T", "SOLDIERS'").

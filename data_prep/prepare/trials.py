@@ -1,4 +1,4 @@
-"""Enrolment and trial sets for any corpus, in the VoicePrivacy layout (anchors Part B §1.1–1.2).
+"""Enrolment and trial sets for any corpus, in the VoicePrivacy layout (Voice-Privacy-Challenge-2024 data directories).
 
 From one data directory this makes, deterministically for a given seed:
 

@@ -1,7 +1,7 @@
 """The VoicePrivacy-distributed evaluation sets: find them, validate them, index them.
 
 The trial and enrolment lists of these sets were made by hand and cannot be rebuilt
-from the public corpora (anchors Part B §7.1), so they are taken as given and checked:
+from the public corpora (Voice-Privacy-Challenge-2024 pull request 72), so they are taken as given and checked:
 
 - every expected set (``libri_{dev,test}_{enrolls,trials_f,trials_m}``,
   ``vctk_{dev,test}_{enrolls,trials_f,trials_m,trials_f_common,trials_m_common}``) is

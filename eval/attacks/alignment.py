@@ -1,4 +1,4 @@
-"""Orthogonal alignment of two embedding spaces (spec §8.3–8.4).
+"""Orthogonal alignment of two embedding spaces (Champion et al. 2021; deep-privacy/x-vector-procrustes).
 
 Rows are vectors. Both estimators return an orthogonal ``W`` with ``source @ W ≈ target``;
 an attacker who aligned clear vectors (source) to anonymised ones (target) inverts the

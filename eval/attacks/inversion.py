@@ -1,19 +1,19 @@
-"""The embedding inversion attack on an anonymiser (spec §8): align, invert, measure.
+"""The embedding inversion attack on an anonymiser (Champion et al. 2021): align, invert, measure.
 
 The attacker holds clear training vectors A and anonymised ones B, estimates an
 orthogonal ``W`` with ``A W ≈ B`` (Procrustes with paired rows, or Wasserstein-Procrustes
 without), and de-anonymises test vectors with ``D Wᵀ``. Measured:
 
 * **top-1** (%): for each original vector, its Euclidean nearest de-anonymised vector
-  (the reference code's direction; spec §8.6 allows either). "speaker" counts a
+  (the reference code's direction; the paper's text allows either). "speaker" counts a
   neighbour of the same speaker, "segment" the very same utterance id;
 * **ASV linkability**: cosine scores between the original speaker-level enrolment
   vectors and the de-anonymised test vectors over a trials list, summarised by
-  ROCCH-EER and the [S3] threshold-sweep EER (%), Cllr and min Cllr (bits) and D_sys.
+  ROCCH-EER and the threshold-sweep EER of the paper (%), Cllr and min Cllr (bits) and D_sys.
   Cosine scores are not LLRs, so the actual Cllr only says how far they are from
   calibrated; min Cllr and the EERs are calibration-free.
 
-Front-end (spec §8.2): optional PCA fitted separately on the clear and on the anonymised
+Front-end (Champion et al. 2021, §4.3): optional PCA fitted separately on the clear and on the anonymised
 training vectors (clear PCA for A, C and the enrolment; anonymised PCA for B and D), then
 L2 normalisation of every vector. With ``by_sex`` the whole front-end and ``W`` are
 estimated per sex, and every vector is processed by its speaker's sex.

@@ -1,10 +1,10 @@
-"""Sex-attribute attacks on embeddings (spec §9.6–9.7, §10.3): classifiers with calibrated LLRs.
+"""Sex-attribute attacks on embeddings (Noé 2023 thesis §5.3–5.4): classifiers with calibrated LLRs.
 
 Two classifiers, both on standardised inputs: logistic regression and a small MLP (one
-hidden layer, the "two-layer perceptron" of [S4]). Their raw log-odds become LLRs through
+hidden layer, the "two-layer perceptron" of the thesis). Their raw log-odds become LLRs through
 a linear (logistic-regression) calibration fitted on out-of-fold training scores, folds
 split by speaker when speakers are known, so that the map is not fitted on scores of
-vectors the classifier has seen. Positive LLRs support **female** (spec §0.3, Eq. 78).
+vectors the classifier has seen. Positive LLRs support **female** (thesis Eq. 78).
 
 The attacker model is the caller's choice of training data: *ignorant* trains on
 original vectors, *informed* on protected ones; both are tested on protected vectors.

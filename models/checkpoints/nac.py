@@ -23,15 +23,11 @@
 Any other file is ignored; a missing one, an unknown or missing key, or a wrong shape fails with one
 :class:`~voxanon.models.checkpoints.ssl_sas.CheckpointError` naming the file and the key.
 
-Semantic tokens (:func:`semantic_tokens`), as the recipe computes them: the 16 kHz input to 24 kHz the way
-EnCodec's ``convert_audio`` does (torchaudio's default sinc resampler), back to 16 kHz the same way (the coqui
-fork's ``CustomHubert``), HuBERT's layer-9 hidden states (transformers' ``hidden_states[9]``), the quantiser's
-2-layer LSTM, linear layer and argmax. The 24 kHz output goes back to 16 kHz as librosa 0.9.2's default
-(resampy ``kaiser_best``) does: :func:`resample_kaiser_best`.
+The semantic front end is :mod:`voxanon.models.nets.nac_semantic`; the 24 kHz output goes back to 16 kHz
+with :func:`voxanon.models.dsp.resample.resample_kaiser_best`.
 """
 from __future__ import annotations
 
-import functools
 import json
 import pickle
 import re
@@ -40,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...data_prep.errors import VoxanonError
 from ..nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
@@ -48,7 +43,8 @@ from ..nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOO
 from .safe import CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm, key_list, restricted_pickle_module, safe_load
 from ..nets.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
 from ..nets.encodec import init_random as init_random_encodec
-from ..nets.hubert import HubertBackbone, HubertBackboneConfig, plain_hubert
+from ..nets.hubert import HubertBackboneConfig, plain_hubert
+from ..nets.nac_semantic import SAMPLE_RATE, SemanticQuantiser
 
 RELEASE = "nac"
 FILES = {"coarse": ("coarse_2.pt",), "fine": ("fine_2.pt",), "encodec": ("encodec_24khz-d7cc33bc.th",),
@@ -56,7 +52,6 @@ FILES = {"coarse": ("coarse_2.pt",), "fine": ("fine_2.pt",), "encodec": ("encode
          "hubert": ("pytorch_model.bin", "model.safetensors")}
 """The files the import reads (the first name found of each)."""
 HUBERT_LAYER = 9
-SAMPLE_RATE = 24000
 PROMPT_KEYS = ("semantic_prompt", "coarse_prompt", "fine_prompt")
 MODEL_ENTRIES = {"model_args", "model", "best_val_loss"}
 ORIG_MOD = "_orig_mod."
@@ -314,86 +309,6 @@ def import_nac(root: str | Path, read=None) -> tuple[dict, dict]:
     config.update(encodec=encodec.to_dict(), hubert=hubert.to_dict(), voices=sorted(voices),
                   files={part: str(path.relative_to(root)) for part, path in files.items()})
     return components, config
-
-
-# The semantic front end ---------------------------------------------------------------------------------
-
-class SemanticQuantiser(nn.Module):
-    """The HuBERT quantiser (gitmylo's ``HubertTokenizer`` version 0): 2-layer LSTM, linear, log-softmax, argmax."""
-
-    def __init__(self, input_size: int = 768, hidden_size: int = 1024, output_size: int = SEMANTIC_VOCAB_SIZE):
-        super().__init__()
-        self.lstm = nn.LSTM(input_size, hidden_size, 2, batch_first=True)
-        self.fc = nn.Linear(hidden_size, output_size)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """(frames, input_size) -> tokens (frames,)."""
-        return torch.argmax(torch.log_softmax(self.fc(self.lstm(features)[0]), dim=1), dim=1)
-
-
-def hubert_layer(hubert: HubertBackbone, wave: torch.Tensor, layer: int) -> torch.Tensor:
-    """transformers' ``hidden_states[layer]`` of HuBERT-base: (batch, samples) at 16 kHz -> (batch, frames, 768)."""
-    x = hubert.feature_projection(hubert.feature_extractor(wave).transpose(1, 2))
-    encoder = hubert.encoder
-    x = encoder.layer_norm(x + encoder.pos_conv_embed(x))
-    for block in encoder.layers[:layer]:
-        x = block(x, None)
-    return x
-
-
-def semantic_tokens(hubert: HubertBackbone, quantiser: SemanticQuantiser, wave16k: np.ndarray, layer: int) -> np.ndarray:
-    """Bark semantic tokens of a 16 kHz waveform, through 24 kHz as the recipe goes (module doc), on the device
-    the networks are on."""
-    import torchaudio.functional as AF
-
-    device = next(hubert.parameters()).device
-    with torch.inference_mode():
-        wave = torch.from_numpy(np.asarray(wave16k, dtype=np.float32))[None].to(device)
-        wave = AF.resample(AF.resample(wave, 16000, SAMPLE_RATE), SAMPLE_RATE, 16000)
-        return quantiser(hubert_layer(hubert, wave, layer)[0]).cpu().numpy().astype(np.int64)
-
-
-KAISER_BEST = {"num_zeros": 50, "precision": 13, "beta": 12.9846, "rolloff": 0.917347371260876}
-"""resampy's ``kaiser_best`` filter (its documented parameters; the roll-off to all the digits of its table's first
-value): the table recomputed from them is within 1e-8 of resampy's stored one."""
-
-
-@functools.lru_cache(maxsize=1)
-def _kaiser_best_table() -> np.ndarray:
-    n = 2 ** KAISER_BEST["precision"] * KAISER_BEST["num_zeros"]
-    taper = np.kaiser(2 * n + 1, KAISER_BEST["beta"])[n:]
-    rolloff = KAISER_BEST["rolloff"]
-    return taper * rolloff * np.sinc(rolloff * np.linspace(0, KAISER_BEST["num_zeros"], n + 1))
-
-
-def resample_kaiser_best(x: np.ndarray, rate: int, new_rate: int) -> np.ndarray:
-    """librosa 0.9.2's ``resample`` (resampy ``kaiser_best``, then the length fixed to ceil(len × ratio)):
-    resampy's interpolated-table loop, each output's taps summed in resampy's order, vectorised over outputs."""
-    ratio = new_rate / rate
-    x = np.asarray(x, dtype=np.float64)
-    table = _kaiser_best_table() * min(1.0, ratio)
-    delta = np.diff(table, append=table[-1])
-    num_table = 2 ** KAISER_BEST["precision"]
-    scale = min(1.0, ratio)
-    step = int(scale * num_table)
-    times = np.arange(int(len(x) * ratio)) / ratio
-    n = times.astype(np.int64)
-    y = np.zeros(len(times))
-    for right in (False, True):
-        frac = scale * (times - n)
-        if right:
-            frac = scale - frac
-        index = frac * num_table
-        offset = index.astype(np.int64)
-        eta = index - offset
-        taps = np.minimum(len(x) - n - 1 if right else n + 1, (len(table) - offset) // step)
-        for i in range(int(taps.max(initial=0))):
-            use = taps > i
-            where = offset[use] + i * step
-            weight = table[where] + eta[use] * delta[where]
-            y[use] += weight * x[n[use] + i + 1 if right else n[use] - i]
-    target = int(np.ceil(len(x) * ratio))
-    return np.pad(y, (0, max(0, target - len(y))))[:target]
 
 
 # Random weights with the published shapes, and loading an installed set ------------------------------------

@@ -169,7 +169,8 @@ def split_ssl_sas_generator(checkpoint: dict, source: str = "g_* checkpoint", *,
 
 SSL_SAS_VOCODER_DIR = "HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze"
 ZLLR_VC_LAYOUT = {"standardise_content": True, "l2_normalise_speaker": True, "layer_norm_speaker": False}
-"""The conditioning the ICASSP 2023 zLLR-VC vocoder was trained with (anchors Part A §6.3)."""
+"""The conditioning the ICASSP 2023 zLLR-VC vocoder was trained with
+(nii-yamagishilab/speaker_sex_attribute_privacy)."""
 
 
 def _ssl_sas_configs(size: str, layout: dict) -> dict:

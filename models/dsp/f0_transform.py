@@ -1,4 +1,4 @@
-"""Per-utterance affine F0 mapping to sex-neutral target moments (spec §9.7 step 2; [S4] §5.4).
+"""Per-utterance affine F0 mapping to sex-neutral target moments (Noé 2023 thesis §5.4).
 
 Voiced frames are those with F0 > 0. Their mean ``m`` and population standard deviation ``s``
 (``ddof=0``, as the ICASSP 2023 code's ``numpy.std``) are measured in linear Hz, and each voiced

@@ -1,6 +1,6 @@
 """McAdams-coefficient anonymisation (VoicePrivacy B2 / B2r), vectorised over frames.
 
-The algorithm is the one of the VoicePrivacy 2024 ``anonym_v2`` (anchors Part A §7.2):
+The algorithm is the one of the VoicePrivacy 2024 ``anonym_v2`` (Voice-Privacy-Challenge-2024, McAdams anonymisation):
 20 ms frames with a 10 ms shift under a square-root Hann window normalised so that
 analysis x synthesis windows overlap-add to one; per frame an order-20 LPC fit by Burg's
 method (as ``librosa.lpc`` computes it), the angle of every complex pole warped

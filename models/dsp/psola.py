@@ -1,4 +1,5 @@
-"""TD-PSOLA pitch modification to target F0 moments with Praat (parselmouth), spec §9.7 "TDPSOLA".
+"""TD-PSOLA pitch modification to target F0 moments with Praat (parselmouth): the "TDPSOLA" baseline
+of Noé 2023 thesis §5.4.
 
 Praat's Manipulation analyses the waveform (autocorrelation pitch every ``time_step`` seconds
 between ``f0_min_hz`` and ``f0_max_hz``, glottal pulses) and holds a PitchTier with one point

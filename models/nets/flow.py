@@ -1,4 +1,4 @@
-"""Zero-LLR normalizing-flow discriminant analysis (spec §9.1–9.5; [S4] Ch. 5).
+"""Zero-LLR normalizing-flow discriminant analysis (Noé 2023 thesis, ch. 5).
 
 A Real NVP flow ``g`` maps the data space to a base space where the two classes are
 
@@ -8,14 +8,16 @@ so the natural-log LLR of ``x`` is exactly ``z1 = [g⁻¹(x)]_1`` (the Jacobians
 the class of positive LLRs (female for sex). Protection maps to the base space, sets
 ``z1 = 0`` and maps back.
 
-Architecture (§9.2): an affine standardisation of the input (fixed, from the training
-data; any bijection keeps the LLR identity) followed by ``n_layers`` affine coupling
-layers with alternating even/odd-dimension masks (ASSUMPTION of the spec). Each layer
+Architecture (thesis §5.2; LIAvignon/bridge-features-evidence): an affine standardisation of the
+input (fixed, from the training data; any bijection keeps the LLR identity) followed by
+``n_layers`` affine coupling layers with alternating even/odd-dimension masks (an assumption:
+the ICASSP 2023 masks are not published). Each layer
 ``y = m⊙x + (1−m)⊙(x⊙exp(s(m⊙x)) + t(m⊙x))`` with ``s = rescale ⊙ tanh(MLP)`` and ``t`` an
 MLP, both Linear–LeakyReLU–Linear–LeakyReLU–Linear. With ``zero_init`` the rescale vector
-and the last layer of ``t`` start at 0 (EXT), so the untrained flow is the identity.
+and the last layer of ``t`` start at 0 (as in nii-yamagishilab/speaker_sex_attribute_privacy), so
+the untrained flow is the identity.
 
-μ is stored as ``log_mu``. Two training strategies (§9.3): ``mle`` updates μ after each
+μ is stored as ``log_mu``. Two training strategies (thesis §5.2.3): ``mle`` updates μ after each
 gradient step by ``μ ← α μ + (1 − α) μ̂_MLE(z1)`` (α = 0.99); ``learned`` trains ``log μ`` by
 gradient with the flow (the ICASSP 2023 code). Both start from the shared-covariance
 Gaussian KL of the training data unless μ is given.

@@ -36,7 +36,8 @@ class FlowConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Maximum-likelihood training; early stopping on the validation NLL (spec §9.3 ASSUMPTION)."""
+    """Maximum-likelihood training; early stopping on the validation NLL (an assumption: Noé 2023 thesis §5.3
+    gives no batch size or epoch count)."""
 
     mu_strategy: str = "mle"
     alpha: float = 0.99

@@ -8,7 +8,8 @@
   narrows every hidden layer (same keys, smaller shapes) for smoke tests on a CPU; 1 is jik876's.
 * Losses as jik876 ``models.py``: least-squares GAN losses, feature matching (L1 over every
   feature map, ×2) and the mel L1 (weighted by :data:`MEL_LOSS_WEIGHT` in the generator loss),
-  plus the x-vector consistency loss of the ICASSP 2023 zLLR-VC vocoder (anchors §6.3).
+  plus the x-vector consistency loss of the ICASSP 2023 zLLR-VC vocoder
+  (nii-yamagishilab/speaker_sex_attribute_privacy).
 * :class:`LossMelSpectrogram`: jik876 ``mel_spectrogram``: reflect padding of (n_fft − hop)/2
   each side, ``center=False`` STFT with a Hann window, magnitude ``sqrt(re² + im² + 1e-9)``,
   librosa Slaney mel basis, natural log clamped at 1e-5.

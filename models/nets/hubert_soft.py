@@ -15,7 +15,7 @@ Like HuBERT-base, the first convolution is normalised over the whole utterance, 
 utterances are encoded one at a time; on a GPU as padded batches whose statistics each see only their
 own item (:meth:`HubertSoftEncoder.forward_batch`, through :func:`~voxanon.models.nets.hubert.encode_on_device`).
 
-Not the SSL-SAS content (200 centroids, anchors §0.1): a vocoder for these units takes
+Not the SSL-SAS content (200 centroids, nii-yamagishilab/SSL-SAS): a vocoder for these units takes
 ``ConditioningLayout(content_dim=256)``, i.e. 256 + 1 + 192 = 449 input channels.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Speaker-then-sex balanced averaging (thesis §5.4; spec §9.7).
+"""Speaker-then-sex balanced averaging (Noé 2023 thesis §5.4).
 
 Utterance values are averaged per speaker, speaker averages per sex, and the sex averages
 with equal weight, so neither talkative speakers nor the larger sex pull the result. It gives

@@ -1,15 +1,15 @@
 """Gaussian discriminant analyses of a binary attribute and the linear / global protection baselines.
 
-Class 1 is the class favoured by positive LLRs (female for sex, spec §0.3 / Eq. 78).
+Class 1 is the class favoured by positive LLRs (female for sex, as in Noé 2023 thesis Eq. 78).
 LLRs are natural logs.
 
-* :class:`LinearDiscriminant` (LDA, shared covariance, [S4] Eq. 69): the LLR, the KL
-  divergence that initialises the flow's μ (spec §9.3) and the "whitening" protection of
+* :class:`LinearDiscriminant` (LDA, shared covariance, Noé 2023 thesis Eq. 69): the LLR, the KL
+  divergence that initialises the flow's μ (thesis §5.3) and the "whitening" protection of
   Eq. 78, which removes the component of x along ``v = Σ⁻¹(μ1 − μ2)`` and sets the LDA LLR
   to exactly 0.
 * :class:`QuadraticDiscriminant` (QDA, one covariance per class, Eq. 70).
 * :func:`balanced_global_average`: the single sex-neutral embedding of the *global*
-  baseline (spec §9.7), averaged utterance → speaker → sex → mean of the two sexes.
+  baseline (thesis §5.4), averaged utterance → speaker → sex → mean of the two sexes.
 """
 from __future__ import annotations
 

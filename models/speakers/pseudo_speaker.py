@@ -1,7 +1,7 @@
 """B1's pseudo-speaker: a pool of speaker vectors and the selection of a target vector from it.
 
 Selection, as SSL-SAS ``selec_anon/gen_pseudo_xvecs.py`` and VoicePrivacy 2020/2022 B1 do it
-(anchors Part A §1.6, §7.1):
+(nii-yamagishilab/SSL-SAS ``selec_anon``; VoicePrivacy 2020 B1 ``gen_pseudo_xvecs.py``):
 
 1. keep the pool speakers of the source speaker's sex (``gender="same"``) or of the other
    sex (``"cross"``);
@@ -16,7 +16,7 @@ Selection, as SSL-SAS ``selec_anon/gen_pseudo_xvecs.py`` and VoicePrivacy 2020/2
 
 The pool folder (``voxanon pool build`` / ``import``) holds ``speakers.npy`` + ``.ids``
 (speaker-level vectors: arithmetic means of raw utterance vectors), ``spk2gender``,
-``global.npy`` (the balanced global average, L2-normalised; spec §9.7 "global"), optionally
+``global.npy`` (the balanced global average, L2-normalised; Noé 2023 thesis §5.4 "global"), optionally
 ``utterances.npy`` + ``.ids`` and ``utt2spk`` (kept for PLDA), and ``pool.json``, written
 last: a folder without it is incomplete. ``pool.json`` records every file's sha256.
 """
@@ -238,7 +238,7 @@ def pool_from_utterances(utterances: Vectors, utt2spk: Mapping[str, str], sex: M
                          *, keep_utterances: bool = True) -> SpeakerPool:
     """A pool from utterance vectors: speaker means of the raw vectors (SSL-SAS ``speaker_xvector.py``)
     and the global vector, the balanced average (utterance -> speaker -> sex -> mean of the sexes) of
-    the L2-normalised utterance vectors, L2-normalised (spec §9.7 "global")."""
+    the L2-normalised utterance vectors, L2-normalised (Noé 2023 thesis §5.4 "global")."""
     speakers = speaker_means(utterances, utt2spk)
     _check_sexes(speakers.ids, sex)
     neutral = balanced_average(l2_normalise(utterances.matrix), [utt2spk[u] for u in utterances.ids], sex).neutral

@@ -1,7 +1,7 @@
 """``voxanon attack``: embedding-level attacks on anonymised or protected vectors.
 
 * ``attack procrustes`` / ``attack wasserstein-procrustes``: invert an anonymiser by
-  aligning clear and anonymised training vectors (spec §8), then measure top-1
+  aligning clear and anonymised training vectors (Champion et al. 2021), then measure top-1
   re-identification and cosine-ASV linkability of the de-anonymised test vectors;
 * ``attack sex``: train sex classifiers with calibrated LLR outputs on one vector set and
   measure what they reveal about another (ignorant: train on original vectors; informed:

@@ -88,7 +88,8 @@ def add_parser(subparsers) -> None:
                          help="do not L2-normalise inputs (the release's ECAPA vectors are normalised)")
     convert.set_defaults(run=run_import)
 
-    toy = commands.add_parser("toy", help="Cllr of LDA, QDA and the flow on 2-D toy data ([S4] Table 1)")
+    toy = commands.add_parser("toy",
+                              help="Cllr of LDA, QDA and the flow on 2-D toy data (Noé 2023 thesis, Table 1)")
     toy.add_argument("--hidden", type=int, default=64, help="coupling width (default 64)")
     toy.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     toy.add_argument("--epochs", type=int, default=100, help="maximum epochs (default 100)")

@@ -155,8 +155,11 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from .attackers import attacker_training_summary
     from ..model_service import torch_device
-    from ..training.asv import (attacker_identity, check_cpu_memory, data_identity,
-                                               prepare_training_data, read_training_sets, resolve_hparams, train_asv)
+    from ..training.asv import train_asv
+    from ..training.asv_data import data_identity, prepare_training_data, read_training_sets
+    from ..training.asv_export import attacker_identity
+    from ..training.asv_loader import check_cpu_memory
+    from ..training.asv_settings import resolve_hparams
     from .outputs import attacker_notes, write_outputs
     from .computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
     from .evaluate import evaluate_sets
@@ -252,7 +255,8 @@ def _since(start: float) -> float:
 def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
     """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
     settings (then their data passed train_asv's checks when it was trained)."""
-    from ..training.asv import attacker_identity, data_identity, finished_attacker
+    from ..training.asv_data import data_identity
+    from ..training.asv_export import attacker_identity, finished_attacker
 
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False

@@ -3,7 +3,7 @@
 An evaluation set (:mod:`voxanon.pipeline.evaluation.sets`) pairs an enrolment list with a trials
 list, for the original and the anonymised speech.
 
-ASV conditions (anchors Part B §1.3): o-o (original enrolment and trials), o-a (original
+ASV conditions (VoicePrivacy 2020/2022 ``local/main_eval_asv.sh``): o-o (original enrolment and trials), o-a (original
 enrolment, anonymised trials: the ignorant attacker) and a-a (anonymised enrolment and
 trials: the lazy-informed attacker). Given a :class:`SemiInformed` model (an ASV model
 trained on anonymised speech, ``voxanon train asv``), a-a is also scored with it, cosine as
@@ -300,7 +300,7 @@ def _wer_results(evaluation: EvaluationSet, sides: dict, missing: set[str], asr,
 
 
 def _relative_results(set_name: str, system: str, scores: dict[str, SetScores]) -> list[Result]:
-    """Spec §6.6: DeID-style percentages (OP against OO) and gains in dB (PP against OO)."""
+    """Noé et al. 2022, §7.1: DeID-style percentages (OP against OO) and gains in dB (PP against OO)."""
     from ...eval.cllr import min_cllr
     from ...eval.zebra import (dece_deidentification_percent, dece_gain_db, expected_disclosure,
                                     min_cllr_deidentification_percent, min_cllr_gain_db)
@@ -325,7 +325,7 @@ def _relative_results(set_name: str, system: str, scores: dict[str, SetScores]) 
 def _calibration_distortion_results(evaluation: EvaluationSet, system: str, embedder, cache,
                                     enrolment_vectors: dict, utt2spk: dict, first_run: SetScores,
                                     missing: set[str], failures: dict[str, str]) -> list[Result]:
-    """C_ECE (spec §6.5): calibrate run 2's o-a scores with maps fitted on run 1's."""
+    """C_ECE (Noé et al. 2022, §5.3): calibrate run 2's o-a scores with maps fitted on run 1's."""
     from ...eval.zebra import calibration_distortion
 
     run2 = evaluation.anon_trials_run2
@@ -376,7 +376,7 @@ def _as_vectors(vectors: dict[str, np.ndarray]):
 
 def _inversion_results(evaluation: EvaluationSet, system: str, vectors: dict, utt2spk: dict,
                        settings: dict) -> list[Result]:
-    """The Procrustes inversion attack (spec §8): rotation learnt on enrolment pairs, then ASV."""
+    """The Procrustes inversion attack (Champion et al. 2021): rotation learnt on enrolment pairs, then ASV."""
     from ...data_prep.vectors import speaker_means
     from ...eval.attacks.inversion import InversionInputs, inversion_attack
 

@@ -2,7 +2,7 @@
 
 ECAPA vectors of every utterance of Kaldi data directories with ``spk2gender`` (the model
 set's speaker encoder, cached per audio content: :mod:`voxanon.pipeline.corpus_embeddings`),
-L2-normalised inside the flow (the ICASSP 2023 set-up, anchors Part A §6.3), trained by
+L2-normalised inside the flow (the ICASSP 2023 set-up, nii-yamagishilab/speaker_sex_attribute_privacy), trained by
 ``voxanon zllr train``'s code (:func:`voxanon.pipeline.training.zllr_flow.run_train`: the flow,
 the LDA and global-average baselines, ``training.json``) into the flow folder
 ``$VOXANON_HOME/flows/<name>`` (or a path), which ``zero_llr`` stages load by name.

@@ -1,9 +1,10 @@
 """HiFi-GAN vocoder training for SSL-SAS-layout model sets (``voxanon train vocoder``).
 
-The recipe is jik876/SSL-SAS's (anchors Part A §1.3, §3): MPD + MSD, least-squares GAN
-losses, feature matching ×2, mel L1 ×45; AdamW lr 2e-4, betas (0.8, 0.99), ExponentialLR
-0.999 stepped once per epoch; 8960-sample segments; seed 1234. Optionally the x-vector
-consistency loss of the ICASSP 2023 zLLR-VC vocoder (anchors §6.3).
+The recipe is jik876/hifi-gan's as nii-yamagishilab/SSL-SAS configures it
+(``configs/libri_tts_clean_100_fbank_xv_ssl_freeze.json``): MPD + MSD, least-squares GAN losses,
+feature matching ×2, mel L1 ×45; AdamW lr 2e-4, betas (0.8, 0.99), ExponentialLR 0.999 stepped once
+per epoch; 8960-sample segments; seed 1234. Optionally the x-vector consistency loss of the
+ICASSP 2023 zLLR-VC vocoder (nii-yamagishilab/speaker_sex_attribute_privacy).
 
 Features are computed once, before training, by the same stages the anonymisation chain
 runs (:mod:`voxanon.pipeline.neural_stages`): the SSL-SAS input convention (peak 0.95, trim
@@ -137,7 +138,7 @@ class VocoderTrainingOptions:
 
 
 @dataclass(frozen=True)
-class TrainingUtterance:
+class UtteranceFeatures:
     """One usable utterance: where its cached features are and how many content frames it has."""
 
     key: str
@@ -147,7 +148,7 @@ class TrainingUtterance:
 
 @dataclass
 class FeatureSet:
-    utterances: list[TrainingUtterance]
+    utterances: list[UtteranceFeatures]
     skipped: dict[str, str]
     computed: int  # utterances for which something was computed rather than found in the cache
 
@@ -258,7 +259,7 @@ def prepare_features(data_dirs: Iterable[DataDir], models: str, cache_root: Path
             skipped[job.key] = (f"{job.source}: {content_frames * SSL_SAS_MULTIPLE} samples after trimming, "
                                 f"shorter than one {segment}-sample training segment")
             continue
-        usable.append(TrainingUtterance(job.key, job.paths, content_frames))
+        usable.append(UtteranceFeatures(job.key, job.paths, content_frames))
     return FeatureSet(usable, skipped, len({job.key for job in signal_jobs + encoder_jobs}))
 
 

@@ -25,7 +25,7 @@ TRAINING_FILE = "training.json"
 
 
 def default_hidden_width(dim: int) -> int:
-    """The next power of two at or above ``dim`` (512 for x-vectors, 256 for 192-d ECAPA; spec §9.2)."""
+    """The next power of two at or above ``dim`` (512 for x-vectors, 256 for 192-d ECAPA)."""
     return 1 << max(0, int(dim - 1).bit_length())
 
 
