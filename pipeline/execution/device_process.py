@@ -7,7 +7,10 @@ the task, packed its result's arrays and pickled it, each time with the device i
 work, so that the main thread (on a GPU, the one that launches the kernels) only runs tasks, one after the other:
 
 - a *receiver* takes each task as soon as the driver sends it and stages it (``stage``: for the streaming executor,
-  its arrays copied from shared memory into the process's own memory), at most ``STAGED`` tasks ahead;
+  its arrays copied from shared memory into the process's own memory, which costs no memory: the shared file is
+  gone once mapped). It stages every task it is sent, so that the pipe never fills and the driver never waits
+  to send; what the driver sends is bounded by its own back-pressure (the streaming executor's
+  ``queue_seconds``);
 - the *main thread* takes the staged tasks in order and runs them (``task``);
 - a *sender* finishes each result (``finish``: its arrays written to shared memory) and sends it back, while the
   main thread runs the next task.
@@ -30,8 +33,6 @@ from concurrent.futures.process import BrokenProcessPool, _ExceptionWithTracebac
 from multiprocessing import connection, get_context
 from typing import Any, Callable
 
-STAGED = 1
-"""Tasks staged ahead of the one running (the receiver holds one more, waiting for a place)."""
 READY = -1
 """The key of the reply that says the process has loaded (or of the fault that stopped it loading)."""
 
@@ -53,6 +54,7 @@ class DeviceProcess:
         self._futures: dict[int, Future] = {READY: Future()}
         self._lock = threading.Lock()
         self._next_key = 0
+        self._ended: str | None = None   # why the process is gone, once its listener has seen it go
         self._listener: threading.Thread | None = None
 
     @property
@@ -69,9 +71,15 @@ class DeviceProcess:
     def submit(self, *args) -> Future:
         future = Future()
         with self._lock:
+            if self._ended is not None:
+                future.set_exception(BrokenProcessPool(self._ended))
+                return future
             key, self._next_key = self._next_key, self._next_key + 1
             self._futures[key] = future
-        self._tasks.send((key, args))  # references: a few kB; the receiver empties the pipe as tasks come
+        try:
+            self._tasks.send((key, args))  # references: tens of kB; the receiver empties the pipe as tasks come
+        except OSError:
+            pass  # the process is gone: its listener fails the future
         return future
 
     def _listen(self) -> None:
@@ -86,11 +94,12 @@ class DeviceProcess:
             with self._lock:
                 future = self._futures.pop(key)
             (future.set_result if ok else future.set_exception)(value)
-        with self._lock:
-            pending, self._futures = list(self._futures.values()), {}
         self._process.join()
+        with self._lock:
+            self._ended = f"it ended with exit code {self._process.exitcode}"
+            pending, self._futures = list(self._futures.values()), {}
         for future in pending:
-            future.set_exception(BrokenProcessPool(f"it ended with exit code {self._process.exitcode}"))
+            future.set_exception(BrokenProcessPool(self._ended))
 
     def close(self) -> None:
         """Ends the process now (its pending tasks are no longer wanted)."""
@@ -111,7 +120,7 @@ def _serve(initializer: Callable, initargs: tuple, task: Callable, stage: Callab
         replies.send((READY, False, _ExceptionWithTraceback(error, error.__traceback__)))
         return
     replies.send((READY, True, None))
-    staged: queue.Queue = queue.Queue(STAGED)
+    staged: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     threading.Thread(target=_receive, args=(tasks, stage, staged), name="receiver", daemon=True).start()
     threading.Thread(target=_send, args=(done, finish, replies), name="sender", daemon=True).start()
