@@ -236,6 +236,27 @@ def test_a_corrupt_file_is_a_failure_and_the_others_finish(home, tmp_path):
     assert sorted(p.stem for p in (result.out_dir / "wav").glob("*.wav")) == sorted(set(data.utterances) - {broken})
 
 
+def test_a_run_stopped_with_ctrl_c_keeps_its_executors_statistics(home, tmp_path, monkeypatch):
+    """benchmarks/gpu_pipeline.py stops a run at its time limit with Ctrl-C: run.json then still says what the
+    executor did until then (its first device batch, busy share, queue waits)."""
+    from voxanon.pipeline import runner
+
+    home, data = home
+
+    def stopped_after_one_batch(outcomes, *args, **kwargs):
+        next(iter(outcomes))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_journal_outcomes", stopped_after_one_batch)
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
+    with pytest.raises(KeyboardInterrupt):
+        anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
+    manifest = json.loads(next((tmp_path / "out").rglob(RUN_MANIFEST)).read_text())
+    executor = manifest["executor"]
+    assert manifest["status"] == "interrupted" and executor["kind"] == "streaming"
+    assert executor["first_device_batch_seconds"] > 0 and executor["device_busy_share"] is not None
+
+
 def _slow_device_process(*args):
     """The device process's initializer, with its batches slowed down: the CPU lane gets ahead of it."""
     streaming._init_device_process(*args)
