@@ -9,17 +9,20 @@ that a run cut short leaves what it measured):
    45 s on a fresh machine, then under a second; limit 60 s), timed on its own line so that no later part's
    budget pays for it;
 1. ``benchmarks/gpu.py``: the resynth chain's GPU stages (content, speaker, vocoder) at batch sizes 1-64 in
-   float32, bfloat16 and float16, with SNRs against float32 (its own budget 50 s; limit 75 s);
+   float32, bfloat16 and float16, with SNRs against float32 (its own budget 45 s, its set-up included; limit 65 s);
 2. ``benchmarks/gpu.py --systems b5 b6``: the same for B5's and B6's GPU stages (BN extractor, converter) at
-   batch sizes 8 and 32 (budget 45 s; limit 75 s);
+   batch sizes 8 and 32 (budget 40 s; limit 65 s);
 3. ``benchmarks/gpu_pipeline.py``: ``voxanon anonymise --system resynth --device cuda`` over 10 h of audio:
-   F0 in the CPU pool (the default), then bfloat16, then with a warm F0 cache (each timed run stopped at 45 s,
-   its figure taken over what it wrote by then; limit 170 s);
+   F0 in the CPU pool (the default), then bfloat16, then with a warm F0 cache (each timed run stopped with
+   Ctrl-C at 45 s or its share of the part's 150 s budget, set-up included, its figures taken over what it
+   wrote by then; limit 170 s);
 4. ``benchmarks/f0.py --device cuda``: the fast YAAPT's batched GPU figures (limit 45 s);
 5. ``benchmarks/train_asv.py --device cuda``: ASV attacker training against the bare speechbrain step
    (batch 256, 20 batches per epoch; limit 75 s).
 
-The limits add up to 480 s, and no part runs past 8 minutes from the start. On a machine without CUDA
+The limits add up to 480 s, and no part runs past 8 minutes from the start. Each part's own budget ends before
+its limit, so that it prints its partial result (a ``PARTIAL`` line) rather than being killed; every part runs
+with ``PYTHONUNBUFFERED=1``, so that each line reaches the file as it is printed. On a machine without CUDA
 it prints one line saying so and exits with code 2; otherwise the exit code is 0 when every part ran to
 its end with exit code 0, else 1.
 
@@ -46,7 +49,8 @@ PARTS = {  # name: (script, or "-m MODULE", arguments, limit in seconds)
     "warm_up": ("-m voxanon.pipeline.cli", ["models", "warm-up"], 60.0),
     "gpu": ("gpu.py", ["--budget-s", "45"], 65.0),
     "gpu_asrbn": ("gpu.py", ["--systems", "b5", "b6", "--batch-sizes", "8", "32", "--budget-s", "40"], 65.0),
-    "gpu_pipeline": ("gpu_pipeline.py", ["--variants", "cold", "bf16", "warm", "--timeout-s", "45"], 170.0),
+    "gpu_pipeline": ("gpu_pipeline.py", ["--variants", "cold", "bf16", "warm", "--timeout-s", "45", "--budget-s",
+                                         "150"], 170.0),
     "f0": ("f0.py", ["--device", "cuda"], 45.0),
     "train_asv": ("train_asv.py", ["--device", "cuda", "--batches", "20"], 75.0),
 }
@@ -59,7 +63,8 @@ def run_part(command: list[str], limit_s: float, write) -> tuple[int | None, flo
     began = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="voxanon-device-part-")
     process = subprocess.Popen(command, cwd=HERE.parent, start_new_session=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, "TMPDIR": scratch})
+                               stderr=subprocess.STDOUT, text=True, bufsize=1,
+                               env={**os.environ, "TMPDIR": scratch, "PYTHONUNBUFFERED": "1"})
     killer = threading.Timer(limit_s, lambda: os.killpg(process.pid, signal.SIGKILL))
     killer.start()
     try:

@@ -181,7 +181,7 @@ def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
     sets = {"demo corpus": demo_speech(args.every), "synthetic stress voices": synthetic_speech()}
     if args.device == "cuda":
-        from gpu import cuda_or_exit  # benchmarks/gpu.py
+        from benchmarks.gpu import cuda_or_exit
 
         code = cuda_or_exit("benchmarks/f0.py --device cuda")  # counts the devices; no CUDA context yet
         if code is not None:

@@ -49,7 +49,8 @@ def install_null_models(log_path: str) -> None:
     """The device stages as identities and the lanes' tasks timed into ``log_path`` (one JSON line per task), in
     this process and in those it forks; a spawned device process runs this module's top level (as
     ``__mp_main__``) and installs them itself."""
-    from voxanon.pipeline import neural_stages, streaming
+    from voxanon.pipeline import neural_stages
+    from voxanon.pipeline.execution import streaming
 
     def content(self, batch):
         for utt in batch:

@@ -286,6 +286,7 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
 
     failures: list[Outcome] = []
     audio_seconds = 0.0
+    outcomes = None
     try:
         # The backend starts its processes (nothing to start, no models to load, for a finished set) before
         # the progress bar starts a thread.
@@ -297,6 +298,8 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     except BaseException as error:
         # What stopped the run, in run.json: Ctrl-C (or a SystemExit) leaves "interrupted", a fault "failed".
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        if stopped and hasattr(outcomes, "stats"):
+            manifest["executor"] = outcomes.stats()  # what the executor did until the stop (a benchmark's time limit)
         manifest.update({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                          "status": "interrupted" if stopped else "failed",
                          "error": (f"interrupted ({type(error).__name__})" if stopped

@@ -397,6 +397,21 @@ def test_device_benchmarks_without_cuda_say_so_in_one_line_and_exit_2(script):
     assert "no GPU figures were measured; exit code 2" in run.stdout
 
 
+def test_gpu_benchmark_whose_budget_runs_out_in_its_set_up_reports_partial_and_exits_cleanly(tmp_path):
+    """gpu.py's budget counts its own set-up: a budget of 1 s runs out while the random model set is imported (on
+    cpu:0, the device code path, so that this runs without a GPU); it says so in one PARTIAL line, exit code 0, and
+    leaves no temporary model home."""
+    run = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--device", "cpu:0", "--size", "tiny", "--utterances",
+                          "1", "--batch-sizes", "1", "--budget-s", "1"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("GPU stages on the CPU (cpu:0: not GPU figures)") and len(lines) == 2, lines
+    assert lines[-1].startswith("benchmarks/gpu.py: PARTIAL: its 1 s budget ran out while importing the random model "
+                                "set of resynth"), lines
+    assert not list(tmp_path.glob("voxanon-device-*"))
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_b1_embeds_its_set_on_the_runs_device(tiny_ssl_sas, tmp_path, monkeypatch):
     """B1's set embedding (its prepare_set, before the first utterance) follows --device: padded batches on the

@@ -23,7 +23,7 @@ import soundfile
 
 from tests.helpers.corpora import make_corpus
 from tests.helpers.demo_sets import SMALL_POOL
-from voxanon.pipeline.execution import batches, streaming
+from voxanon.pipeline.execution import batches, streaming, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.execution.batches import Job
@@ -236,13 +236,34 @@ def test_a_corrupt_file_is_a_failure_and_the_others_finish(home, tmp_path):
     assert sorted(p.stem for p in (result.out_dir / "wav").glob("*.wav")) == sorted(set(data.utterances) - {broken})
 
 
+def test_a_run_stopped_with_ctrl_c_keeps_its_executors_statistics(home, tmp_path, monkeypatch):
+    """benchmarks/gpu_pipeline.py stops a run at its time limit with Ctrl-C: run.json then still says what the
+    executor did until then (its first device batch, busy share, queue waits)."""
+    from voxanon.pipeline import runner
+
+    home, data = home
+
+    def stopped_after_one_batch(outcomes, *args, **kwargs):
+        next(iter(outcomes))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_journal_outcomes", stopped_after_one_batch)
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
+    with pytest.raises(KeyboardInterrupt):
+        anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
+    manifest = json.loads(next((tmp_path / "out").rglob(RUN_MANIFEST)).read_text())
+    executor = manifest["executor"]
+    assert manifest["status"] == "interrupted" and executor["kind"] == "streaming"
+    assert executor["first_device_batch_seconds"] > 0 and executor["device_busy_share"] is not None
+
+
 def _slow_device_process(*args):
     """The device process's initializer, with its batches slowed down: the CPU lane gets ahead of it."""
     streaming._init_device_process(*args)
     run_stages = batches.run_stages
 
     def slow(system, batch, start=0, stop=None):
-        if start > 0:
+        if start == streaming.cpu_stage_count(system) > 0:  # once per device batch
             time.sleep(0.25)
         return run_stages(system, batch, start, stop)
 
@@ -281,6 +302,38 @@ def test_the_queue_holds_at_most_its_cap(home, tmp_path, monkeypatch):
     assert executor["queue_seconds"] == cap and executor["max_queued_seconds"] <= cap
     assert executor["held_back_share"] > 0 and executor["device_busy_share"] > 0.5
     assert executor["first_device_batch_seconds"] > 0 and set(executor["queue_wait_share"]) == {"device", "write"}
+
+
+def _device_process_saying_its_pid(*args):
+    """The device process's initializer, writing its process id first."""
+    Path(os.environ["VOXANON_TEST_ORDER"], "device").write_text(str(os.getpid()))
+    streaming._init_device_process(*args)
+
+
+def test_the_device_process_starts_before_the_cpu_lane(home, tmp_path, monkeypatch):
+    """The device process loads torch and its models while the CPU lane starts: it is already running when each
+    CPU worker starts (each worker reads its parent's children from /proc then)."""
+    home, data = home
+    parent = os.getpid()
+    if not Path(f"/proc/{parent}/task/{parent}/children").exists():
+        pytest.skip("no /proc/PID/task/TID/children here")
+    monkeypatch.setenv("VOXANON_TEST_ORDER", str(tmp_path))
+    monkeypatch.setattr(streaming, "_init_device_process", _device_process_saying_its_pid)
+    init = workers.init_forked_worker
+
+    def cpu_worker_seeing_its_siblings(*args):
+        driver = os.getppid()
+        siblings = Path(f"/proc/{driver}/task/{driver}/children").read_text().split()
+        (tmp_path / f"cpu-{os.getpid()}").write_text(" ".join(siblings))
+        return init(*args)
+
+    monkeypatch.setattr(workers, "init_forked_worker", cpu_worker_seeing_its_siblings)
+    config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
+    result = anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
+    assert result.ok
+    device = (tmp_path / "device").read_text()
+    seen = [path.read_text().split() for path in tmp_path.glob("cpu-*")]
+    assert len(seen) == 2 and all(device in siblings for siblings in seen), (device, seen)
 
 
 def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypatch):

@@ -5,9 +5,10 @@ back to the driver and to a writer. Pickled whole, its audio and features went t
 (about 13 MB per 200 s batch), and the device process spent its host time (un)pickling them while the device
 waited. Here the process that hands a batch on writes its arrays into one file in shared memory (``/dev/shm``,
 a RAM file system; the temporary folder where there is none) with a single gathering write (the device process
-in a thread, returning at once), and the batch travels with :class:`SharedArray` references in their place; the
-process that takes it maps the file (copy-on-write: no copy, writable arrays) and removes it. Nothing else
-changes: the same arrays, bit for bit.
+in its sender thread: :mod:`.device_process`), and the batch travels with :class:`SharedArray` references in
+their place; the process that takes it maps the file (copy-on-write: no copy, writable arrays; the device
+process's receiver thread copies them into its own memory) and removes it. Nothing else changes: the same
+arrays, bit for bit.
 
 A file belongs to the run's driver (its name carries the driver's process id): the driver removes its own
 leftovers (a batch whose process died) when its lanes close, and those of drivers no longer alive (a killed
@@ -18,8 +19,6 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ PREFIX = "voxanon-arrays"
 ALIGNMENT = 64
 MAX_BUFFERS = 1024
 """Buffers per gathering write (the system's IOV_MAX on Linux)."""
-WAIT_SECONDS = 600.0
-"""How long a reader waits for a file being written in the background."""
 
 
 @dataclass(frozen=True)
@@ -70,11 +67,9 @@ def _set(holder, key, value) -> None:
         setattr(holder, key, value)
 
 
-def pack(batch, owner: int | None = None, background: bool = False):
+def pack(batch, owner: int | None = None):
     """``batch`` with its arrays moved into one new shared file (the references in their place); ``owner``:
-    the driver's process id (default: this process's parent, the driver of a lane's worker). ``background``:
-    the file is written by a thread, so that the caller goes on at once (the device process, to its next
-    batch); it appears under its name complete, and :func:`unpack` waits for it."""
+    the driver's process id (default: this process's parent, the driver of a lane's worker)."""
     owner = os.getppid() if owner is None else owner
     path = str(shared_folder() / f"{PREFIX}-{owner}-{os.getpid()}-{uuid.uuid4().hex}")
     buffers, offset = [], 0
@@ -90,12 +85,12 @@ def pack(batch, owner: int | None = None, background: bool = False):
         _set(holder, key, SharedArray(path, offset, value.dtype.str, value.shape))
         buffers.append(memoryview(value).cast("B"))
         offset += value.nbytes
-    if not buffers:
-        return batch
-    if background:
-        threading.Thread(target=_write, args=(path, buffers, offset), daemon=False).start()
-    else:
-        _write(path, buffers, offset)
+    if buffers:
+        try:
+            _write(path, buffers, offset)
+        except OSError as error:
+            raise RunFault(f"shared arrays {path}: cannot write {offset} bytes ({error}; is the shared-memory folder "
+                           f"{shared_folder()} full?); rerun to resume") from None
     return batch
 
 
@@ -125,9 +120,10 @@ def _after(buffers: list, skip: int) -> list:
     return rest
 
 
-def unpack(batch):
+def unpack(batch, private: bool = False):
     """``batch`` with its arrays back from their shared files (views of a private copy-on-write mapping of each:
-    no copy), the files removed."""
+    no copy), the files removed. ``private``: copies in this process's memory instead, the mappings gone (the
+    device process's receiver: its main thread then takes no page fault on them)."""
     buffers: dict[str, mmap.mmap] = {}
     for holder, key in _items(batch):
         value = _get(holder, key)
@@ -135,24 +131,15 @@ def unpack(batch):
             continue
         if value.path not in buffers:
             buffers[value.path] = _read(value.path)
-        dtype = np.dtype(value.dtype)
-        _set(holder, key, np.frombuffer(buffers[value.path], dtype, int(np.prod(value.shape, dtype=np.int64)),
-                                        value.offset).reshape(value.shape))
+        array = np.frombuffer(buffers[value.path], np.dtype(value.dtype), int(np.prod(value.shape, dtype=np.int64)),
+                              value.offset).reshape(value.shape)
+        _set(holder, key, array.copy() if private else array)
     return batch
 
 
 def _read(path: str) -> mmap.mmap:
-    """The file at ``path`` mapped (waiting for a background write to finish it), then removed."""
-    waited = time.monotonic()
-    while True:
-        try:
-            descriptor = os.open(path, os.O_RDONLY)
-            break
-        except FileNotFoundError:
-            if time.monotonic() - waited > WAIT_SECONDS:
-                raise RunFault(f"shared arrays {path}: not written within {WAIT_SECONDS:.0f} s (is the shared-memory "
-                               f"folder {shared_folder()} full?); rerun to resume") from None
-            time.sleep(0.001)
+    """The file at ``path`` mapped, then removed."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         mapping = mmap.mmap(descriptor, os.fstat(descriptor).st_size, access=mmap.ACCESS_COPY)
     finally:

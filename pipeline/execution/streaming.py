@@ -9,7 +9,9 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
 - **Device lane**: one process per GPU (:func:`visible_gpus`; one for a stage on ``cuda:N`` or ``cpu:N``;
   one actor per GPU under Ray), each holding its GPU's only copy of the models and the only CUDA context
   there. Each runs the remaining stages (content, speaker, vocoder, and any stage after them) on one *device
-  batch* at a time; a batch goes to the device process with the fewest batches in hand.
+  batch* at a time, while a thread of its own stages the next batch and another sends the last one's results
+  back (:mod:`voxanon.pipeline.execution.device_process`); a batch goes to the device process with the fewest
+  batches in hand. The device processes start first, and load torch and their models while the CPU lane starts.
 - **Device batches** are planned before the run, from the job list alone (:func:`plan_batches`): the set's
   utterances, longest first (ties by id), cut into batches of at most ``batch_seconds`` of padded audio
   (the longest member's length times the member count) and at most 25 % padding, each of a row count the
@@ -33,7 +35,8 @@ one message (:class:`~voxanon.pipeline.stages.RunFault`); the device process loa
 before it takes any work.
 
 ``run.json`` records, under ``executor``, what the run's device did: when its first batch started (seconds
-after the run started, and the wall-clock time), the share of its time it computed, and the share of each
+after the run started, and the wall-clock time), the share of its time its device stages computed (a CPU stage
+that runs in the device process is not device time), and the share of each
 batch's time spent waiting in each queue (for the device; for the writers).
 """
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import Any, Iterator
 from ...data_prep.errors import VoxanonError
 from . import batches, shared_arrays, workers
 from .batches import Batch, Job, Outcome
+from .device_process import DeviceProcess
 from .pool import fork_safe, kill_pool
 from ..model_service import visible_gpus
 from ..stages import RunFault, one_line
@@ -145,18 +149,25 @@ def prepare(system: System, jobs: list[Job], allow_pipes: bool, stop: int) -> tu
 
 
 def run_device(system: System, jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
-    """The device stages on one planned batch, its members gathered from ``parts`` into the plan's order."""
+    """The device stages on one planned batch, its members gathered from ``parts`` into the plan's order; with its
+    start and end (wall clock) and the seconds its stages on a device other than the CPU took."""
     started = time.time()
     position = {job.utt: index for index, job in enumerate(jobs)}
     batch = Batch(list(jobs), sorted((item for part in parts for item in part.ready),
                                      key=lambda item: position[item.utterance.utt_id]),
                   {utt: outcome for part in parts for utt, outcome in part.outcomes.items()})
-    batch = batches.run_stages(system, batch, start)
+    device_seconds = 0.0
+    for index in range(start, len(system.stages)):
+        began = time.perf_counter()
+        batch = batches.run_stages(system, batch, index, index + 1)
+        if system.stages[index].device != "cpu":  # a CPU stage here (a model-free one after a device stage) is not
+            device_seconds += time.perf_counter() - began  # device time
     for item in batch.ready:
         # The writer needs the audio, the kept vectors and the record; the stages' features (content, F0, BN:
         # about as large as the audio) would only travel to it and back through the driver.
         item.utterance.features.clear()
-    return batch, {"start": started, "end": time.time(), "utterances": len(batch.ready)}
+    return batch, {"start": started, "end": time.time(), "device_seconds": device_seconds,
+                   "utterances": len(batch.ready)}
 
 
 def write(system: System, batch: Batch) -> tuple[list[Outcome], dict]:
@@ -267,7 +278,7 @@ class StreamingRun:
 
     def _device_done(self, batch: _Planned, info: dict) -> None:
         stats = self._stats
-        stats["device_busy"] += info["end"] - info["start"]
+        stats["device_busy"] += info["device_seconds"]
         stats["device_first"] = min(filter(None, (stats["device_first"], info["start"])))
         stats["device_last"] = max(filter(None, (stats["device_last"], info["end"])))
         stats["wait_device"] += max(0.0, info["start"] - batch.times["prepared"])
@@ -341,21 +352,34 @@ def _init_device_process(config: dict, allow_pipes: bool, start: int, gpu: str |
     workers.init_spawned_worker(config, allow_pipes, (start, len(config["stages"])))
 
 
-def _device_ready() -> None:
-    """Raises the device process's model fault, if any."""
+def _load_device_process(initializer, initargs: tuple) -> None:
+    """``initializer(*initargs)`` (:func:`_init_device_process`, or a test's), then the model fault, if any,
+    raised: the device process's ready reply carries it."""
+    initializer(*initargs)
     workers.worker_system()
 
 
+def _stage_device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple:
+    """In the device process's receiver thread, while the batch before runs: the parts' arrays in its memory."""
+    return jobs, start, [shared_arrays.unpack(part, private=True) for part in parts]
+
+
 def _device_task(jobs: list[Job], start: int, parts: list[Batch]) -> tuple[Batch, dict]:
-    batch, info = run_device(workers.worker_system(), jobs, start, [shared_arrays.unpack(part) for part in parts])
-    return shared_arrays.pack(batch, background=True), info  # the next batch starts while the results are written
+    return run_device(workers.worker_system(), jobs, start, parts)
+
+
+def _finish_device_task(result: tuple[Batch, dict]) -> tuple[Batch, dict]:
+    """In the device process's sender thread, while the next batch runs: the results' arrays to shared memory."""
+    batch, info = result
+    return shared_arrays.pack(batch), info
 
 
 class LocalLanes:
-    """The streaming executor's lanes on this machine: ``cpu_workers`` processes for the CPU lane (forked
-    from this process once the CPU stages' models are loaded, where that is safe; else spawned) and
-    ``device_processes`` spawned device processes (default :func:`device_process_count`: one per GPU),
-    started at once so that they load their models while the CPU lane works."""
+    """The streaming executor's lanes on this machine: ``device_processes`` device processes (default
+    :func:`device_process_count`: one per GPU; :class:`~voxanon.pipeline.execution.device_process.DeviceProcess`),
+    spawned first so that they import torch and load their models while the CPU lane starts, and
+    ``cpu_workers`` processes for the CPU lane (forked from this process once the CPU stages' models are
+    loaded, where that is safe; else spawned)."""
 
     def __init__(self, system: System, allow_pipes: bool, cpu_workers: int, device_processes: int | None = None):
         self.system, self.cpu_workers = system, max(1, cpu_workers)
@@ -366,26 +390,28 @@ class LocalLanes:
         self._pending: dict[Future, Tag] = {}
         self._device_of: dict[Future, int] = {}
         self._pools: list[ProcessPoolExecutor] = []
+        self._devices: list[DeviceProcess] = []
         shared_arrays.remove_leftovers(os.getpid())
         try:
+            # Spawned with pipes, the device processes start no thread here: the CPU pool can still be forked.
+            for index in range(self.device_workers):
+                initargs = (system.config, allow_pipes, self.start, gpus[index] if gpus else None)
+                self._devices.append(DeviceProcess(_load_device_process, (_init_device_process, initargs),
+                                                   _device_task, _stage_device_task, _finish_device_task))
             if fork_safe():
-                # Forked at once, each worker loading its stages' models itself (pYAAPT's imports), so that
-                # the device process, on the way to the first batch, starts without waiting for them.
+                # Forked at once, each worker loading its stages' models itself (pYAAPT's imports).
                 workers.set_worker(system, allow_pipes)
                 self._cpu = self._pool(self.cpu_workers, "fork", workers.init_forked_worker,
                                        (False, (0, self.start)))
             else:
                 self._cpu = self._pool(self.cpu_workers, "spawn", workers.init_spawned_worker,
                                        (system.config, allow_pipes, (0, self.start)))
-            # A first task starts the CPU workers (a forked pool forks them all at once), before the device
-            # process's pool starts a thread here that a fork would copy.
+            # A first task starts the CPU workers (a forked pool forks them all at once), before the pool's and the
+            # device processes' threads start here, which a fork would copy.
             self._cpu.submit(os.getpid)
-            self._devices = [self._pool(1, "spawn", _init_device_process,
-                                        (system.config, allow_pipes, self.start, gpus[i] if gpus else None))
-                             for i in range(self.device_workers)]
             self._in_hand = [0] * self.device_workers
             for device in self._devices:
-                self._pending[device.submit(_device_ready)] = Tag(-1, 0, "ready")
+                self._pending[device.listen()] = Tag(-1, 0, "ready")
         except BaseException:
             self.close()
             raise
@@ -402,7 +428,7 @@ class LocalLanes:
     def device(self, tag: Tag, jobs: list[Job], parts: list[Batch]) -> None:
         """To the device process with the fewest batches in hand (the first of them on a tie)."""
         chosen = min(range(self.device_workers), key=lambda index: self._in_hand[index])
-        future = self._devices[chosen].submit(_device_task, jobs, self.start, parts)
+        future = self._devices[chosen].submit(jobs, self.start, parts)
         self._in_hand[chosen] += 1
         self._pending[future], self._device_of[future] = tag, chosen
 
@@ -429,6 +455,8 @@ class LocalLanes:
         return results
 
     def close(self) -> None:
+        for device in self._devices:
+            device.close()
         for pool in self._pools:
             kill_pool(pool)
         shared_arrays.remove_leftovers(os.getpid())  # the arrays of batches a process took with it
