@@ -146,6 +146,7 @@ def test_sex_protocol_and_inversion_attack(small_demo, benchmark_run, tmp_path):
     assert np.isfinite(_value(results, "b2", "inversion-procrustes", "eer", "rocch"))
 
 
+@pytest.mark.slow
 def test_ecapa_model_folder_as_the_speaker_encoder(small_demo, benchmark_run, tmp_path):
     import torch
     from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN

@@ -68,8 +68,9 @@ def test_systems_command_names_missing_installs(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("system, broken, workers", [
-    ("zllr", "flows/sex/flow.safetensors", 1), ("zllr", "flows/sex/flow.safetensors", 2),
-    ("global", "pools/libritts-other-500/global.npy", 2), ("b1", "pools/libritts-other-500/speakers.npy", 1)])
+    ("zllr", "flows/sex/flow.safetensors", 1), pytest.param("zllr", "flows/sex/flow.safetensors", 2, marks=pytest.mark.slow),
+    pytest.param("global", "pools/libritts-other-500/global.npy", 2, marks=pytest.mark.slow),
+    ("b1", "pools/libritts-other-500/speakers.npy", 1)])
 def test_a_broken_flow_or_pool_stops_the_run_once(system, broken, workers, installed_home, tmp_path, monkeypatch,
                                                   capsys):
     """Issue 25 §3: a flow or pool that cannot be read is the run's fault, found before any utterance (it failed

@@ -165,6 +165,7 @@ def _check_complete(out: Path, reference: Path, expected: int) -> None:
     assert _files(out) == _files(reference)
 
 
+@pytest.mark.slow
 def test_a_lost_node_or_worker_process_loses_and_repeats_nothing(cluster, tmp_path):
     data = make_corpus(tmp_path, n_speakers=4, n_utts=8, seconds=2.0)
     assert anonymise_set(data, load_system_config("b2"), tmp_path / "reference", progress=False).ok
@@ -202,6 +203,7 @@ def test_a_corrupt_file_is_a_failure_and_the_rest_finish(cluster, tmp_path):
     assert json.loads((out / RUN_MANIFEST).read_text())["status"] == "failures"
 
 
+@pytest.mark.slow
 def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_path):
     assert main(["anonymise", "--system", "b2", "--data", str(demo_subset), "--out", str(tmp_path / "anon"),
                  "--workers", "1", "--quiet"]) == 0
@@ -223,6 +225,7 @@ def test_evaluate_under_ray_gives_the_local_numbers(cluster, demo_subset, tmp_pa
             assert theirs["value"] == pytest.approx(ours["value"], rel=1e-4, abs=1e-5, nan_ok=True), ours
 
 
+@pytest.mark.slow
 def test_pool_build_under_ray_gives_the_local_vectors(cluster, tmp_path, monkeypatch):
     from voxanon.models.speakers.pseudo_speaker import load_pool
 
@@ -294,6 +297,7 @@ def test_one_actor_pool_serves_every_call_of_a_command(cluster, monkeypatch):
 ON_CPU_DEVICE = [*ON_CPU, "--set", "batch_seconds=3"]
 
 
+@pytest.mark.slow
 def test_streaming_under_ray_gives_the_local_bytes(cluster, random_home, tmp_path, monkeypatch):
     """CPU actors load, prepare and write; a device actor runs the model stages, on the same planned batches."""
     monkeypatch.setenv("VOXANON_HOME", str(random_home))
@@ -308,7 +312,7 @@ def test_streaming_under_ray_gives_the_local_bytes(cluster, random_home, tmp_pat
     assert executor["device_batches"] > 1
 
 
-@pytest.mark.parametrize("case", ["truncated", "truncated-streaming", "cuda"])
+@pytest.mark.parametrize("case", ["truncated", pytest.param("truncated-streaming", marks=pytest.mark.slow), "cuda"])
 def test_a_model_fault_under_ray_stops_once(case, cluster, random_home, tmp_path, monkeypatch, capsys):
     home = tmp_path / "home"
     subprocess.run(["cp", "-r", str(random_home), str(home)], check=True)
@@ -328,6 +332,7 @@ def test_a_model_fault_under_ray_stops_once(case, cluster, random_home, tmp_path
     assert not list(out.rglob("*.wav")) and not (out / FAILURES).exists()
 
 
+@pytest.mark.slow
 def test_a_lost_actor_under_streaming_loses_and_repeats_nothing(cluster, random_home, tmp_path, monkeypatch):
     """A killed actor (CPU or device) loses its task: the batch is tried again from its start, on the same
     planned members, so the bytes are those of the local streaming executor."""

@@ -53,7 +53,8 @@ def _check_stopped_cleanly(out: Path, stderr: str, *words: str) -> None:
     assert manifest["status"] == "failed" and all(word in manifest["error"] for word in words)
 
 
-@pytest.mark.parametrize("executor, workers", [("auto", 2), ("pool", 1), ("pool", 2)])
+@pytest.mark.parametrize("executor, workers", [
+    ("pool", 1), pytest.param("auto", 2, marks=pytest.mark.slow), pytest.param("pool", 2, marks=pytest.mark.slow)])
 def test_cuda_on_a_machine_without_it_stops_once(executor, workers, random_home, tmp_path):
     data = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=0.5)
     run = _cli("anonymise", "--system", "resynth", "--data", str(data.path), "--out", str(tmp_path / "out"),
@@ -69,8 +70,8 @@ def test_cuda_on_a_machine_without_it_stops_once(executor, workers, random_home,
 
 
 @pytest.mark.parametrize("utterances, workers, executor", [
-    (1, 1, "pool"), (2, 1, "pool"), (2, 2, "pool"), (6, 1, "pool"), (6, 2, "pool"),
-    (2, 2, "streaming"), (6, 1, "streaming")])
+    (1, 1, "pool"), (2, 1, "pool"), (2, 2, "pool"), (6, 1, "pool"), pytest.param(6, 2, "pool", marks=pytest.mark.slow),
+    (2, 2, "streaming"), pytest.param(6, 1, "streaming", marks=pytest.mark.slow)])
 def test_a_truncated_model_set_stops_once_whatever_the_set_size(utterances, workers, executor, broken_home,
                                                                  tmp_path, capsys):
     data = make_corpus(tmp_path, n_speakers=1, n_utts=utterances, seconds=0.5)
@@ -105,7 +106,7 @@ def test_out_of_memory_at_the_first_batch_stops_once(workers, tmp_path, monkeypa
     assert json.loads((tmp_path / "out" / RUN_MANIFEST).read_text())["status"] == "failed"
 
 
-@pytest.mark.parametrize("executor", ["streaming", "pool"])
+@pytest.mark.parametrize("executor", [pytest.param("streaming", marks=pytest.mark.slow), "pool"])
 def test_the_random_weights_warning_is_printed_once_per_run(executor, random_home, tmp_path):
     data = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=0.5)
     run = _cli("anonymise", "--system", "resynth", "--data", str(data.path), "--out", str(tmp_path / "out"),

@@ -146,7 +146,7 @@ def test_device_batches_hold_a_row_count_of_the_models_grid():
 
 
 @pytest.mark.parametrize("system, worker_counts", [
-    ("resynth", (1, 2, 3)), ("b1", (1, 3)), ("zllr", (1, 3)),
+    ("resynth", (1, 2, 3)), ("b1", (1, 3)), pytest.param("zllr", (1, 3), marks=pytest.mark.slow),
     pytest.param("b1", (1, 2, 3), marks=pytest.mark.slow), pytest.param("zllr", (1, 2, 3), marks=pytest.mark.slow)])
 def test_the_same_bytes_whatever_the_workers_and_the_queue_timing(system, worker_counts, home, tmp_path, monkeypatch):
     home, data = home
@@ -336,6 +336,7 @@ def test_the_device_process_starts_before_the_cpu_lane(home, tmp_path, monkeypat
     assert len(seen) == 2 and all(device in siblings for siblings in seen), (device, seen)
 
 
+@pytest.mark.slow
 def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypatch):
     """Issue 23: one device process per GPU, batches to whichever has fewest in hand; the bytes are those of
     one device process (two on cpu:0 here stand for two GPUs)."""
