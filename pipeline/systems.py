@@ -316,6 +316,8 @@ def build_system(config: dict) -> System:
                                f"{sorted(set(options) - accepted)}; it takes {sorted(accepted)}")
         try:
             stages.append(stage_class(**options))
-        except (TypeError, ValueError) as error:
-            raise VoxanonError(f"system {config['name']!r}: {error}") from None
+        except (TypeError, ValueError) as error:  # the stage's own check of a value, which may not name it
+            settings = ", ".join(f"{stage_name}.{key}={value!r}" for key, value in options.items())
+            raise VoxanonError(f"system {config['name']!r}, stage {stage_name!r} ({settings or 'defaults'}): "
+                               f"{error}") from None
     return System(config["name"], config, stages)

@@ -144,7 +144,7 @@ def test_an_unwritable_out_folder_is_one_line_and_exit_2(where, tmp_path, capsys
 
 
 @pytest.mark.parametrize("override", ["seed=abc", "max_seconds=abc", "mcadams=3", "mcadams.alpha=-0.5",
-                                      "mcadams.alpha=5", "mcadams.lp_order=0", "mcadams.win_ms=0",
+                                      "mcadams.alpha=abc", "mcadams.alpha=5", "mcadams.lp_order=0", "mcadams.win_ms=0",
                                       "seed=!!python/object/apply:os.getcwd []", "batch_size=0"])
 def test_bad_option_values_are_refused_before_the_run(override, tmp_path, capsys):
     """Items 8 and 12: refused in one line with exit 2, before any utterance (no output set at all)."""
@@ -152,6 +152,8 @@ def test_bad_option_values_are_refused_before_the_run(override, tmp_path, capsys
     assert _anonymise(data.path, "--out", str(tmp_path / "out"), "--set", override) == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error and len(error.strip().splitlines()) == 1
+    if override.startswith("mcadams."):  # a stage setting is named, whichever check refused its value
+        assert override.split("=")[0].split(".")[1] in error, error
     assert not (tmp_path / "out").exists()
 
 
