@@ -60,7 +60,10 @@ demo: install
 
 # The suite runs on every core (pytest-xdist), a test file per worker so that module fixtures are built once.
 TEST_WORKERS ?= $(shell nproc)
+# The fast YAAPT's numba kernels are compiled once before the tests (`voxanon models warm-up`, about 40 s on
+# 2 cores, kept in ~/.cache/voxanon/numba), not by each test worker that first needs them.
 test: install system-deps
+	$(VENV)/bin/voxanon models warm-up
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install system-deps

@@ -22,9 +22,14 @@ def _formants(samples: np.ndarray) -> np.ndarray:
     return np.array([np.nanmedian([track.get_value_at_time(k, t) for t in times]) for k in (1, 2, 3)])
 
 
+def _power_spectrogram(samples: np.ndarray) -> np.ndarray:
+    # SciPy's STFT, not librosa's: librosa.stft's first call compiles numba code for about 30 s in a fresh venv.
+    _, _, spectrum = scipy.signal.stft(samples.astype(np.float64), window="hann", nperseg=512, noverlap=512 - 160)
+    return np.abs(spectrum) ** 2 + 1e-10
+
+
 def _log_spectral_distance(a: np.ndarray, b: np.ndarray) -> float:
-    spec_a = np.abs(librosa.stft(a.astype(np.float64), n_fft=512, hop_length=160)) ** 2 + 1e-10
-    spec_b = np.abs(librosa.stft(b.astype(np.float64), n_fft=512, hop_length=160)) ** 2 + 1e-10
+    spec_a, spec_b = _power_spectrogram(a), _power_spectrogram(b)
     return float(np.mean(np.sqrt(np.mean((10 * np.log10(spec_a / spec_b)) ** 2, axis=0))))
 
 

@@ -312,7 +312,8 @@ def test_streaming_under_ray_gives_the_local_bytes(cluster, random_home, tmp_pat
     assert executor["device_batches"] > 1
 
 
-@pytest.mark.parametrize("case", ["truncated", pytest.param("truncated-streaming", marks=pytest.mark.slow), "cuda"])
+@pytest.mark.parametrize("case", [pytest.param("truncated", marks=pytest.mark.slow), pytest.param("truncated-streaming", marks=pytest.mark.slow),
+                                  "cuda"])
 def test_a_model_fault_under_ray_stops_once(case, cluster, random_home, tmp_path, monkeypatch, capsys):
     home = tmp_path / "home"
     subprocess.run(["cp", "-r", str(random_home), str(home)], check=True)

@@ -308,6 +308,7 @@ def test_a_crash_before_the_outcomes_are_read_leaves_no_worker(tmp_path, monkeyp
     assert set(multiprocessing.active_children()) <= before
 
 
+@pytest.mark.slow
 def test_spawned_workers_set_their_library_variables_in_their_own_process(monkeypatch):
     """torch reads the thread variables at import and THP_MEM_ALLOC_ENABLE at its first large allocation:
     a spawned worker sets them itself, before anything loads, and the parent's environment is untouched."""

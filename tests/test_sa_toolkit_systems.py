@@ -82,6 +82,7 @@ def test_anonymise_is_deterministic_resumable_and_reports_bad_files(system, home
     assert run["counts"]["resumed"] == len(produced) - 1
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_device_code_path_gives_the_cpu_output(home_and_data, tmp_path, monkeypatch):
     """``cpu:0`` runs the GPU code path on the CPU: F0, wav2vec2 and the converter in padded, masked batches, in
