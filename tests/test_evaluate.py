@@ -108,6 +108,7 @@ def test_unknown_layout_is_a_clear_error(tmp_path):
         discover_sets(tmp_path)
 
 
+@pytest.mark.slow
 def test_seed_table2_relative_versions_and_calibration_distortion(small_demo, benchmark_run, tmp_path):
     out = tmp_path / "table2"
     assert main(["benchmark", "--systems", "b2,b2r", "--data", str(small_demo), "--out", str(out),

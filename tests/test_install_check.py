@@ -4,6 +4,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_install.py"
 
 
@@ -15,6 +17,7 @@ def _run(env_path=None):
                           timeout=300)
 
 
+@pytest.mark.slow  # `make install` runs the same check before the tests
 def test_the_installed_environment_passes():
     result = _run()
     assert result.returncode == 0, result.stderr

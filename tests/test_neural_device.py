@@ -386,7 +386,7 @@ def test_anonymise_device_option_sets_every_stage_that_has_one(tiny_ssl_sas, tmp
     assert "no stage with a device setting" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script", ["gpu.py", "gpu_pipeline.py", "device.py"])
+@pytest.mark.parametrize("script", ["gpu.py", pytest.param("gpu_pipeline.py", marks=pytest.mark.slow), pytest.param("device.py", marks=pytest.mark.slow)])
 def test_device_benchmarks_without_cuda_say_so_in_one_line_and_exit_2(script):
     environment = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, also on a machine with one
     run = subprocess.run([sys.executable, "-m", f"benchmarks.{script.removesuffix('.py')}"], capture_output=True,

@@ -100,6 +100,7 @@ def test_b2_under_ray_is_byte_identical_to_local(cluster, demo_subset, tmp_path)
     assert sorted(_journal_utts(tmp_path / "ray" / "small_b2")) == sorted(read_data_dir(demo_subset).wav)
 
 
+@pytest.mark.slow
 def test_killed_driver_resumes_to_the_same_bytes(cluster, tmp_path):
     data = make_corpus(tmp_path, n_speakers=4, n_utts=10, seconds=2.0)
     reference = anonymise_set(data, load_system_config("b2"), tmp_path / "reference", progress=False)
