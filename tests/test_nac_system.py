@@ -79,6 +79,7 @@ def test_anonymise_b4_outputs_lengths_and_rerun(home_and_data, tmp_path, monkeyp
     assert outputs(tmp_path / "seed") != produced
 
 
+@pytest.mark.slow
 def test_voice_selection_and_the_device_code_path(home_and_data, tmp_path, monkeypatch):
     """A constant voice, one voice per speaker, an unknown voice refused before any utterance; and ``cpu:0``,
     the device path (batched coarse and fine sampling, in the streaming executor's device process), giving the

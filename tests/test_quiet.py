@@ -30,8 +30,8 @@ class Terminal(io.StringIO):
     # The evaluation's embedding bars (a fresh cache each run, so there is work to show).
     ["evaluate", "--orig", "{data}", "--anon", "{data}", "--out", "{out}", "--set", "asr=null", "--cache",
      "{out}/cache", "--device", "cpu"],
-    ["benchmark", "--systems", "b2", "--data", "{data}", "--out", "{out}", "--set", "asr=null", "--cache",
-     "{out}/cache", "--workers", "1", "--device", "cpu"],
+    pytest.param(["benchmark", "--systems", "b2", "--data", "{data}", "--out", "{out}", "--set", "asr=null", "--cache",
+                  "{out}/cache", "--workers", "1", "--device", "cpu"], marks=pytest.mark.slow),  # anonymise + evaluate
     # The ECAPA embedding of labelled corpora.
     ["pool", "build", "--data", "{data}", "--out", "{out}/pool", "--cache", "none"],
     ["train", "sex-flow", "--data", "{data}", "--out", "{out}/flow", "--cache", "none", "--epochs", "1",
