@@ -16,12 +16,12 @@ from voxanon.eval.results import from_json
 from voxanon.pipeline.cli import main
 
 SPEAKERS = ("slt", "us1", "de1", "kal", "rms", "awb")
-UTTS_PER_SPEAKER = 8
+UTTS_PER_SPEAKER = 6
 
 
 @pytest.fixture(scope="module")
 def small_demo(tmp_path_factory) -> Path:
-    """Six demo speakers (3 f, 3 m), eight utterances each, with their enrolls and trials."""
+    """Six demo speakers (3 f, 3 m), six utterances each, with their enrolls and trials."""
     demo = read_data_dir(demo_corpus_dir())
     keep = [u for spk in SPEAKERS for u in demo.spk2utt[spk][:UTTS_PER_SPEAKER]]
     subset = demo.subset(keep)

@@ -313,7 +313,7 @@ def _device_process_saying_its_pid(*args):
 def test_the_device_process_starts_before_the_cpu_lane(home, tmp_path, monkeypatch):
     """The device process loads torch and its models while the CPU lane starts: it is already running when each
     CPU worker starts (each worker reads its parent's children from /proc then)."""
-    home, data = home
+    home, _ = home
     parent = os.getpid()
     if not Path(f"/proc/{parent}/task/{parent}/children").exists():
         pytest.skip("no /proc/PID/task/TID/children here")
@@ -329,6 +329,7 @@ def test_the_device_process_starts_before_the_cpu_lane(home, tmp_path, monkeypat
 
     monkeypatch.setattr(workers, "init_forked_worker", cpu_worker_seeing_its_siblings)
     config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
+    data = make_corpus(tmp_path / "in", n_speakers=2, n_utts=1, seconds=0.5)  # the order needs no more
     result = anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
     assert result.ok
     device = (tmp_path / "device").read_text()
