@@ -72,7 +72,7 @@ def test_an_extracted_model_folder_follows_the_umask(tmp_path, umask):
 
 
 def test_an_installed_model_set_follows_the_umask(tmp_path, umask):
-    """Issue 25 §3: safetensors wrote each weights file 0600 beside a 0644 manifest, so a group could not read
+    """Safetensors wrote each weights file 0600 beside a 0644 manifest, so a group could not read
     a model folder it shared."""
     import torch
 

@@ -75,7 +75,7 @@ def few_speakers_strong_scorer(seed=9, n_speakers=5, tests_per_speaker=7):
 
 
 def test_separable_folds_keep_the_calibrated_cllr_sane():
-    """Issue 25 §1: with few speakers and a strong scorer the unregularised fit of a separable fold was a very
+    """With few speakers and a strong scorer the unregularised fit of a separable fold was a very
     steep map, and other speakers' shifted scores got LLRs of hundreds of nats of the wrong sign: 88.8 bits here
     (98.8 on real speech). The slope prior and the LLR bound keep it near the discrimination it measures."""
     scores, is_target, groups = few_speakers_strong_scorer()

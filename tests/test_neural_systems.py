@@ -73,7 +73,7 @@ def test_systems_command_names_missing_installs(tmp_path, monkeypatch, capsys):
     ("b1", "pools/libritts-other-500/speakers.npy", 1)])
 def test_a_broken_flow_or_pool_stops_the_run_once(system, broken, workers, installed_home, tmp_path, monkeypatch,
                                                   capsys):
-    """Issue 25 §3: a flow or pool that cannot be read is the run's fault, found before any utterance (it failed
+    """A flow or pool that cannot be read is the run's fault, found before any utterance (it failed
     every utterance, one failures.tsv line each, when the stage first read it)."""
     import shutil
 

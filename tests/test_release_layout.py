@@ -271,7 +271,7 @@ def test_check_of_single_files(tmp_path, capsys, monkeypatch):
 
 
 def test_check_reads_each_file_of_a_release_once(tmp_path, monkeypatch, capsys):
-    """Issue 25 §5: the inspection and the trial import read the g_*, soft model and ECAPA files again each."""
+    """The inspection and the trial import read the g_*, soft model and ECAPA files again each."""
     import voxanon.models.checkpoints.release_check as release_check
 
     write_release(tmp_path / "release")
@@ -290,7 +290,7 @@ def _install_random_set(home, monkeypatch) -> "Path":
 
 
 def test_check_verifies_an_installed_set(tmp_path, monkeypatch, capsys):
-    """Issue 25 §3: `models check NAME` checks an installed set's checksums and loads every component as a
+    """`models check NAME` checks an installed set's checksums and loads every component as a
     run does."""
     folder = _install_random_set(tmp_path, monkeypatch)
     capsys.readouterr()
