@@ -311,30 +311,34 @@ def _device_process_saying_its_pid(*args):
 
 
 def test_the_device_process_starts_before_the_cpu_lane(home, tmp_path, monkeypatch):
-    """The device process loads torch and its models while the CPU lane starts: it is already running when each
-    CPU worker starts (each worker reads its parent's children from /proc then)."""
+    """The device process loads torch and its models while the CPU lane starts: it has been started when each
+    CPU worker is forked (each worker reports the device processes its parent had started by then, a list it
+    inherits at the fork)."""
     home, _ = home
-    parent = os.getpid()
-    if not Path(f"/proc/{parent}/task/{parent}/children").exists():
-        pytest.skip("no /proc/PID/task/TID/children here")
     monkeypatch.setenv("VOXANON_TEST_ORDER", str(tmp_path))
     monkeypatch.setattr(streaming, "_init_device_process", _device_process_saying_its_pid)
+    started: list[int] = []
+
+    class RecordedDeviceProcess(streaming.DeviceProcess):
+        def __init__(self, *args):
+            super().__init__(*args)
+            started.append(self.pid)
+
+    monkeypatch.setattr(streaming, "DeviceProcess", RecordedDeviceProcess)
     init = workers.init_forked_worker
 
-    def cpu_worker_seeing_its_siblings(*args):
-        driver = os.getppid()
-        siblings = Path(f"/proc/{driver}/task/{driver}/children").read_text().split()
-        (tmp_path / f"cpu-{os.getpid()}").write_text(" ".join(siblings))
+    def cpu_worker_reporting_the_started_devices(*args):
+        (tmp_path / f"cpu-{os.getpid()}").write_text(" ".join(map(str, started)))
         return init(*args)
 
-    monkeypatch.setattr(workers, "init_forked_worker", cpu_worker_seeing_its_siblings)
+    monkeypatch.setattr(workers, "init_forked_worker", cpu_worker_reporting_the_started_devices)
     config = load_system_config("resynth", _overrides("resynth", home, "cpu:0"))
     data = make_corpus(tmp_path / "in", n_speakers=2, n_utts=1, seconds=0.5)  # the order needs no more
     result = anonymise_set(data, config, tmp_path / "out", workers=2, progress=False)
     assert result.ok
     device = (tmp_path / "device").read_text()
     seen = [path.read_text().split() for path in tmp_path.glob("cpu-*")]
-    assert len(seen) == 2 and all(device in siblings for siblings in seen), (device, seen)
+    assert len(seen) == 2 and all(started_before == [device] for started_before in seen), (device, seen)
 
 
 @pytest.mark.slow
