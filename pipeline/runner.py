@@ -359,7 +359,8 @@ def _journal_outcomes(outcomes: Iterable[list[Outcome]], jobs: list[Job], backen
                 expected.discard(outcome.utt)
                 if outcome.error is not None:
                     failures.append(outcome)
-                    bar.write(f"FAILED {outcome.utt} [{outcome.failed_stage}]: {outcome.error}")
+                    bar.write(f"FAILED {outcome.utt} ({data.wav[outcome.utt]}) [{outcome.failed_stage}]: "
+                              f"{outcome.error}")
                 else:
                     for note in outcome.notes:
                         log.info("%s: %s", outcome.utt, note)

@@ -108,7 +108,10 @@ def test_bad_utterances_are_reported_and_the_rest_processed(tmp_path, capsys):
     assert failures["spk0-001"][1].startswith("silent") and failures["spk1-000"][1] == "missing file"
     assert all(stage == "load" for stage, _ in failures.values())
     assert len(_outputs(out_dir)) == 3
-    assert "3 FAILED" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "3 FAILED" in printed.err
+    # The line printed for each names its input file.
+    assert f"FAILED spk1-000 ({data.wav['spk1-000']}) [load]: missing file" in printed.out + printed.err
     manifest = json.loads((out_dir / "run.json").read_text())
     assert manifest["status"] == "failures" and manifest["counts"] == {
         "total": 6, "processed": 3, "resumed": 0, "failed": 3}
