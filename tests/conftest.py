@@ -9,6 +9,7 @@ import pytest
 
 from tests.helpers.corpora import make_corpus, single_torch_thread
 from tests.helpers.demo_sets import write_demo_subset
+from tests.helpers.model_homes import import_random_set
 from tests.reference import flow as reference_flow
 from voxanon.data_prep.corpus import DataDir, read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
@@ -45,11 +46,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def random_home(tmp_path_factory):
     """A models directory with a tiny random SSL-SAS set."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VOXANON_HOME", str(home))
-        assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
-    return home
+    return import_random_set(tmp_path_factory.mktemp("home"), "ssl-sas")
 
 
 @pytest.fixture

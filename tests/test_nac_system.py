@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from tests.helpers.model_homes import import_random_set
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
@@ -21,10 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def home_and_data(tmp_path_factory):
     """A tiny random B4 set, and three demo utterances of two speakers (their first second) plus a 10 ms file."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VOXANON_HOME", str(home))
-        assert main(["models", "import", "nac", "--random-init", "--size", "tiny"]) == 0
+    home = import_random_set(tmp_path_factory.mktemp("home"), "nac")
     demo = read_data_dir(demo_corpus_dir())
     chosen = sorted(demo.spk2utt["slt"])[:2] + sorted(demo.spk2utt["awb"])[:1]
     folder = tmp_path_factory.mktemp("data")
