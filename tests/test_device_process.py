@@ -9,7 +9,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from voxanon.pipeline.execution.device_process import DeviceProcess
+from voxanon.pipeline.execution.device_process import DeviceProcess, RemoteTraceback
 
 _staged: set[int] = set()   # in the device process: the tasks its receiver has staged
 
@@ -58,11 +58,28 @@ def test_the_next_task_is_staged_while_one_runs_and_results_are_sent_by_another_
         assert result["ran_on_main_thread"] and result["staged_by"] == "receiver" and result["finished_by"] == "sender"
 
 
-def test_a_load_fault_and_a_death_reach_the_driver():
+def _raise(number: int, last: bool, staged_by: str) -> None:
+    raise ValueError(f"task {number} cannot run")
+
+
+def test_a_load_fault_a_task_fault_and_a_death_reach_the_driver():
     device = DeviceProcess(_fail_to_load, (), _task, _stage, _finish)
     try:
-        with pytest.raises(RuntimeError, match="no such device"):
+        with pytest.raises(RuntimeError, match="no such device") as fault:
             device.listen().result(timeout=60)
+    finally:
+        device.close()
+    # Where it was raised, in the device process, comes with it.
+    assert isinstance(fault.value.__cause__, RemoteTraceback) and "in _fail_to_load" in str(fault.value.__cause__)
+    device = DeviceProcess(_nothing, (), _raise, _stage, _finish)
+    try:
+        device.listen().result(timeout=60)
+        with pytest.raises(ValueError, match="task 0 cannot run") as fault:
+            device.submit(0, False).result(timeout=60)
+        assert "in _raise" in str(fault.value.__cause__)
+        # The process serves on after a task's fault.
+        with pytest.raises(ValueError, match="task 1 cannot run"):
+            device.submit(1, True).result(timeout=60)
     finally:
         device.close()
     device = DeviceProcess(_nothing, (), _die, _stage, _finish)

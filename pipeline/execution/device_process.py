@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import queue
 import threading
+import traceback
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool, _ExceptionWithTraceback
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import connection, get_context
 from typing import Any, Callable
 
@@ -111,13 +112,37 @@ class DeviceProcess:
         self._replies.close()
 
 
+class RemoteTraceback(Exception):
+    """Where in the device process an exception was raised: the cause of the exception the driver receives (a
+    pickled exception keeps neither its traceback nor its cause), printed under it as a process pool's is."""
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
+
+
+class _Fault:
+    """An exception to send to the driver with the traceback it had in the device process."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+    def __reduce__(self):
+        return _rebuild_fault, (self.error, self.text)
+
+
+def _rebuild_fault(error: BaseException, text: str) -> BaseException:
+    error.__cause__ = RemoteTraceback(text)
+    return error
+
+
 def _serve(initializer: Callable, initargs: tuple, task: Callable, stage: Callable, finish: Callable,
            tasks: connection.Connection, replies: connection.Connection) -> None:
     """The device process's main thread."""
     try:
         initializer(*initargs)
     except BaseException as error:
-        replies.send((READY, False, _ExceptionWithTraceback(error, error.__traceback__)))
+        replies.send((READY, False, _Fault(error)))
         return
     replies.send((READY, True, None))
     staged: queue.Queue = queue.Queue()
@@ -156,7 +181,7 @@ def _send(done: queue.Queue, finish: Callable, replies: connection.Connection) -
                 value = finish(value)
             except BaseException as error:
                 ok, value = False, error
-        reply: Any = (key, ok, value if ok else _ExceptionWithTraceback(value, value.__traceback__))
+        reply: Any = (key, ok, value if ok else _Fault(value))
         try:
             replies.send(reply)
         except Exception as error:  # a result or an exception that does not pickle
