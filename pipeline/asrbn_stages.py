@@ -52,9 +52,8 @@ import numpy as np
 from ..data_prep.atomic import atomic_write_text
 from ..data_prep.errors import VoxanonError
 from ..data_prep.paths import contained_path
-from .model_service import (cached_model, check_device_available, check_device_name, check_precision,
-                                             stage_precision,
-                                             model_set, resolve_device)
+from .model_service import (cached_model, check_device_available, check_device_name, model_set, model_set_config,
+                            resolve_device, stage_precision)
 from .stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
@@ -62,28 +61,11 @@ B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
 CONSTANT_TARGET = "6081"
 """The VPC 2024 recipe's ``target_constant_spkid``, a LibriTTS train-clean-100 speaker."""
 
-def _sa_toolkit_set(name: str):
-    """An installed SA-toolkit set, its checksums verified once per process."""
-    def check(loaded) -> None:
-        if loaded.config.get("release") != "sa-toolkit":
-            raise VoxanonError(f"model set {name!r} is not an SA-toolkit import; install one with voxanon models "
-                               "import sa-toolkit FILE|DIR")
-
-    return model_set(name, check)
-
 
 def target_speakers(name: str) -> list[str]:
     """The sorted training speakers of an installed converter (its one-hot targets); reads its config only."""
-    import json
-
-    from ..models.checkpoints.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
-
-    path = models_dir() / name / CONFIG
-    if not path.is_file():
-        load_model_set(name)  # raises the error that names the install command
-        raise ModelNotInstalledError(f"model set {name!r}: {path} is missing")
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if config.get("release") != "sa-toolkit" or config.get("kind") != "converter":
+    config = model_set_config(name, "sa-toolkit")
+    if config.get("kind") != "converter":
         raise VoxanonError(f"model set {name!r} is not an SA-toolkit anonymisation model (a hifigan_bn_* tag "
                            "imported with voxanon models import sa-toolkit)")
     return list(config["speakers"])
@@ -104,15 +86,16 @@ def load_component(name: str, component: str, precision: str = "float32", device
 
         cpu, dtype = device == "cpu", getattr(torch, precision)
         if cpu and precision == "float32":
-            loaded = _sa_toolkit_set(name)
+            loaded = model_set(name, "sa-toolkit")
             return load_extractor(loaded) if component == "extractor" else load_converter(loaded)
         if component == "extractor":
-            extractor = load_component(name, component) if cpu else load_extractor(_sa_toolkit_set(name))
+            extractor = load_component(name, component) if cpu else load_extractor(model_set(name, "sa-toolkit"))
             return extractor.for_device(device, dtype)
         from ..models.nets.hifigan import Vocoder
         from ..models.nets.precision import prepared_for_device
 
-        vocoder, speakers = load_component(name, component) if cpu else load_converter(_sa_toolkit_set(name), False)
+        vocoder, speakers = (load_component(name, component) if cpu
+                             else load_converter(model_set(name, "sa-toolkit"), False))
         return Vocoder(prepared_for_device(vocoder.generator, device, dtype), vocoder.layout), speakers
 
     return cached_model(name, component, precision, device, build)

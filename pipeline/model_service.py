@@ -120,8 +120,9 @@ def models_home() -> str:
     return str(models_dir())
 
 
-def model_set(name: str, check: Callable[[Any], None] | None = None):
-    """The installed set ``name``, its checksums verified once per process; ``check(set)`` runs on first load."""
+def model_set(name: str, release: str | None = None):
+    """The installed set ``name``, its checksums verified once per process; with ``release``, a set that release's
+    importer wrote (else a user fault naming how to install one)."""
     key = (models_home(), name)
     if key not in _loaded:
         from concurrent.futures import ThreadPoolExecutor
@@ -132,11 +133,33 @@ def model_set(name: str, check: Callable[[Any], None] | None = None):
         # hashing releases the interpreter lock. The thread has ended before the runner forks.
         with ThreadPoolExecutor(1) as verifier:
             checked = verifier.submit(load_model_set, name)
-        loaded = checked.result()
-        if check is not None:
-            check(loaded)
-        _loaded[key] = loaded
+        _loaded[key] = checked.result()
+    _check_release(name, _loaded[key].config, release)
     return _loaded[key]
+
+
+def model_set_config(name: str, release: str | None = None) -> dict:
+    """An installed set's config alone (no weights read, no checksum), for a check before any utterance; with
+    ``release``, as :func:`model_set`."""
+    import json
+
+    from ..models.checkpoints.registry import CONFIG, ModelNotInstalledError, load_model_set, models_dir
+
+    path = models_dir() / name / CONFIG
+    if not path.is_file():
+        load_model_set(name)  # raises the error that names the install command
+        raise ModelNotInstalledError(f"model set {name!r}: {path} is missing")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    _check_release(name, config, release)
+    return config
+
+
+def _check_release(name: str, config: dict, release: str | None) -> None:
+    if release is not None and config.get("release") != release:
+        from ..models.checkpoints.catalogue import release as catalogue_release
+
+        raise VoxanonError(f"model set {name!r} was not made by voxanon models import {release}; install one with "
+                           f"{catalogue_release(release).install_hint}")
 
 
 def cached_model(name: str, component: str, precision: str, device: str, build: Callable[[], Any]):

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from ..data_prep.errors import VoxanonError
-from .model_service import (cached_model, check_device_available, check_device_name, check_precision,
-                                             model_set, resolve_device)
+from .model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
+                            model_set_config, resolve_device)
 from .stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
@@ -49,15 +49,6 @@ MIN_SAMPLES = 400
 STREAMS = {"nac_coarse": 1, "nac_fine": 2}
 
 
-def _nac_set(name: str):
-    """An installed B4 set, its checksums verified once per process."""
-    def check(loaded) -> None:
-        if loaded.config.get("release") != "nac":
-            raise VoxanonError(f"model set {name!r} is not a B4 import; install one with voxanon models import nac DIR")
-
-    return model_set(name, check)
-
-
 def load_component(name: str, component: str, device: str = "cpu"):
     """A component of an installed B4 set (:func:`voxanon.models.checkpoints.nac.load_component`), once per process and device."""
     device = resolve_device(device)
@@ -65,7 +56,7 @@ def load_component(name: str, component: str, device: str = "cpu"):
     def build():
         from ..models.checkpoints import nac
 
-        model = nac.load_component(_nac_set(name), component)
+        model = nac.load_component(model_set(name, "nac"), component)
         if component != "voices" and device != "cpu":
             model = model.to(device.partition(":")[0] if device.startswith("cpu:") else device)
         return model
@@ -100,17 +91,7 @@ class NacVoiceStage(Stage):
 
     def _names(self) -> list[str]:
         if self._voices is None:
-            import json
-
-            from ..models.checkpoints.registry import CONFIG, load_model_set, models_dir
-
-            path = models_dir() / self.models / CONFIG
-            if not path.is_file():
-                load_model_set(self.models)  # the error that names the install command
-            config = json.loads(path.read_text(encoding="utf-8"))
-            if config.get("release") != "nac":
-                raise VoxanonError(f"model set {self.models!r} is not a B4 import (voxanon models import nac DIR)")
-            self._voices = list(config["voices"])
+            self._voices = list(model_set_config(self.models, "nac")["voices"])
         return self._voices
 
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
@@ -196,7 +177,7 @@ class NacSemanticStage(_NacModelStage):
 
         hubert = self._model()
         quantiser = load_component(self.models, "quantiser", self.device)
-        layer = int(_nac_set(self.models).config["hubert_layer"])
+        layer = int(model_set(self.models, "nac").config["hubert_layer"])
         for utt in batch:
             if len(utt.audio) < MIN_SAMPLES:
                 raise VoxanonError(f"{utt.utt_id}: {len(utt.audio)} samples; B4's HuBERT needs at least "

@@ -177,7 +177,6 @@ def test_torch_version_issues_a_few_hundred_torch_calls_whatever_the_batch_lengt
     filter and per-sample NCCF loops issued about 2,700 for 10 s and 5,000 for 77 s)."""
     import collections
 
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from voxanon.models.f0 import yaapt_torch

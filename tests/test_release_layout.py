@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -283,7 +284,7 @@ def test_check_reads_each_file_of_a_release_once(tmp_path, monkeypatch, capsys):
     assert len(reads) == len(set(reads)) >= 3, reads
 
 
-def _install_random_set(home, monkeypatch) -> "Path":
+def _install_random_set(home: Path, monkeypatch) -> Path:
     monkeypatch.setenv("VOXANON_HOME", str(home))
     assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
     return home / "models" / "ssl-sas"

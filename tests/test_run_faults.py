@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.corpora import make_corpus
-from voxanon.pipeline import runner
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.stages import RunFault, Stage

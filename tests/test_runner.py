@@ -155,8 +155,7 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(other_thre
     of the session may leave threads behind.)"""
     from multiprocessing import get_context
 
-    from voxanon.pipeline import runner
-    from voxanon.pipeline.execution import local, pool, workers
+    from voxanon.pipeline.execution import pool
 
     data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=0.5)
     methods = []
@@ -173,7 +172,7 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(other_thre
 def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
     from voxanon.data_prep.corpus import DataDir
     from voxanon.pipeline import runner
-    from voxanon.pipeline.execution import local, pool, workers
+    from voxanon.pipeline.execution import local
 
     lengths = {"a": 2.0, "b": 9.0, "c": 5.0, "d": 9.0}
     for utt, seconds in lengths.items():
@@ -235,8 +234,6 @@ class _SlowToLoad(Stage):
 def test_the_head_start_prepares_utterances_while_the_models_load(tmp_path, monkeypatch):
     """With two workers, a process forked before the models load runs the leading model-free stages on the
     last utterances of the queue; their workers start after those stages, with the same outputs."""
-    from voxanon.pipeline import runner
-    from voxanon.pipeline.execution import local, pool, workers
     from voxanon.pipeline.systems import STAGES
 
     monkeypatch.setitem(STAGES, "marked", _Marked)
@@ -296,7 +293,6 @@ def test_a_crash_before_the_outcomes_are_read_leaves_no_worker(tmp_path, monkeyp
     import multiprocessing
 
     from voxanon.pipeline import runner
-    from voxanon.pipeline.execution import local, pool, workers
 
     before = set(multiprocessing.active_children())
     data = make_corpus(tmp_path, n_speakers=2, n_utts=4, seconds=0.3)
@@ -318,8 +314,7 @@ def test_spawned_workers_set_their_library_variables_in_their_own_process(monkey
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from voxanon.pipeline import runner
-    from voxanon.pipeline.execution import local, pool, workers
+    from voxanon.pipeline.execution import workers
 
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")

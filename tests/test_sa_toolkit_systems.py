@@ -98,3 +98,15 @@ def test_device_code_path_gives_the_cpu_output(home_and_data, tmp_path, monkeypa
         a = soundfile.read(tmp_path / "cpu" / "demo_b5" / "wav" / f"{utt}.wav")[0]
         b = soundfile.read(tmp_path / "device" / "demo_b5" / "wav" / f"{utt}.wav")[0]
         assert len(a) == len(b) and np.abs(a - b).max() <= 2 / 32768  # 16-bit rounding apart, at most
+
+
+def test_a_set_from_another_release_is_refused_before_any_utterance(home_and_data, tmp_path, monkeypatch, capsys):
+    home, data = home_and_data
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0
+    capsys.readouterr()
+    assert anonymise("b5", data, tmp_path / "out", "--set", "asrbn_bn.models=hubert-soft") == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "stage 'asrbn_bn'" in error and "model set 'hubert-soft' was not made by voxanon models import sa-toolkit" \
+        in error and "voxanon models import sa-toolkit FILE|DIR" in error, error
+    assert not list((tmp_path / "out").rglob("*.wav"))

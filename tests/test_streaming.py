@@ -152,16 +152,16 @@ def test_the_same_bytes_whatever_the_workers_and_the_queue_timing(system, worker
     home, data = home
     config = load_system_config(system, _overrides(system, home, "cpu:0"))
     runs = {}
-    for workers in worker_counts:
-        _jittered_loads(monkeypatch, workers)
+    for count in worker_counts:
+        _jittered_loads(monkeypatch, count)
         # A cap of one device batch for two workers: the CPU lane waits for the device at every batch.
-        result = anonymise_set(data, config, tmp_path / f"workers{workers}", workers=workers, progress=False,
-                               queue_seconds=7.0 if workers == 2 else None)
+        result = anonymise_set(data, config, tmp_path / f"workers{count}", workers=count, progress=False,
+                               queue_seconds=7.0 if count == 2 else None)
         assert result.ok and result.processed == len(data.utterances)
         executor = json.loads((result.out_dir / RUN_MANIFEST).read_text())["executor"]
-        assert executor["kind"] == "streaming" and executor["cpu_workers"] == workers
+        assert executor["kind"] == "streaming" and executor["cpu_workers"] == count
         assert 1 < executor["device_batches"] < len(data.utterances), "several device batches, some of several"
-        runs[workers] = _files(result.out_dir)
+        runs[count] = _files(result.out_dir)
     assert all(files == runs[1] for files in runs.values())
 
     # Against today's CPU path, one utterance at a time: float rounding only.

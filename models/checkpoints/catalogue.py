@@ -184,7 +184,10 @@ CATALOGUE: dict[str, Release] = {release.name: release for release in (
                "hifigan_bn_tdnnf_wav2vec2_vq_48_v1, B6: hifigan_bn_tdnnf_600h_vq_48_v1; the bn_tdnnf_* extractors "
                "too), read as data",
         import_options=frozenset({"name", "tag"}), importer=_import_sa_toolkit, random_init=_random_sa_toolkit,
-        set_names=SA_TOOLKIT_TAGS),
+        set_names=SA_TOOLKIT_TAGS,
+        install_hint="voxanon models import sa-toolkit FILE|DIR (a tag's final.pt from deep-privacy/SA-toolkit's "
+                     "GitHub releases), or voxanon models import sa-toolkit --random-init --tag TAG for plumbing "
+                     "tests"),
     Release(
         "nac", "VoicePrivacy 2024 B4: Bark coarse_2.pt and fine_2.pt (7.7 GB), EnCodec 24 kHz, the HuBERT quantiser, "
                "HuBERT-base and the 130 voice prompts (nac_speaker_mappings.zip)", "MIT",

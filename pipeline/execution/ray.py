@@ -115,7 +115,7 @@ class _Worker:
 
 def _system_worker(config: dict, allow_pipes: bool) -> Callable[[list], list]:
     """The pool executor's work function: the runner's ``process_jobs`` on this actor's system."""
-    from . import batches, pool, workers
+    from . import batches, workers
 
     workers.load_worker(config, allow_pipes)
     return functools.partial(batches.process_jobs, workers.worker_system(), allow_pipes=allow_pipes)
@@ -125,7 +125,7 @@ def _lane_worker(config: dict, allow_pipes: bool, start: int, stop: int) -> Call
     """A streaming lane's work function: the system with the models of its stages ``start`` to ``stop``
     loaded; then, per task, ``prepare`` (load and the CPU stages), ``device`` (the device stages on one
     planned batch) or ``write``."""
-    from . import batches, streaming, workers
+    from . import streaming, workers
 
     workers.load_worker(config, allow_pipes, (start, stop))
     system = workers.worker_system()
