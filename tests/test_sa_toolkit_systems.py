@@ -110,3 +110,22 @@ def test_a_set_from_another_release_is_refused_before_any_utterance(home_and_dat
     assert "stage 'asrbn_bn'" in error and "model set 'hubert-soft' was not made by voxanon models import sa-toolkit" \
         in error and "voxanon models import sa-toolkit FILE|DIR" in error, error
     assert not list((tmp_path / "out").rglob("*.wav"))
+
+
+def test_the_bytes_do_not_depend_on_the_drivers_threads(home_and_data, tmp_path, monkeypatch):
+    """A batch the driver runs itself, its torch on two threads, gives the bytes that forked one-thread workers
+    give (two threads split sums, and round, otherwise: B5 differed in the last bits); the driver keeps its
+    threads afterwards."""
+    import torch
+
+    home, data = home_and_data
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert anonymise("b5", data, tmp_path / "driver", "--batch-size", "8") == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert anonymise("b5", data, tmp_path / "workers", "--batch-size", "1", "--workers", "2") == 1
+    assert outputs(tmp_path / "driver") == outputs(tmp_path / "workers")

@@ -105,7 +105,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) ->
                             "this machine); inputs and outputs must be on a path every node sees")
     group.add_argument("--workers", type=int, metavar="N", help=workers_help)
     group.add_argument("--cpus-per-worker", type=float, default=1.0, metavar="C",
-                       help="CPUs reserved by each Ray worker (default 1)")
+                       help="CPUs reserved by each Ray worker (default 1); each computes on one thread, so more "
+                            "than 1 only leaves room (memory, other jobs)")
     group.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
                        help="GPUs reserved by each Ray worker; a fraction (e.g. 0.25) fits several on one GPU "
                             "(default 0)")

@@ -10,7 +10,8 @@ from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, process_jobs
-from .workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, worker_process
+from .workers import (_HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread,
+                      worker_process)
 from ..stages import RunFault, one_line
 from ..systems import System
 
@@ -142,7 +143,9 @@ class InProcess:
 
     def __iter__(self) -> Iterator[list[Outcome]]:
         for batch in self._batches:
-            yield process_jobs(self._system, batch, self._allow_pipes)
+            with one_cpu_thread():  # as in a worker: the bytes must not depend on where the batch ran
+                outcomes = process_jobs(self._system, batch, self._allow_pipes)
+            yield outcomes
 
     def close(self) -> None:
         pass

@@ -368,11 +368,12 @@ class RayBackend:
         """The pool of actors of this shape, grown to ``count`` actors."""
         key = (float(cpus), float(gpus))
         if key not in self._pools:
-            # As the local pool's processes: parallelism from workers, BLAS threads only as many as reserved
-            # CPUs, torch's big buffers on huge pages.
-            threads = str(max(1, int(cpus)))
-            env_vars = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                        "THP_MEM_ALLOC_ENABLE": "1",
+            from .workers import THREAD_VARIABLES
+
+            # As the local pool's processes: parallelism from workers, one CPU thread each whatever the CPUs
+            # reserved (workers.one_cpu_thread: the bytes must not depend on the thread count), torch's big
+            # buffers on huge pages.
+            env_vars = {**{name: "1" for name in THREAD_VARIABLES}, "THP_MEM_ALLOC_ENABLE": "1",
                         **{name: os.environ[name] for name in SHARED_ENVIRONMENT if name in os.environ}}
             self._pools[key] = _ActorPool(cpus, gpus, env_vars)
         self._pools[key].grow(count)

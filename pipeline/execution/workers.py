@@ -3,11 +3,13 @@ spawned and building them), Ctrl-C left to the parent, and the head start that p
 models load."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import queue
 import sys
 from multiprocessing import get_context
+from typing import Iterator
 
 from .batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
 from ..stages import RunFault
@@ -18,6 +20,28 @@ _worker_state: dict = {}
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""Read once, when each library loads: a spawned worker or Ray actor sets them to 1 before it imports any."""
+
+
+@contextlib.contextmanager
+def one_cpu_thread() -> Iterator[None]:
+    """While it lasts, this process computes on one CPU thread (torch's, BLAS's and OpenMP's pools), as every
+    worker does. A sum split over threads rounds differently with their count, so a batch run on the machine's
+    cores gave other bytes than the same batch in a worker (B4, B5 and B6 did, in the last bits): a run's output
+    must not depend on the core count, nor on whether a batch ran in the driver or in a worker. Parallelism
+    comes from the workers."""
+    from threadpoolctl import threadpool_limits
+
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    with threadpool_limits(limits=1):
+        if threads != 1:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
 
 
 def set_worker(system, allow_pipes: bool) -> None:
@@ -159,8 +183,8 @@ def init_forked_worker(device_models: bool, stages: tuple[int, int] | None = Non
     only break the pool, without its message."""
     die_with_parent()
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    # The libraries the parent loaded keep the thread pools they started with: each is set to one here.
+    one_cpu_thread().__enter__()
     _reuse_freed_memory(single_threaded=True)
     system = _worker_state["system"]
     try:
