@@ -162,6 +162,7 @@ class _HeadStart:
 
 def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool, results, stop) -> None:
     die_with_parent()
+    one_cpu_thread().__enter__()  # its values are the workers' own
     for job in jobs:
         if stop.is_set():
             break
