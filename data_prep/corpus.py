@@ -39,11 +39,14 @@ PASSTHROUGH_FILES = ("utt2emo", "spk2fold", "utt2lang", "segments_orig")
 
 
 class DataDirError(VoxanonError):
-    """A data directory that cannot be used; lists every problem found."""
+    """A data directory that cannot be used; lists every problem found (one on the message's one line)."""
 
     def __init__(self, where: str, problems: list[str]):
         self.where = where
         self.problems = problems
+        if len(problems) == 1:  # one line, as every user fault
+            super().__init__(f"{where}: {problems[0]}")
+            return
         shown = problems[:20]
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         super().__init__(f"{where}: {len(problems)} problem(s):\n  " + "\n  ".join(shown) + more)

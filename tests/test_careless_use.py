@@ -143,6 +143,16 @@ def test_an_unwritable_out_folder_is_one_line_and_exit_2(where, tmp_path, capsys
     assert "Traceback" not in error and len(error.strip().splitlines()) == 1 and str(out.parent) in error
 
 
+@pytest.mark.parametrize("data", ["missing", "a_file"])
+def test_an_unusable_data_folder_is_one_line_naming_it(data, tmp_path, capsys):
+    path = tmp_path / data
+    if data == "a_file":
+        path.write_text("x")
+    assert _anonymise(path, "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and f"{path}: not a folder" in error, error
+
+
 @pytest.mark.parametrize("override", ["seed=abc", "max_seconds=abc", "mcadams=3", "mcadams.alpha=-0.5",
                                       "mcadams.alpha=abc", "mcadams.alpha=5", "mcadams.lp_order=0", "mcadams.win_ms=0",
                                       "seed=!!python/object/apply:os.getcwd []", "batch_size=0"])
