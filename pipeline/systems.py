@@ -122,15 +122,24 @@ def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
     """A recipe of ``recipes/<kind>/`` by name, or a YAML file by path, with overrides applied."""
     import yaml
 
-    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
-        text, stem = Path(name).read_text(encoding="utf-8"), Path(name).stem
+    if name.endswith((".yaml", ".yml")):
+        recipe, stem = Path(name), Path(name).stem
+        if not recipe.is_file():
+            raise VoxanonError(f"{name}: no such recipe file")
     else:
-        recipe = _recipe_dir(kind) / f"{name}.yaml"
+        recipe, stem = _recipe_dir(kind) / f"{name}.yaml", name
         if not recipe.is_file():
             raise VoxanonError(f"unknown {kind[:-1]} {name!r}; available: {', '.join(available_recipes(kind))} "
                                "(or give the path of a recipe .yaml)")
-        text, stem = recipe.read_text(encoding="utf-8"), name
-    config = yaml.safe_load(text) or {}
+    try:
+        config = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as error:
+        raise VoxanonError(f"{name}: cannot read it ({error})") from None
+    except yaml.YAMLError as error:
+        raise VoxanonError(f"{name}: not valid YAML ({' '.join(str(error).split())})") from None
+    if not isinstance(config, dict):
+        raise VoxanonError(f"{name}: a recipe is a YAML mapping of settings (key: value lines), not a "
+                           f"{type(config).__name__}")
     config.setdefault("name", stem)
     return apply_overrides(config, list(overrides))
 
@@ -182,19 +191,17 @@ def check_run_settings(config: dict) -> None:
                                f"got {config[stage]!r}")
 
 
-STAGE_WIDE_SETTINGS = {"precision": "the neural content and vocoder stages",
-                       "device": "the neural content, speaker and vocoder stages, and B1's set embedding"}
-"""Settings a command-line flag sets on every stage that has them, and which stages those are."""
-
-
 def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]:
-    """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting`` (see STAGE_WIDE_SETTINGS)."""
+    """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting``: what a command-line flag
+    (``--device``, ``--precision``) sets on every stage that has it."""
+    def has(name: str) -> bool:
+        return name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters
+
     stages = [name for name in config.get("stages", [])
-              if name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters
-              and STAGES[name].takes_stage_wide(setting, config.get(name) or {})]
+              if has(name) and STAGES[name].takes_stage_wide(setting, config.get(name) or {})]
     if not stages:
-        raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (only "
-                           f"{STAGE_WIDE_SETTINGS[setting]} have one)")
+        raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (stages with one: "
+                           f"{', '.join(sorted(filter(has, STAGES)))})")
     return [f"{name}.{setting}={value}" for name in stages]
 
 

@@ -153,6 +153,20 @@ def test_an_unusable_data_folder_is_one_line_naming_it(data, tmp_path, capsys):
     assert len(error.strip().splitlines()) == 1 and f"{path}: not a folder" in error, error
 
 
+@pytest.mark.parametrize("content, message", [(": : :", "not valid YAML"), ("- mcadams\n", "a recipe is a YAML mapping"),
+                                              (None, "no such recipe file"), (b"\xff\xfe", "cannot read it")])
+def test_a_bad_recipe_file_is_one_line_naming_it(content, message, tmp_path, capsys):
+    recipe = tmp_path / "mine.yaml"
+    if isinstance(content, str):
+        recipe.write_text(content)
+    elif content is not None:
+        recipe.write_bytes(content)
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=1)
+    assert main(["anonymise", "--system", str(recipe), "--data", str(data.path), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and f"{recipe}: {message}" in error and "--debug" not in error, error
+
+
 @pytest.mark.parametrize("override", ["seed=abc", "max_seconds=abc", "mcadams=3", "mcadams.alpha=-0.5",
                                       "mcadams.alpha=abc", "mcadams.alpha=5", "mcadams.lp_order=0", "mcadams.win_ms=0",
                                       "seed=!!python/object/apply:os.getcwd []", "batch_size=0"])
