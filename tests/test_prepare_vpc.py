@@ -107,6 +107,13 @@ def test_every_problem_is_named(tmp_path, capsys):
     assert json.loads((root.resolve() / "vpc_index.json").read_text())["missing"] == ["libri_test_trials_m"]
 
 
+def test_a_root_without_any_set_is_a_user_fault_that_writes_nothing(tmp_path, capsys):
+    assert main(["prepare", "vpc", "--root", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "no VoicePrivacy set found" in error and str(tmp_path) in error
+    assert not list(tmp_path.iterdir())
+
+
 def test_default_corpora_expect_vctk_common_sets(tmp_path):
     root = vpc_tree(tmp_path / "vpc")
     index, _ = index_vpc(root)

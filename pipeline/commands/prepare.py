@@ -201,6 +201,9 @@ def _run_iemocap(args: argparse.Namespace) -> int:
 
 def _run_vpc(args: argparse.Namespace) -> int:
     index, loaded = index_vpc(args.root, tuple(args.corpus), read_headers=not args.no_headers)
+    if not index.sets:
+        raise VoxanonError(f"{args.root}: no VoicePrivacy set found (expected folders such as {index.missing[0]}, "
+                           "there or in its data/ folder)")
     index_path = args.index or Path(index.root) / INDEX_NAME
     write_index(index, index_path)
     for vpc_set in index.sets:
