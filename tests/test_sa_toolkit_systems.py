@@ -114,7 +114,7 @@ def test_a_set_from_another_release_is_refused_before_any_utterance(home_and_dat
 
 def test_the_bytes_do_not_depend_on_the_drivers_threads(home_and_data, tmp_path, monkeypatch):
     """A batch the driver runs itself, its torch on two threads, gives the bytes that forked one-thread workers
-    give (two threads split sums, and round, otherwise: B5 differed in the last bits); the driver keeps its
+    give (two threads split sums, and round, otherwise: B6 differed in the last bits); the driver keeps its
     threads afterwards."""
     import torch
 
@@ -123,9 +123,9 @@ def test_the_bytes_do_not_depend_on_the_drivers_threads(home_and_data, tmp_path,
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        assert anonymise("b5", data, tmp_path / "driver", "--batch-size", "8") == 1
+        assert anonymise("b6", data, tmp_path / "driver", "--batch-size", "8") == 1
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
-    assert anonymise("b5", data, tmp_path / "workers", "--batch-size", "1", "--workers", "2") == 1
+    assert anonymise("b6", data, tmp_path / "workers", "--batch-size", "1", "--workers", "2") == 1
     assert outputs(tmp_path / "driver") == outputs(tmp_path / "workers")
