@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from .calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration,
-                                      cross_validated_linear_calibration, sorted_trials)
+from .calibration import (MONOTONICITY_EPSILON, CrossValidatedCalibration, cross_validated_linear_calibration,
+                          sorted_trials)
 from .scores import ScoreError, as_score_array, check_score_sets
 
 LN2 = np.log(2.0)

@@ -16,9 +16,8 @@ from typing import Iterable, Mapping, Sequence
 from ..data_prep.atomic import atomic_write_text
 from ..data_prep.errors import VoxanonError
 from .results import Result, to_csv, to_json
-from .tables import (Table, condition_groups, condition_heading, condition_tables, group_attackers,
-                                 long_table, markdown_tables_by_condition, markdown_tables_by_family, table_notes,
-                                 validate_results)
+from .tables import (Table, condition_groups, condition_heading, condition_tables, group_attackers, long_table,
+                     markdown_tables_by_condition, markdown_tables_by_family, table_notes, validate_results)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # A figure: (caption, path of a PNG file).

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import (MONOTONICITY_EPSILON, fit_isotonic_calibration, fit_linear_calibration,
-                                      sorted_trials)
+from .calibration import MONOTONICITY_EPSILON, fit_isotonic_calibration, fit_linear_calibration, sorted_trials
 from .cllr import cllr
 from .scores import ScoreError, as_score_array, check_score_sets
 

@@ -41,8 +41,8 @@ import numpy as np
 
 from ..data_prep.errors import VoxanonError
 from ..models.f0.params import DEFAULT_BACKEND
-from .model_service import (cached_model, check_device_available, check_device_name,
-                                             check_precision, model_set, resolve_device, stage_precision)
+from .model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
+                            resolve_device, stage_precision)
 from .stages import Stage, Utterance
 
 SSL_SAS_MULTIPLE = 320

@@ -12,8 +12,7 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.wer import normalise_english, word_error_rate
-from voxanon.models.recognisers.asr import (DEFAULT_ASR, SpeechBrainASR, WhisperASR, default_whisper_dir,
-                                load_asr)
+from voxanon.models.recognisers.asr import DEFAULT_ASR, SpeechBrainASR, WhisperASR, default_whisper_dir, load_asr
 from tests.helpers.asr_dirs import write_tiny_encoder_asr
 
 DEMO_CORPUS = Path(__file__).resolve().parents[1] / "data_prep" / "demo" / "corpus"

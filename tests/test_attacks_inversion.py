@@ -5,8 +5,7 @@ from scipy.stats import ortho_group
 from voxanon.data_prep.corpus import Trial
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.data_prep.vectors import Vectors, l2_normalise
-from voxanon.eval.attacks.alignment import (WassersteinProcrustesConfig, orthogonal_procrustes,
-                                            wasserstein_procrustes)
+from voxanon.eval.attacks.alignment import WassersteinProcrustesConfig, orthogonal_procrustes, wasserstein_procrustes
 from voxanon.eval.attacks.inversion import InversionInputs, inversion_attack, top1_accuracy
 from tests.helpers.attacks import synthetic_attack_inputs
 from tests.helpers.attacks import clustered

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from voxanon.data_prep.corpus import (DataDirError, load_corpus, read_data_dir, scan_audio_folder,
-                                      write_anonymised_dir, write_data_dir)
+from voxanon.data_prep.corpus import (DataDirError, load_corpus, read_data_dir, scan_audio_folder, write_anonymised_dir,
+                                      write_data_dir)
 
 KALDI_FILES = ("wav.scp", "utt2spk", "spk2utt", "spk2gender", "text", "utt2dur", "enrolls", "trials")
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voxanon.models.dsp.f0_transform import (NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ, map_f0_to_moments,
-                                         voiced_moments)
+from voxanon.models.dsp.f0_transform import NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ, map_f0_to_moments, voiced_moments
 
 
 def _track(seed: int = 0, n: int = 400, mean: float = 118.0, std: float = 14.0) -> np.ndarray:

@@ -11,10 +11,9 @@ from voxanon.eval.calibration import optimal_llr
 from voxanon.eval.cllr import ece, min_ece, prior_entropy
 from voxanon.eval.scores import ScoreError
 from voxanon.eval.zebra import (MAX_DECE_BITS, ZebraResult, calibration_distortion, dece_deidentification_percent,
-                                dece_gain_db, ece_integral, ece_integral_lr, expected_disclosure,
-                                format_zebra_value, min_cllr_deidentification_percent, min_cllr_gain_db,
-                                privacy_tag, worst_case_disclosure, worst_case_from_lr, z_function,
-                                z_function_lr, zebra)
+                                dece_gain_db, ece_integral, ece_integral_lr, expected_disclosure, format_zebra_value,
+                                min_cllr_deidentification_percent, min_cllr_gain_db, privacy_tag, worst_case_disclosure,
+                                worst_case_from_lr, z_function, z_function_lr, zebra)
 
 
 def quadrature(ece_at):

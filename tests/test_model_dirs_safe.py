@@ -10,8 +10,8 @@ import torch
 from tests.helpers.speechbrain_layouts import ASR_HPARAMS, write_asr_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.recognisers.asr import SpeechBrainASR, Wav2Vec2CTCASR, load_asr
-from voxanon.models.checkpoints.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code, disallowed_tags,
-                                             read_hparams, wav2vec2_config_from_state)
+from voxanon.models.checkpoints.speechbrain_dirs import (Tagged, UnsafeModelCodeError, check_model_code,
+                                                         disallowed_tags, read_hparams, wav2vec2_config_from_state)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

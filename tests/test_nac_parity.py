@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.reference import bark as ref
-from tests.helpers.nac_fixtures import (reference_coarse, reference_encodec, reference_fine, reference_hubert, reference_prompt,
-                          reference_quantiser, write_release)
+from tests.helpers.nac_fixtures import (reference_coarse, reference_encodec, reference_fine, reference_hubert,
+                                        reference_prompt, reference_quantiser, write_release)
 from voxanon.models.nets.bark import (CoarseGPT, FineGPT, GptConfig, VoicePrompt, generate_coarse, generate_fine)
 from voxanon.models.checkpoints.nac import import_nac, load_component
 from voxanon.models.dsp.resample import resample_kaiser_best

@@ -12,8 +12,8 @@ from tests.reference.hifigan import Generator as ReferenceGenerator
 from voxanon.models.checkpoints.ssl_sas import split_ssl_sas_generator
 from voxanon.models.checkpoints.safe import CheckpointError, fold_weight_norm, safe_load
 from voxanon.models.nets.hifigan import (CPU_WINDOW_FRAMES, ConditioningLayout, GeneratorConfig, HifiganGenerator,
-                                    SpectralConvolution, Vocoder, plan_spectral_convolutions, receptive_field_frames,
-                                    spectral_convolutions, synthesis_windows)
+                                         SpectralConvolution, Vocoder, plan_spectral_convolutions,
+                                         receptive_field_frames, spectral_convolutions, synthesis_windows)
 
 SSL_SAS = {"resblock": "1", "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [11, 8, 4, 4, 4],
            "upsample_initial_channel": 512, "resblock_kernel_sizes": [3, 7, 11],

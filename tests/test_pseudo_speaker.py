@@ -9,8 +9,8 @@ import scipy.spatial.distance
 
 from voxanon.data_prep.vectors import Vectors, write_vectors
 from voxanon.models.speakers.pseudo_speaker import (POOL_MANIFEST, PoolError, PseudoSpeakerSelector, SelectionSettings,
-                                           SpeakerPool, cosine_affinity, load_pool, pool_from_speakers,
-                                           pool_from_utterances, save_pool)
+                                                    SpeakerPool, cosine_affinity, load_pool, pool_from_speakers,
+                                                    pool_from_utterances, save_pool)
 from voxanon.pipeline.speaker_stages import GlobalSpeakerStage, PseudoSpeakerStage
 from voxanon.pipeline.stages import Utterance
 from voxanon.pipeline.systems import STAGES

@@ -16,8 +16,8 @@ from voxanon.models.checkpoints.safe import split_weight_norm
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
 from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_CONVERTER_TAGS as CONVERTER_TAGS
 from voxanon.models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_EXTRACTOR_TAGS as EXTRACTOR_TAGS
-from voxanon.models.checkpoints.sa_toolkit import (convert_asr_state, import_sa_toolkit,
-                                       random_sa_toolkit, release_tdnnf_shapes)
+from voxanon.models.checkpoints.sa_toolkit import (convert_asr_state, import_sa_toolkit, random_sa_toolkit,
+                                                   release_tdnnf_shapes)
 from voxanon.pipeline.cli import main
 
 B5, B6 = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"

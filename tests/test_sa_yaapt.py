@@ -19,7 +19,7 @@ from tests.reference.sa_toolkit import UttCMVN
 
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.models.f0.sa_yaapt import (SA_TOOLKIT_B5_B6, SaToolkitYaaptParams, normalise_f0, normalise_f0_pooled,
-                                     sa_toolkit_f0, sa_toolkit_f0_frames)
+                                        sa_toolkit_f0, sa_toolkit_f0_frames)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # the original is TorchScript, which torch deprecates

@@ -16,9 +16,9 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.models.checkpoints.safe import safe_load
 from voxanon.models.nets.hifigan import GeneratorConfig, HifiganGenerator
 from voxanon.models.nets.hifigan_training import (FEATURE_MATCHING_WEIGHT, LossMelSpectrogram, MelConfig,
-                                             MultiPeriodDiscriminator, MultiScaleDiscriminator, discriminator_loss,
-                                             feature_loss, generator_loss, to_jik876_generator_state,
-                                             xvector_consistency_loss)
+                                                  MultiPeriodDiscriminator, MultiScaleDiscriminator, discriminator_loss,
+                                                  feature_loss, generator_loss, to_jik876_generator_state,
+                                                  xvector_consistency_loss)
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.training.vocoder import SegmentSampler, checkpoint_pairs
 

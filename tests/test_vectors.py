@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.data_prep.vectors import (Vectors, l2_normalise, read_vectors, speaker_means,
-                                       write_vectors)
+from voxanon.data_prep.vectors import Vectors, l2_normalise, read_vectors, speaker_means, write_vectors
 
 
 @pytest.fixture

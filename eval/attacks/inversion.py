@@ -29,8 +29,7 @@ import numpy as np
 from ...data_prep.corpus import GENDERS, Trial
 from ...data_prep.errors import VoxanonError
 from ...data_prep.vectors import Vectors, l2_normalise
-from .alignment import (WassersteinProcrustesConfig, orthogonal_procrustes,
-                                            wasserstein_procrustes)
+from .alignment import WassersteinProcrustesConfig, orthogonal_procrustes, wasserstein_procrustes
 from ..cllr import cllr, min_cllr
 from ..eer import eer
 from ..linkability import linkability

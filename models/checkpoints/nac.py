@@ -39,7 +39,7 @@ import torch
 
 from ...data_prep.errors import VoxanonError
 from ..nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
-                                 SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt, init_random)
+                         SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt, init_random)
 from .safe import CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm, key_list, restricted_pickle_module, safe_load
 from ..nets.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
 from ..nets.encodec import init_random as init_random_encodec

@@ -21,8 +21,7 @@ from ...data_prep.errors import VoxanonError
 
 from .keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
 from .ecapa import ecapa_config_from_state, ecapa_with_weights
-from .safe import (CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load,
-                                             strip_prefix)
+from .safe import CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load, strip_prefix
 from ..nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
 from ..nets.hubert import SoftContentConfig, SoftContentEncoder
 from ..nets.speaker import SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_front_end

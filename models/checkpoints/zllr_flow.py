@@ -14,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .safe import (AllowListUnpickler, CheckpointError, UnsafeCheckpointError, key_list,
-                                             restricted_pickle_module)
+from .safe import AllowListUnpickler, CheckpointError, UnsafeCheckpointError, key_list, restricted_pickle_module
 from ..nets.flow import ZeroLLRFlow
 from ..nets.flow_config import FlowConfig
 

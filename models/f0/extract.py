@@ -35,8 +35,7 @@ import numpy as np
 
 from ...data_prep.atomic import atomic_path
 from ...data_prep.paths import contained_path
-from .params import (DEFAULT_BACKEND, MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams,
-                                      backend_params, check_backend)
+from .params import DEFAULT_BACKEND, MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams, backend_params, check_backend
 
 def _prepared(audio: np.ndarray, sample_rate: int, params: YaaptParams) -> tuple[np.ndarray | None, int]:
     """(The zero-padded float64 signal YAAPT analyses, or None for digital silence; the frame count),

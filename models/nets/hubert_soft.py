@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .hubert import (HubertBackboneConfig, SoftContentConfig, _conv_output_lengths,
-                                   batch_hubert_features, plain_hubert)
+from .hubert import HubertBackboneConfig, SoftContentConfig, _conv_output_lengths, batch_hubert_features, plain_hubert
 from .precision import to_device
 
 UNITS_PAD_SAMPLES = (400 - 320) // 2

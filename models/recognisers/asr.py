@@ -435,8 +435,7 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     import torch
 
     from ..checkpoints.safe import CheckpointError, safe_load
-    from ..checkpoints.speechbrain_dirs import (ModelDirError, Tagged, arguments, entry, load_wav2vec2,
-                                                 resolve)
+    from ..checkpoints.speechbrain_dirs import ModelDirError, Tagged, arguments, entry, load_wav2vec2, resolve
 
     where = directory / SPEECHBRAIN_HPARAMS
     wav2vec2 = load_wav2vec2(directory, hparams, entry(hparams, "wav2vec2", where))

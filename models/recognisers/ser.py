@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..checkpoints.speechbrain_dirs import (HPARAMS_FILE, WAV2VEC2_WRAPPERS, ModelDirError, Tagged, arguments,
-                                             entry, read_hparams, read_label_encoder, require_files, resolve)
+from ..checkpoints.speechbrain_dirs import (HPARAMS_FILE, WAV2VEC2_WRAPPERS, ModelDirError, Tagged, arguments, entry,
+                                            read_hparams, read_label_encoder, require_files, resolve)
 
 SAMPLE_RATE = 16000
 IEMOCAP_EMOTIONS = ("neu", "ang", "hap", "sad")

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from ...data_prep.corpus import (GENDERS, DataDir, DataDirError, format_mapping, read_data_dir, read_list,
-                                      write_data_dir)
+                                 write_data_dir)
 from ...data_prep.errors import VoxanonError
 from ...data_prep.prepare.iemocap import scan_iemocap
 from ...data_prep.prepare.issues import PreparationIssues

@@ -93,8 +93,7 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
     """The semi-informed attacker from a ``voxanon train asv`` (or challenge-released) model folder, and the
     warnings on what it was trained on (:func:`~voxanon.pipeline.evaluation.attackers.attacker_training_warnings`).
     A missing model file is an error naming it."""
-    from .attackers import (SemiInformed, attacker_training_summary,
-                                                       attacker_training_warnings, check_attacker_model)
+    from .attackers import SemiInformed, attacker_training_summary, attacker_training_warnings, check_attacker_model
 
     training = check_attacker_model(model_dir)
     spec = f"ecapa:{model_dir}"

@@ -25,8 +25,8 @@ from ...data_prep.corpus import read_data_dir
 from ...data_prep.errors import VoxanonError
 from ...eval.results import ATTACKERS, SEMI_INFORMED, Result
 from .attackers import SemiInformed
-from .scoring import (cosine_trial_scores, enrolment_vectors, pair_score_table,
-                                                 plda_trial_scores, scored_trial_speakers, speaker_enrolment)
+from .scoring import (cosine_trial_scores, enrolment_vectors, pair_score_table, plda_trial_scores,
+                      scored_trial_speakers, speaker_enrolment)
 from .sets import EvaluationSet, audio_files, check_anonymised
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ def _relative_results(set_name: str, system: str, scores: dict[str, SetScores]) 
     """Noé et al. 2022, §7.1: DeID-style percentages (OP against OO) and gains in dB (PP against OO)."""
     from ...eval.cllr import min_cllr
     from ...eval.zebra import (dece_deidentification_percent, dece_gain_db, expected_disclosure,
-                                    min_cllr_deidentification_percent, min_cllr_gain_db)
+                               min_cllr_deidentification_percent, min_cllr_gain_db)
 
     if "o-o" not in scores:
         return []

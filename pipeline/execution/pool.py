@@ -10,8 +10,7 @@ from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, process_jobs
-from .workers import (_HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread,
-                      worker_process)
+from .workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread, worker_process
 from ..stages import RunFault, one_line
 from ..systems import System
 

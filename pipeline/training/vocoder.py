@@ -56,12 +56,10 @@ from ...data_prep.digest import sha256_file
 from ...data_prep.errors import VoxanonError
 from ...models.f0.params import DEFAULT_BACKEND
 from ..feature_cache import ContentCache
-from ..neural_stages import (SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage,
-                                            load_model)
+from ..neural_stages import SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage, load_model
 from ..stages import Utterance
 from ..model_service import torch_device
-from .checkpointing import (PRECISIONS, autocast_dtype, resolve_precision,
-                                                    restore_rng_state, rng_state)
+from .checkpointing import PRECISIONS, autocast_dtype, resolve_precision, restore_rng_state, rng_state
 
 log = logging.getLogger(__name__)
 
