@@ -20,7 +20,7 @@ from voxanon.data_prep.corpus import read_data_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set
 from voxanon.pipeline.stages import Stage, derive_seed
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems import build_system, load_system_config
 
 
 def _outputs(out_dir: Path) -> dict[str, bytes]:
@@ -321,8 +321,42 @@ def test_spawned_workers_set_their_library_variables_in_their_own_process(monkey
     with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=workers.init_spawned_worker,
                              initargs=(load_system_config("b2"), False)) as pool:
         seen = pool.submit(_library_settings).result()
+        assert pool.submit(_thread_pools).result() == {"torch": 1, "blas": 1}
     assert seen == {"THP_MEM_ALLOC_ENABLE": "1", "OMP_NUM_THREADS": "1", "torch_threads": 1}
     assert "THP_MEM_ALLOC_ENABLE" not in os.environ and os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_forked_workers_and_the_driver_running_a_batch_compute_on_one_thread(monkeypatch):
+    """A forked worker inherits its parent's thread pools (torch's, BLAS's) and sets each to one; the driver does
+    while it runs a batch itself, and gets its own back afterwards. On more threads, sums split differently and a
+    run's bytes would follow the machine's core count."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    import torch
+
+    from voxanon.pipeline.execution import workers
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        workers.set_worker(build_system(load_system_config("b2")), False)
+        with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=workers.init_forked_worker,
+                                 initargs=(False,)) as pool:
+            assert pool.submit(_thread_pools).result() == {"torch": 1, "blas": 1}
+        with workers.one_cpu_thread():
+            assert _thread_pools() == {"torch": 1, "blas": 1}
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _thread_pools() -> dict:
+    import torch
+    from threadpoolctl import threadpool_info
+
+    return {"torch": torch.get_num_threads(),
+            "blas": max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")}
 
 
 def _library_settings() -> dict:

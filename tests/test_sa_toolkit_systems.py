@@ -113,19 +113,19 @@ def test_a_set_from_another_release_is_refused_before_any_utterance(home_and_dat
 
 
 def test_the_bytes_do_not_depend_on_the_drivers_threads(home_and_data, tmp_path, monkeypatch):
-    """A batch the driver runs itself, its torch on two threads, gives the bytes that forked one-thread workers
-    give (two threads split sums, and round, otherwise: B6 differed in the last bits); the driver keeps its
+    """A batch the driver runs itself, its torch on two threads, gives the bytes that forked workers (which
+    inherit two threads and set one) give (two threads split sums, and round, otherwise: B6 differed in the last bits); the driver keeps its
     threads afterwards."""
     import torch
 
     home, data = home_and_data
     monkeypatch.setenv("VOXANON_HOME", str(home))
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(2)   # the forked workers inherit it, and must set their own
     try:
         assert anonymise("b6", data, tmp_path / "driver", "--batch-size", "8") == 1
         assert torch.get_num_threads() == 2
+        assert anonymise("b6", data, tmp_path / "workers", "--batch-size", "1", "--workers", "2") == 1
     finally:
         torch.set_num_threads(threads)
-    assert anonymise("b6", data, tmp_path / "workers", "--batch-size", "1", "--workers", "2") == 1
     assert outputs(tmp_path / "driver") == outputs(tmp_path / "workers")

@@ -23,6 +23,16 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 """Read once, when each library loads: a spawned worker or Ray actor sets them to 1 before it imports any."""
 
 
+def limit_to_one_cpu_thread() -> None:
+    """From now on this process computes on one CPU thread (torch's, BLAS's and OpenMP's pools): a worker's
+    setting, for the reason :func:`one_cpu_thread` gives."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)   # kept: only leaving it as a context restores the pools
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
 @contextlib.contextmanager
 def one_cpu_thread() -> Iterator[None]:
     """While it lasts, this process computes on one CPU thread (torch's, BLAS's and OpenMP's pools), as every
@@ -162,7 +172,7 @@ class _HeadStart:
 
 def _head_start(system: System, stages: int, jobs: list[Job], allow_pipes: bool, results, stop) -> None:
     die_with_parent()
-    one_cpu_thread().__enter__()  # its values are the workers' own
+    limit_to_one_cpu_thread()  # its values are the workers' own
     for job in jobs:
         if stop.is_set():
             break
@@ -185,7 +195,7 @@ def init_forked_worker(device_models: bool, stages: tuple[int, int] | None = Non
     die_with_parent()
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     # The libraries the parent loaded keep the thread pools they started with: each is set to one here.
-    one_cpu_thread().__enter__()
+    limit_to_one_cpu_thread()
     _reuse_freed_memory(single_threaded=True)
     system = _worker_state["system"]
     try:
@@ -205,6 +215,7 @@ def init_spawned_worker(config: dict, allow_pipes: bool, stages: tuple[int, int]
     # buffers, which spawned workers map afresh for each block above 32 MB (2-8 % faster neural chains,
     # measured).
     os.environ.update({name: "1" for name in (*THREAD_VARIABLES, "THP_MEM_ALLOC_ENABLE")})
+    limit_to_one_cpu_thread()  # NumPy's BLAS loaded with this module, before the variables were set
     die_with_parent()
     load_worker(config, allow_pipes, stages)
 
