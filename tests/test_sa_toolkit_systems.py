@@ -112,6 +112,7 @@ def test_a_set_from_another_release_is_refused_before_any_utterance(home_and_dat
     assert not list((tmp_path / "out").rglob("*.wav"))
 
 
+@pytest.mark.slow  # the mechanism: test_runner.py's one-thread test, in the default run
 def test_the_bytes_do_not_depend_on_the_drivers_threads(home_and_data, tmp_path, monkeypatch):
     """A batch the driver runs itself, its torch on two threads, gives the bytes that forked workers (which
     inherit two threads and set one) give (two threads split sums, and round, otherwise: B6 differed in the last bits); the driver keeps its
