@@ -333,3 +333,31 @@ def test_a_a_table_has_one_row_per_attacker():
     assert tables[0][0][3] == "EER speechbrain (%)"
     # One attacker per condition elsewhere: no attacker column.
     assert cells(table_lines(text.split("### o-a")[1])[0])[:3] == ["set", "system", "EER speechbrain (%)"]
+
+
+def test_figures_are_drawn_again_only_when_what_they_show_changes(tmp_path, monkeypatch):
+    """write_outputs keeps a figure whose scores, labels and drawing code are those of its files
+    (``plots/<name>.inputs``), and draws it again when any of them changed or a file is missing."""
+    from voxanon.pipeline.evaluation import outputs
+    from voxanon.pipeline.evaluation.evaluate import Evaluation, SetScores
+
+    rng = np.random.default_rng(0)
+    tar, non = rng.normal(2, 1, 40), rng.normal(-2, 1, 400)
+
+    def write(tar_scores):
+        evaluation = Evaluation([Result("dev", "b2", "o-a", "eer", "kaldi", 10.0, "%")],
+                                [SetScores("dev", "b2", "o-a", tar_scores, non)], {}, 0)
+        outputs.write_outputs(tmp_path, evaluation, "figures", {})
+        return {p.name: p.stat().st_mtime_ns for p in (tmp_path / "plots").glob("*.p*")}
+
+    first = write(tar)
+    assert sorted(first) == ["dev_det.pdf", "dev_det.png", "dev_ece_profile.pdf", "dev_ece_profile.png"]
+    assert write(tar.copy()) == first
+    assert all(write(tar + 0.5)[name] != first[name] for name in first)   # other scores
+    second = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "plots").glob("*.p*")}
+    (tmp_path / "plots" / "dev_det.png").unlink()
+    third = write(tar + 0.5)
+    assert third["dev_det.png"] != second["dev_det.png"]
+    assert third["dev_ece_profile.png"] == second["dev_ece_profile.png"]
+    monkeypatch.setattr(outputs, "_package_source_digest", lambda package: "other code")
+    assert all(write(tar + 0.5)[name] != third[name] for name in third)   # other drawing code

@@ -1,11 +1,13 @@
 """An evaluation's outputs: results.json/.csv/.md, the plots and report.html, and the table printed to the terminal.
 
 A figure is drawn again only when what it shows changed: each one's inputs (labels, scores, matrices), the
-plotting module's source and matplotlib's version are hashed into ``plots/<stem>.inputs``; a rerun whose hash
-matches, with every format of the figure in place, keeps the files (drawing is most of a cached rerun's time)."""
+sources of ``eval/`` (the plots and the metrics they draw) and matplotlib's version are hashed into
+``plots/<stem>.inputs``; a rerun whose hash matches, with every format of the figure in place, keeps the files
+(drawing is most of a cached rerun's time)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 from pathlib import Path
@@ -109,9 +111,20 @@ def _figure_inputs_digest(draw: Callable, data, options: dict) -> str:
 
     feed(draw.__qualname__)
     feed(matplotlib.__version__)
-    feed(inspect.getsource(inspect.getmodule(draw)))
+    feed(_package_source_digest(Path(inspect.getfile(draw)).parent))
     feed(data)
     feed(options)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _package_source_digest(package: Path) -> str:
+    """The sources of the plotting code's package (``eval/``: the figures draw curves its metrics compute), so
+    that a change to any of them draws every figure again."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(f"{path.relative_to(package)}\n".encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
