@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.corpora import make_corpus
+from tests.helpers.model_homes import import_random_set
 from tests.helpers.device_checks import ON_CPU
 from voxanon.data_prep.corpus import read_data_dir, write_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
@@ -98,6 +99,21 @@ def test_b2_under_ray_is_byte_identical_to_local(cluster, demo_subset, tmp_path)
     assert manifest["backend"]["name"] == "ray" and manifest["backend"]["workers"] == 2
     assert manifest["backend"]["resources"]["CPU"] == 2 and manifest["backend"]["nodes"] == 3
     assert sorted(_journal_utts(tmp_path / "ray" / "small_b2")) == sorted(read_data_dir(demo_subset).wav)
+
+
+@pytest.mark.slow
+def test_b4_under_ray_is_byte_identical_to_local(cluster, tmp_path, monkeypatch):
+    """B4's torch models and per-utterance draws under Ray's one-thread actors: the bytes of a local run, whose
+    driver runs the set's one batch itself (they differed in the last bits while it used all its threads)."""
+    home = import_random_set(tmp_path / "home", "nac")
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=2, seconds=1.0)
+    common = ["anonymise", "--system", "b4", "--data", str(data.path), "--quiet"]
+    assert main(common + ["--out", str(tmp_path / "local"), "--workers", "1"]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--backend", "ray", "--ray-address", cluster.address,
+                          "--workers", "2"]) == 0
+    local, remote = _files(tmp_path / "local" / "toy_b4"), _files(tmp_path / "ray" / "toy_b4")
+    assert len([name for name in remote if name.endswith(".wav")]) == 4 and remote == local
 
 
 @pytest.mark.slow
