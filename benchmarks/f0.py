@@ -2,7 +2,7 @@
 
 1. Parity and speed per CPU core, side by side: every demo-corpus utterance (182, 462 s; ``--every N``
    takes every N-th) and the synthetic stress voices (octave jumps, creak, digital silence, clipping;
-   ``tests/synthetic_voices.py``), prepared as the SSL-SAS chain hands them to its F0 stage, go through
+   ``tests/helpers/synthetic_voices.py``), prepared as the SSL-SAS chain hands them to its F0 stage, go through
    pYAAPT and the fast version in turn (which goes first alternates), on one thread (OpenMP, OpenBLAS and
    MKL limited to 1 before numpy loads). Printed per set: voicing agreement (frames whose voiced/unvoiced
    decision agrees), F0 within 1 Hz on the frames both call voiced, identical frames and tracks, the worst

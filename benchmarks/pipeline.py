@@ -16,7 +16,7 @@ seconds per second of audio.
      threads; each utterance is read, peak-normalised and trimmed, then F0, content,
      speaker vector and generator are called on it alone under ``torch.no_grad``, and
      the result is written. Its networks are the reference packages' own classes holding the
-     model set's weights (:func:`reference_models`): jik876's generator (``tests/reference_hifigan.py``:
+     model set's weights (:func:`reference_models`): jik876's generator (``tests/reference/hifigan.py``:
      plain ``Conv1d`` layers, weight norm removed), speechbrain's Fbank, sentence normalisation and
      ECAPA_TDNN, and transformers' HubertModel for fairseq's HuBERT. It runs in a process of its own
      (spawned), so nothing set up for our chain reaches it.

@@ -1,6 +1,6 @@
 """SA-toolkit's YAAPT variant (the F0 of B5/B6) and its utterance CMVN against SA-toolkit's own code.
 
-The references are transcriptions of SA-toolkit's ``yaapt.py`` (``tests/reference_sa_yaapt.py``) and of its
+The references are transcriptions of SA-toolkit's ``yaapt.py`` (``tests/reference/sa_yaapt.py``) and of its
 ``UttCMVN`` (``tests/reference/sa_toolkit.py``). The issue asks for voicing agreement on >= 99.5 % of frames and
 |dF0| <= 1 Hz on >= 99 % of jointly voiced frames; on the development machine nearly every track is bit-identical.
 """

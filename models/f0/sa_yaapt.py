@@ -9,7 +9,7 @@ subtracts each time-domain frame's mean in place (so each frame also shifts the 
 programme transposes the transition matrix when it accumulates costs. This module computes the same
 thing, vectorised over frames and batched over utterances (two dynamic programmes step frame by frame,
 in step over the batch), on CPU or GPU, in float32 like the original. The test-only transcription of the
-original, ``tests/reference_sa_yaapt.py``, is what it is tested against.
+original, ``tests/reference/sa_yaapt.py``, is what it is tested against.
 
 Every stage but one performs the port's float32 operations on the same values, so it gives the port's
 values bit for bit on the same machine. The exception is the NCCF of the time-domain frames: all frames go

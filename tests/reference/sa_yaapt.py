@@ -1,6 +1,6 @@
 # Test-only reference for tests/test_sa_yaapt.py (never imported by the voxanon package): SA-toolkit's
 # TorchScript port of YAAPT, the F0 tracker of the VoicePrivacy 2024 baselines B5/B6. (Its utterance CMVN,
-# ``UttCMVN`` of satools/satools/cmvn.py, is transcribed in tests/reference_sa_toolkit.py.)
+# ``UttCMVN`` of satools/satools/cmvn.py, is transcribed in tests/reference/sa_toolkit.py.)
 #
 # Source: https://github.com/deep-privacy/SA-toolkit, file satools/satools/hifigan/yaapt.py at commit
 # 22c298edfa3ef92accf347053cd00826702a2c0d (the algorithm is unchanged since commit 99a8121, 2023-03-21).
