@@ -71,3 +71,17 @@ def test_no_citation_of_a_document_outside_the_repository():
     found = [f"{path.relative_to(ROOT)}:{number}: {what}: {line}"
              for path in _source_files() for number, what, line in _citations(path.read_text(encoding="utf-8"))]
     assert not found, "cite the published source or a docs/ page instead:\n" + "\n".join(found)
+
+
+# A path into this repository: one of its folders, then names, ending in a file's suffix.
+REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(FOLDERS) + r")/[\w./-]*\w\.(?:py|md|yaml|txt|sh))\b")
+PLACEHOLDERS = {"tests/test_x.py"}   # docs/development.md's pattern of a command line
+
+
+def test_every_repository_file_named_in_the_docs_and_the_code_exists():
+    named = [(path, number, cited) for path in _source_files()
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for cited in REPOSITORY_PATH.findall(line)
+             if cited not in PLACEHOLDERS and "*" not in cited and not (ROOT / cited).exists()]
+    assert not named, "names a file that is not in the repository:\n" + "\n".join(
+        f"{path.relative_to(ROOT)}:{number}: {cited}" for path, number, cited in named)
