@@ -326,7 +326,7 @@ def test_spawned_workers_set_their_library_variables_in_their_own_process(monkey
     assert "THP_MEM_ALLOC_ENABLE" not in os.environ and os.environ["OMP_NUM_THREADS"] == "7"
 
 
-def test_forked_workers_and_the_driver_running_a_batch_compute_on_one_thread(monkeypatch):
+def test_forked_workers_and_the_driver_running_a_batch_compute_on_one_thread(monkeypatch, tmp_path):
     """A forked worker inherits its parent's thread pools (torch's, BLAS's) and sets each to one; the driver does
     while it runs a batch itself, and gets its own back afterwards. On more threads, sums split differently and a
     run's bytes would follow the machine's core count."""
@@ -335,17 +335,21 @@ def test_forked_workers_and_the_driver_running_a_batch_compute_on_one_thread(mon
 
     import torch
 
-    from voxanon.pipeline.execution import workers
+    from voxanon.pipeline.execution import pool, workers
 
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
         workers.set_worker(build_system(load_system_config("b2")), False)
         with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=workers.init_forked_worker,
-                                 initargs=(False,)) as pool:
-            assert pool.submit(_thread_pools).result() == {"torch": 1, "blas": 1}
-        with workers.one_cpu_thread():
-            assert _thread_pools() == {"torch": 1, "blas": 1}
+                                 initargs=(False,)) as executor:
+            assert executor.submit(_thread_pools).result() == {"torch": 1, "blas": 1}
+        seen = []
+        real = pool.process_jobs
+        monkeypatch.setattr(pool, "process_jobs", lambda *args: seen.append(_thread_pools()) or real(*args))
+        data = make_corpus(tmp_path, n_speakers=1, n_utts=2, seconds=0.3)
+        assert anonymise_set(data, load_system_config("b2"), tmp_path / "out", workers=1, progress=False).ok
+        assert seen == [{"torch": 1, "blas": 1}] * 2
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(threads)
