@@ -28,7 +28,7 @@ from typing import Iterable
 
 from .atomic import atomic_write_text
 from .errors import VoxanonError
-from .paths import id_message, id_problem
+from .paths import LINK_LOOP, id_message, id_problem, link_loop
 
 log = logging.getLogger(__name__)
 
@@ -321,12 +321,20 @@ def write_mapping(path: str | os.PathLike, mapping: dict[str, object]) -> None:
     atomic_write_text(path, format_mapping(mapping))
 
 
+def _input_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, refused naming it when it is a loop of symbolic links (which would read as missing)."""
+    path = Path(path)
+    if link_loop(path):
+        raise DataDirError(str(path), [LINK_LOOP])
+    return path
+
+
 def read_data_dir(path: str | os.PathLike, *, allow_pipes: bool = False) -> DataDir:
     """Parse a Kaldi data directory; format errors (duplicates, malformed lines) raise.
 
     Consistency between the files is checked by :meth:`DataDir.validate`.
     """
-    path = Path(path)
+    path = _input_folder(path)
     if not (path / "wav.scp").is_file():
         raise DataDirError(str(path), ["wav.scp: missing (is this a Kaldi data directory?)"])
     if (path / "segments").is_file():
@@ -410,7 +418,7 @@ def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
     ``speaker_regex``, the group ``spk`` (else the first group) of a match against the
     path relative to ``root``.
     """
-    root = Path(root)
+    root = _input_folder(root)
     if not root.is_dir():
         raise DataDirError(str(root), ["not a folder"])
     pattern = re.compile(speaker_regex) if speaker_regex else None
@@ -450,7 +458,7 @@ def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
 def load_corpus(path: str | os.PathLike, *, allow_pipes: bool = False, speaker_level: int = 1,
                 speaker_regex: str | None = None) -> DataDir:
     """A Kaldi data directory when ``path`` has a ``wav.scp``, else a plain audio folder."""
-    path = Path(path)
+    path = _input_folder(path)
     if (path / "wav.scp").is_file():
         return read_data_dir(path, allow_pipes=allow_pipes)
     return scan_audio_folder(path, speaker_level=speaker_level, speaker_regex=speaker_regex)

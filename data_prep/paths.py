@@ -9,6 +9,7 @@ that reached a writer some other way still cannot write outside the output.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -82,3 +83,28 @@ def named_folder(root: str | os.PathLike, name: str, what: str) -> Path:
         raise VoxanonError(f"{what}: the folder name {name!r} {problem}; it must be one plain folder name "
                            "(no '/', '\\', NUL or other control characters, not '.' or '..')")
     return contained_path(root, name)
+
+
+LINK_LOOP = "a loop of symbolic links (it never reaches a file or folder)"
+
+
+def resolved(path: str | os.PathLike, what: str) -> Path:
+    """``path`` made absolute with its symbolic links followed, as every input and output folder a command is given
+    is compared; a loop of links (which Python 3.11's ``Path.resolve`` reports as a bare RuntimeError, later ones as
+    an OSError) is one line naming ``what`` (the option) and the path."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        raise VoxanonError(f"{what} {path}: {LINK_LOOP}") from None
+    except OSError as error:
+        reason = LINK_LOOP if error.errno == errno.ELOOP else (error.strerror or str(error))
+        raise VoxanonError(f"{what} {path}: {reason}") from None
+
+
+def link_loop(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is (or passes through) a loop of symbolic links, which ``is_file``/``is_dir`` call absent."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import VoxanonError
+from ..paths import resolved
 from .issues import PreparationIssues
 from .listing import CorpusListing
 
@@ -79,7 +80,7 @@ def _read_labels(path: Path, labels: dict[str, str]) -> None:
 
 
 def scan_iemocap(root: str | os.PathLike, issues: PreparationIssues) -> IemocapListing:
-    sessions = _session_folders(Path(root).resolve())
+    sessions = _session_folders(resolved(root, "--root"))
     audio: dict[str, str] = {}
     labels: dict[str, str] = {}
     transcripts: dict[str, str] = {}

@@ -5,11 +5,12 @@ import os
 from pathlib import Path
 
 from ..errors import VoxanonError
+from ..paths import resolved
 
 
 def corpus_base(root: str | os.PathLike, subsets: list[str], folder: str) -> Path:
     """The folder holding ``subsets``: ``root`` itself or ``root/<folder>``, resolved."""
-    root = Path(root).resolve()
+    root = resolved(root, "--root")
     for base in (root, root / folder):
         if all((base / subset).is_dir() for subset in subsets):
             return base

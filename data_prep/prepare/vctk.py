@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from ..errors import VoxanonError
+from ..paths import resolved
 from .issues import PreparationIssues
 from .layout import subfolders
 from .listing import SPEAKERS_FILE_MISSING, CorpusListing
@@ -45,7 +46,7 @@ def read_vctk_speakers(path: Path) -> dict[str, str]:
 
 def scan_vctk(root: str | os.PathLike, issues: PreparationIssues, *, audio_folder: str | None = None,
               microphone: str = DEFAULT_MICROPHONE) -> CorpusListing:
-    base = Path(root).resolve()
+    base = resolved(root, "--root")
     if microphone not in MICROPHONES:
         raise VoxanonError(f"unknown microphone {microphone!r}; choose one of {', '.join(MICROPHONES)}")
     audio_root = _audio_root(base, audio_folder)

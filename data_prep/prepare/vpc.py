@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write_text
 from ..corpus import AUDIO_EXTENSIONS, DataDir, DataDirError, read_data_dir, write_data_dir
-from ..paths import contained_path
+from ..paths import contained_path, resolved
 from .issues import summarise
 from .listing import TARGET_RATE, read_audio_header
 
@@ -114,7 +114,7 @@ def index_vpc(root: str | os.PathLike, corpora: tuple[str, ...] = CORPORA, *,
 
     Audio entries of the returned sets are the resolved files where that is possible.
     """
-    root = Path(root).resolve()
+    root = resolved(root, "--root")
     if not root.is_dir():
         raise DataDirError(str(root), ["not a folder"])
     sets: list[VpcSet] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...data_prep.corpus import DataDir, load_corpus
 from ...data_prep.errors import VoxanonError
-from ...data_prep.paths import named_folder
+from ...data_prep.paths import named_folder, resolved
 from .options import add_corpus_arguments
 from .options import add_backend_arguments, backend_from_args
 from ..model_service import usable_cpus
@@ -98,22 +98,22 @@ def _output_sets(args: argparse.Namespace, suffix: str) -> list[tuple[DataDir, P
     """Each input set with its output folder, ``<out>/<set><suffix>``, checked before any set runs: the name one
     plain folder name, no output folder an input set, and no two inputs writing into one folder."""
     sets, writers = [], {}
-    inputs = {data_path.resolve(): data_path for data_path in args.data}
+    inputs = {resolved(data_path, "--data"): data_path for data_path in args.data}
     if not suffix and args.out is None:
         raise VoxanonError("--suffix '': each output set would be its input set, rewritten; give a suffix, or "
                            "--out for another folder")
     for data_path in args.data:
         data = load_corpus(data_path, allow_pipes=args.allow_pipes, speaker_level=args.speaker_level,
                            speaker_regex=args.speaker_regex)
-        out_root = args.out if args.out is not None else data_path.resolve().parent
+        out_root = args.out if args.out is not None else resolved(data_path, "--data").parent
         out_dir = named_folder(out_root, f"{data.name}{suffix}", f"--data {data_path} with --suffix {suffix!r}")
-        resolved = out_dir.resolve()
-        if resolved in inputs:
+        out_path = resolved(out_dir, "--out")
+        if out_path in inputs:
             raise VoxanonError(f"--data {data_path}: its output set {out_dir} is the input set --data "
-                               f"{inputs[resolved]}; give another --suffix or --out")
-        if resolved in writers:
-            raise VoxanonError(f"--data {writers[resolved]} and --data {data_path} would both write to {out_dir} "
+                               f"{inputs[out_path]}; give another --suffix or --out")
+        if out_path in writers:
+            raise VoxanonError(f"--data {writers[out_path]} and --data {data_path} would both write to {out_dir} "
                                "(sets of the same name); run them with different --out folders")
-        writers[resolved] = data_path
+        writers[out_path] = data_path
         sets.append((data, out_dir))
     return sets
