@@ -55,7 +55,7 @@ def collect(work: Path, systems: set[str] | None = None) -> dict[str, str]:
         if main(arguments) != 0:
             sys.exit(f"output_digests: 'voxanon {' '.join(arguments)}' failed")
 
-    for name in ("ssl-sas", "zllr-vc"):
+    for name in ("ssl-sas", "zllr-vc", "nac"):
         run(["models", "import", name, "--random-init", "--size", "tiny"])
     for tag in ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"):
         run(["models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", "tiny"])
@@ -83,11 +83,16 @@ def main() -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--out", type=Path, help="write the digests to this file")
     group.add_argument("--compare", type=Path, help="compare with digests written earlier; exit 1 on a difference")
+    parser.add_argument("--systems", help="only these systems, comma-separated (default: every shipped one, or with "
+                                          "--compare every one the earlier file has)")
     args = parser.parse_args()
+    chosen = set(args.systems.split(",")) if args.systems else None
     earlier = dict(line.split("\t") for line in args.compare.read_text().splitlines()) if args.compare else None
     with tempfile.TemporaryDirectory(prefix="voxanon-digests-") as work:
         # Compared with an earlier run: the systems it had (a system added since has nothing to compare with).
-        digests = collect(Path(work), {name.split("/")[0] for name in earlier} if earlier else None)
+        digests = collect(Path(work), chosen or ({name.split("/")[0] for name in earlier} if earlier else None))
+    if earlier and chosen:
+        earlier = {name: digest for name, digest in earlier.items() if name.split("/")[0] in chosen}
     if args.out:
         args.out.write_text("".join(f"{name}\t{digest}\n" for name, digest in digests.items()))
         print(f"{len(digests)} output files digested into {args.out}")
