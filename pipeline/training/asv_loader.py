@@ -3,11 +3,11 @@ stored, the batches of an epoch, the loader's dataset and sampler, and the memor
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 
 from ...data_prep.errors import VoxanonError
+from ...data_prep.memory import available_memory
 from .asv_data import TrainingUtterance
 
 # The largest exact float32 scale of 16-bit PCM (libsndfile's): int16 / 32768 is every float32 read of such a file.
@@ -136,21 +136,6 @@ def largest_batch(n_train: int, batch_size: int) -> int:
     return batch_size + 1 if n_train % batch_size == 1 else batch_size
 
 
-def available_memory() -> int | None:
-    """Bytes this process may still take: the system's available memory, or what its cgroup's limit leaves if
-    less; None where neither can be read."""
-    found = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            found += [int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:")]
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit.isdigit():
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
 def _resident_bytes() -> int:
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
@@ -161,7 +146,8 @@ def _resident_bytes() -> int:
 
 def check_cpu_memory(h: dict, n_train: int, option: str = "--set") -> None:
     """Refuse, before training, a CPU run whose largest batch will not fit in the memory left
-    (:func:`training_memory_estimate` against :func:`available_memory` and what the process holds already),
+    (:func:`training_memory_estimate` against :func:`~voxanon.data_prep.memory.available_memory`, which reads
+    cgroup v1 and v2 limits, and what the process holds already),
     naming what it needs and the largest ``batch_size`` that fits."""
     available = available_memory()
     if available is None:
