@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _output_sets(args: argparse.Namespace, suffix: str) -> list[tuple[DataDir, Path]]:
     """Each input set with its output folder, ``<out>/<set><suffix>``, checked before any set runs: the name one
-    plain folder name, no output folder an input set, and no two inputs writing into one folder."""
+    plain folder name, no output folder an input set, no two inputs writing into one folder, and no output set
+    among the inputs (:func:`_refuse_outputs_among_inputs`)."""
     sets, writers = [], {}
     inputs = {resolved(data_path, "--data"): data_path for data_path in args.data}
     if not suffix and args.out is None:
@@ -116,4 +118,35 @@ def _output_sets(args: argparse.Namespace, suffix: str) -> list[tuple[DataDir, P
                                "(sets of the same name); run them with different --out folders")
         writers[out_path] = data_path
         sets.append((data, out_dir))
+    outputs = [(out_dir, data_path) for (_, out_dir), data_path in zip(sets, args.data)]
+    for (data, _), data_path in zip(sets, args.data):
+        _refuse_outputs_among_inputs(data, data_path, outputs, args.out)
     return sets
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _refuse_outputs_among_inputs(data: DataDir, data_path: Path, outputs: list[tuple[Path, Path]],
+                                 out: Path | None) -> None:
+    """No output set (of ``outputs``: each with the ``--data`` writing it) inside an audio folder given as input
+    (every run scans the whole folder, so a rerun would take the outputs for inputs and never resume), nor holding
+    an input file (the run would overwrite it). A Kaldi set's ``wav.scp`` lists its files, so an output set inside
+    its folder is harmless otherwise. Paths are compared as given and with their links followed."""
+    folder = resolved(data_path, "--data")
+    if not (folder / "wav.scp").is_file():
+        for out_dir, writer in outputs:
+            if _inside(str(resolved(out_dir, "--out")), str(folder)):
+                raise VoxanonError(f"--out {out if out is not None else out_dir.parent}: the output set {out_dir} "
+                                   f"(of --data {writer}) lies inside the audio folder --data {data_path}, which "
+                                   "every run scans for input files, so a rerun would take its outputs for inputs; "
+                                   "choose an --out outside it")
+    files = {os.path.abspath(data.audio_path(utt)): utt for utt in data.utterances if not data.is_pipe(utt)}
+    for out_dir, writer in outputs:
+        for out_path in {os.path.abspath(out_dir), str(resolved(out_dir, "--out"))}:
+            holding = next((file for file in files if _inside(file, out_path)), None)
+            if holding is not None:
+                raise VoxanonError(f"--data {data_path}: its input file {holding} (utterance {files[holding]!r}) "
+                                   f"lies inside the output set {out_dir} (of --data {writer}), which the run "
+                                   "writes into; choose another --out or --suffix")
