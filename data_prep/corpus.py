@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au", ".sph")
 GENDERS = ("f", "m")
 # Metadata files copied unchanged into anonymised sets beside the ones modelled here.
-PASSTHROUGH_FILES = ("utt2emo", "spk2fold", "utt2lang", "segments_orig")
+PASSTHROUGH_FILES = ("utt2emo", "spk2fold", "utt2lang", "segments_orig", "id_map.tsv")
+# An audio folder's ids in place of file and folder names that cannot be Kaldi ids (see scan_audio_folder).
+ID_MAP = "id_map.tsv"
 
 
 class DataDirError(VoxanonError):
@@ -211,6 +213,7 @@ def _duplicates(items: Iterable[str]) -> list[str]:
 _KALDI_SPACE = " \t\n\r\f\v"
 _OTHER_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _KALDI_SEPARATOR = re.compile(f"[{_KALDI_SPACE}]+")
+_MAPPED_CHARACTERS = "white space, control characters and '\\'"
 
 
 def _fields(line: str, maxsplit: int = -1) -> list[str]:
@@ -409,6 +412,33 @@ def write_data_dir(data: DataDir, path: str | os.PathLike) -> None:
         atomic_write_text(path / name, content)
 
 
+# Characters of a file or folder name that cannot be in a Kaldi id: white space of any kind (Kaldi's, and the
+# Unicode spaces that Python's str.split(), as in the challenge's scripts, also splits at), control characters
+# and path separators (paths.id_problem). An audio folder's id has each replaced by '_'.
+_NOT_IN_ID = re.compile(r"[\s/\\\x00-\x1f\x7f-\x9f]")
+_ESCAPED_IN_MAP = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def audio_folder_id(name: str) -> str:
+    """The id of a file or folder name of an audio folder: ``name`` with every character that cannot be in a Kaldi
+    id (:data:`_NOT_IN_ID`) replaced by ``_`` (``"my file"`` -> ``"my_file"``)."""
+    return _NOT_IN_ID.sub("_", name)
+
+
+def _map_field(text: str) -> str:
+    """``text`` as one field of ``id_map.tsv``: a backslash and each control character written as a Python
+    escape (``\\t``, ``\\x07``), so a tab or a line break in a file name cannot break the table."""
+    return _ESCAPED_IN_MAP.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def format_id_map(renamed: dict[tuple[str, str], str]) -> str:
+    """``id_map.tsv``: ``kind  id  original`` for every renamed utterance (original: the file's path relative to
+    the folder) and speaker (original: the folder name or the regular expression's group), sorted."""
+    lines = ["kind\tid\toriginal\n"]
+    lines += [f"{kind}\t{new_id}\t{_map_field(original)}\n" for (kind, new_id), original in sorted(renamed.items())]
+    return "".join(lines)
+
+
 def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
                       speaker_regex: str | None = None) -> DataDir:
     """A data set from a plain folder of audio files.
@@ -416,7 +446,9 @@ def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
     The utterance id is the file name without its extension. The speaker is the name of
     the folder ``speaker_level`` levels above the file (1 = its parent), or, with
     ``speaker_regex``, the group ``spk`` (else the first group) of a match against the
-    path relative to ``root``.
+    path relative to ``root``. A name that cannot be a Kaldi id (spaces, control characters, ``\\``) gives the id
+    :func:`audio_folder_id` makes of it, recorded in the set's ``id_map.tsv`` (which output sets carry on); two
+    names that would give one id are refused, naming both.
     """
     root = _input_folder(root)
     if not root.is_dir():
@@ -425,34 +457,53 @@ def scan_audio_folder(root: str | os.PathLike, *, speaker_level: int = 1,
     problems: list[str] = []
     wav: dict[str, str] = {}
     utt2spk: dict[str, str] = {}
+    renamed: dict[tuple[str, str], str] = {}
+    speaker_names: dict[str, str] = {}  # speaker id -> the name it was made from
     for file in sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file()):
         relative = file.relative_to(root)
-        utt = file.stem
+        utt = audio_folder_id(file.stem)
         if utt in wav:
-            problems.append(f"duplicate utterance id {utt!r}: {wav[utt]} and {file}")
+            renamed_one = utt != file.stem or Path(wav[utt]).stem != utt
+            made = f" (ids are the file names with {_MAPPED_CHARACTERS} as '_')" if renamed_one else ""
+            problems.append(f"duplicate utterance id {utt!r}: {wav[utt]} and {file}{made}; rename one")
             continue
         if pattern is not None:
             match = pattern.search(relative.as_posix())
             if not match:
                 problems.append(f"{relative}: speaker regex {speaker_regex!r} does not match")
                 continue
-            speaker = match.group("spk") if "spk" in pattern.groupindex else match.group(1)
+            speaker_name = match.group("spk") if "spk" in pattern.groupindex else match.group(1)
         else:
             if len(relative.parts) <= speaker_level:
                 problems.append(f"{relative}: no folder {speaker_level} level(s) above the file "
                                 "to take the speaker from")
                 continue
-            speaker = relative.parts[-1 - speaker_level]
+            speaker_name = relative.parts[-1 - speaker_level]
+        speaker = audio_folder_id(speaker_name)
+        if speaker_names.setdefault(speaker, speaker_name) != speaker_name:
+            problems.append(f"{relative}: speakers {speaker_names[speaker]!r} and {speaker_name!r} would have one "
+                            f"id, {speaker!r} ({_MAPPED_CHARACTERS} become '_'); rename one")
+            continue
         if not all([_check_id(problems, str(relative), "utterance", utt),
                     _check_id(problems, str(relative), "speaker", speaker)]):
             continue
         wav[utt] = str(file.resolve())
         utt2spk[utt] = speaker
+        if utt != file.stem:
+            renamed["utterance", utt] = relative.as_posix()
+        if speaker != speaker_name:
+            renamed["speaker", speaker] = speaker_name
     if not wav and not problems:
         problems.append(f"no audio files ({', '.join(AUDIO_EXTENSIONS)}) found")
     if problems:
         raise DataDirError(str(root), problems)
-    return DataDir(name=root.name, wav=wav, utt2spk=utt2spk, path=root)
+    passthrough = {ID_MAP: format_id_map(renamed)} if renamed else {}
+    if renamed:
+        (kind, new_id), original = next(iter(sorted(renamed.items())))
+        log.warning("%s: %d file or folder name(s) cannot be Kaldi ids (%s), so their ids have '_' in their place, "
+                    "e.g. %s %r -> %r; each output set records them in %s", root, len(renamed), _MAPPED_CHARACTERS,
+                    kind, original, new_id, ID_MAP)
+    return DataDir(name=root.name, wav=wav, utt2spk=utt2spk, passthrough=passthrough, path=root)
 
 
 def load_corpus(path: str | os.PathLike, *, allow_pipes: bool = False, speaker_level: int = 1,

@@ -97,3 +97,46 @@ def test_an_input_file_inside_an_output_set_is_refused(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert code == 2 and len(error.splitlines()) == 1 and str(inside) in error and "toy_b2" in error, error
     assert inside.read_bytes() == before
+
+
+def test_an_audio_folder_with_spaces_in_names_gives_a_valid_kaldi_set_and_records_the_ids(tmp_path, capsys):
+    """Names with white space (Kaldi's field separator), control characters or backslashes become ids with '_' in
+    their place; the anonymised set is a valid data directory and its id_map.tsv links each id to its file."""
+    folder = _audio_folder(tmp_path / "corpus", ["a b", "c\td"], speaker="spk one")
+    _audio_folder(folder, ["e\\f", "plain"], speaker="spk2")
+    out = tmp_path / "out"
+    assert main(["anonymise", "--system", "b2", "--quiet", "--workers", "1", "--data", str(folder),
+                 "--out", str(out)]) == 0
+    result = out / "corpus_b2"
+    assert sorted(p.name for p in (result / "wav").iterdir()) == ["a_b.wav", "c_d.wav", "e_f.wav", "plain.wav"]
+    assert (result / "id_map.tsv").read_text() == (
+        "kind\tid\toriginal\n"
+        "speaker\tspk_one\tspk one\n"
+        "utterance\ta_b\tspk one/a b.wav\n"
+        "utterance\tc_d\tspk one/c\\td.wav\n"
+        "utterance\te_f\tspk2/e\\\\f.wav\n")
+    capsys.readouterr()
+    assert main(["validate", str(result)]) == 0, capsys.readouterr()
+    assert (result / "utt2spk").read_text() == "a_b spk_one\nc_d spk_one\ne_f spk2\nplain spk2\n"
+
+
+@pytest.mark.parametrize("names, speakers", [(["a b", "a_b"], ["spk1"]), (["x"], ["s 1", "s_1"])])
+def test_names_that_would_share_an_id_are_refused_naming_both(names, speakers, tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    for index, speaker in enumerate(speakers):
+        _audio_folder(folder, [f"{name}{index}" if len(speakers) > 1 else name for name in names], speaker=speaker)
+    assert main(["validate", str(folder)]) == 2
+    error = capsys.readouterr().err
+    first, second = (names if len(speakers) == 1 else speakers)
+    assert repr(first) in error or first in error
+    assert second in error and "rename one" in error
+
+
+@pytest.mark.parametrize("name, expected", [("a b", "a_b"), ("a\u00a0b", "a_b"), ("a\u3000b\u2028", "a_b_"),
+                                            ("tab\there", "tab_here"), ("back\\slash", "back_slash"),
+                                            ("bell\x07", "bell_"), ("naïve-ok.1", "naïve-ok.1")])
+def test_audio_folder_ids_replace_what_a_kaldi_id_cannot_hold(name, expected):
+    from voxanon.data_prep.corpus import audio_folder_id
+    from voxanon.data_prep.paths import id_problem
+
+    assert audio_folder_id(name) == expected and id_problem(expected) is None
