@@ -2,11 +2,15 @@
 
 ``voxanon models import nac DIR`` reads, in ``DIR`` (any depth, each found once):
 
-* ``coarse_2.pt``, ``fine_2.pt`` (Bark's, as the challenge's coqui fork downloads them): torch pickles of
-  ``model_args``, ``model`` (nanoGPT keys, each with an ``_orig_mod.`` prefix, or without) and
-  ``best_val_loss`` (a numpy scalar), read by :class:`BarkUnpickler`: tensors, ``OrderedDict`` and the numpy
-  scalar (with its dtype and the ``_codecs.encode`` protocol 2 writes its bytes with), nothing else; a
-  ``__reduce__`` payload names a global outside that list and is refused before it is called. An
+* ``coarse_2.pt``, ``fine_2.pt`` (Bark's, as the challenge's coqui fork downloads them): nanoGPT training
+  checkpoints, torch pickles of ``model_args``, ``model`` (nanoGPT keys, each with an ``_orig_mod.`` prefix, or
+  without), ``best_val_loss`` (a numpy scalar) and, as nanoGPT's ``train.py`` saves them, ``optimizer`` (AdamW's
+  state dict: both moments of every parameter, twice the weights), ``iter_num`` and ``config`` (the training
+  settings), read by :class:`BarkUnpickler`: tensors, ``OrderedDict`` and the numpy scalar (with its dtype and
+  the ``_codecs.encode`` protocol 2 writes its bytes with), nothing else; a ``__reduce__`` payload names a
+  global outside that list and is refused before it is called. torch's zip format is memory-mapped, so the
+  optimizer's tensors are never read (its entries are checked by type and dropped); the legacy (non-zip)
+  format cannot be mapped and is read whole. An
   ``attn.bias`` causal-mask buffer (nanoGPT without flash attention) must be the lower-triangular mask and is
   dropped; the fine model's ``lm_heads.i`` must equal its tied ``transformer.wtes.i+1``;
 * ``encodec_24khz-d7cc33bc.th``: EnCodec's state dict; the decoder and the codebooks kept
@@ -54,6 +58,8 @@ FILES = {"coarse": ("coarse_2.pt",), "fine": ("fine_2.pt",), "encodec": ("encode
 HUBERT_LAYER = 9
 PROMPT_KEYS = ("semantic_prompt", "coarse_prompt", "fine_prompt")
 MODEL_ENTRIES = {"model_args", "model", "best_val_loss"}
+TRAINING_ENTRIES = {"optimizer", "iter_num", "config"}
+"""What nanoGPT's ``train.py`` saves beside the model entries; checked by type, then dropped."""
 ORIG_MOD = "_orig_mod."
 
 
@@ -78,18 +84,52 @@ class BarkUnpickler(pickle.Unpickler):
 
 
 def read_bark_checkpoint(path: Path) -> dict:
-    """``coarse_2.pt`` / ``fine_2.pt``'s three entries, read as data (memory-mapped)."""
+    """``coarse_2.pt`` / ``fine_2.pt``'s model entries, read as data: memory-mapped (torch's zip format) or
+    read whole (the legacy format, which cannot be mapped); the training entries checked and dropped."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True,
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path),
                                 pickle_module=restricted_pickle_module(BarkUnpickler))
     except UnsafeCheckpointError as error:
         raise UnsafeCheckpointError(f"{path}: {error}") from None
     except Exception as error:
         raise CheckpointError(f"{path}: not a readable Bark checkpoint ({type(error).__name__}: {error})") from None
-    if not isinstance(checkpoint, dict) or set(checkpoint) != MODEL_ENTRIES:
+    if not isinstance(checkpoint, dict) or not MODEL_ENTRIES <= set(checkpoint) <= MODEL_ENTRIES | TRAINING_ENTRIES:
         found = key_list(map(str, checkpoint)) if isinstance(checkpoint, dict) else type(checkpoint).__name__
-        raise CheckpointError(f"{path}: a Bark checkpoint holds {', '.join(sorted(MODEL_ENTRIES))}; this holds {found}")
-    return checkpoint
+        raise CheckpointError(f"{path}: a Bark checkpoint holds {', '.join(sorted(MODEL_ENTRIES))} (and from "
+                              f"training {', '.join(sorted(TRAINING_ENTRIES))}); this holds {found}")
+    check_training_entries(checkpoint, path)
+    return {key: checkpoint[key] for key in MODEL_ENTRIES}
+
+
+def check_training_entries(checkpoint: dict, path: Path) -> None:
+    """nanoGPT's training entries, where present, by type only (their tensors stay unread): ``optimizer`` a
+    torch optimizer's state dict (``state``: parameter index -> tensors and numbers; ``param_groups``: dicts
+    each with the indices of its ``params``), ``iter_num`` an int, ``config`` a dict of settings by name."""
+    if "optimizer" in checkpoint:
+        optimizer = checkpoint["optimizer"]
+        if not (isinstance(optimizer, dict) and set(optimizer) == {"state", "param_groups"}
+                and _is_optimizer_state(optimizer["state"]) and _are_param_groups(optimizer["param_groups"])):
+            raise CheckpointError(f"{path}: optimizer is not an optimizer's state dict (state: parameter index -> "
+                                  "tensors; param_groups: settings with their params' indices)")
+    iter_num = checkpoint.get("iter_num", 0)
+    if isinstance(iter_num, bool) or not isinstance(iter_num, int):
+        raise CheckpointError(f"{path}: iter_num is a {type(iter_num).__name__}, not an int")
+    config = checkpoint.get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(key, str) for key in config):
+        raise CheckpointError(f"{path}: config is a {type(config).__name__}, not the training settings by name")
+
+
+def _is_optimizer_state(state) -> bool:
+    return isinstance(state, dict) and all(
+        isinstance(index, int) and isinstance(entry, dict)
+        and all(isinstance(value, (torch.Tensor, int, float)) for value in entry.values())
+        for index, entry in state.items())
+
+
+def _are_param_groups(groups) -> bool:
+    return isinstance(groups, list) and all(
+        isinstance(group, dict) and isinstance(group.get("params"), list)
+        and all(isinstance(index, int) for index in group["params"]) for group in groups)
 
 
 def _gpt_config(args, path: Path, fine: bool) -> GptConfig:
@@ -118,8 +158,8 @@ def _gpt_config(args, path: Path, fine: bool) -> GptConfig:
 def convert_bark(checkpoint: dict, path: Path, fine: bool) -> tuple[dict, GptConfig]:
     """(state dict for :class:`~voxanon.models.nets.bark.CoarseGPT` / :class:`~voxanon.models.nets.bark.FineGPT`, config)."""
     config = _gpt_config(checkpoint["model_args"], path, fine)
-    loss = checkpoint["best_val_loss"]
-    if not isinstance(loss, (np.generic, float)):
+    loss = checkpoint["best_val_loss"]  # Bark's a numpy scalar; nanoGPT's train.py saves a 0-d tensor
+    if not isinstance(loss, (np.generic, float)) and not (isinstance(loss, torch.Tensor) and loss.ndim == 0):
         raise CheckpointError(f"{path}: best_val_loss is a {type(loss).__name__}, not a number")
     state = checkpoint["model"]
     if not isinstance(state, dict):

@@ -1,6 +1,7 @@
 """Faithful B4 release fixtures at a test size, random weights, each file in its published layout: Bark's
-``coarse_2.pt``/``fine_2.pt`` (``model_args``, ``_orig_mod.``-prefixed nanoGPT ``model``, ``best_val_loss`` a numpy
-scalar; built by the transcribed reference ``reference_bark.py``), EnCodec's ``encodec_24khz-d7cc33bc.th`` (the
+``coarse_2.pt``/``fine_2.pt`` (nanoGPT training checkpoints: ``model_args``, ``_orig_mod.``-prefixed nanoGPT
+``model``, ``best_val_loss`` a numpy scalar, ``optimizer`` (AdamW's state dict, both moments of every parameter),
+``iter_num`` and ``config``; built by the transcribed reference ``tests/reference/bark.py``), EnCodec's ``encodec_24khz-d7cc33bc.th`` (the
 ``encodec`` package's own model, weight-norm ``weight_g``/``weight_v``, the encoder and k-means buffers included),
 the quantiser ``.pth`` with its ``<name>/.info``, transformers' ``HubertModel`` ``pytorch_model.bin`` and Bark
 ``.npz`` voice prompts in per-voice folders, as ``nac_speaker_mappings.zip`` unpacks."""
@@ -81,12 +82,45 @@ def reference_voice(seed: int, seconds: float = 3.0) -> dict[str, np.ndarray]:
             "coarse_prompt": rng.integers(0, 1024, (2, frames)), "fine_prompt": rng.integers(0, 1024, (8, frames))}
 
 
-def save_bark(path: Path, model, args: dict, **replace) -> Path:
-    """As Bark's training saved it: the compiled model's keys (``_orig_mod.``), ``best_val_loss`` a numpy scalar."""
-    checkpoint = {"model_args": dict(args), "model": {f"_orig_mod.{k}": v for k, v in model.state_dict().items()},
-                  "best_val_loss": np.float64(2.71828)}
+TRAINING_CONFIG = dict(out_dir="out", eval_interval=2000, log_interval=1, eval_iters=200, eval_only=False,
+                       always_save_checkpoint=True, init_from="scratch", wandb_log=False, wandb_project="bark",
+                       wandb_run_name="coarse", dataset="bark", gradient_accumulation_steps=40, batch_size=12,
+                       block_size=1024, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False,
+                       learning_rate=6e-4, max_iters=600_000, weight_decay=0.1, beta1=0.9, beta2=0.95,
+                       grad_clip=1.0, decay_lr=True, warmup_iters=2000, lr_decay_iters=600_000, min_lr=6e-5,
+                       backend="nccl", device="cuda", dtype="bfloat16", compile=True)
+"""nanoGPT's ``config`` entry: the ``train.py`` globals by name (ints, floats, bools, strings)."""
+ITER_NUM = 42_000
+
+
+def adamw_state(model, steps: int = ITER_NUM, seed: int = 5) -> dict:
+    """AdamW's state dict as nanoGPT's ``configure_optimizers`` builds the optimizer (weight decay on the
+    parameters of 2 or more dimensions, none on the rest) after ``steps`` steps: per parameter (tied ones once)
+    ``step`` (a 0-d tensor) and the two moments ``exp_avg``, ``exp_avg_sq`` of its shape, random."""
+    parameters = list(model.parameters())
+    optimizer = torch.optim.AdamW([{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": 0.1},
+                                   {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}],
+                                  lr=6e-5, betas=(0.9, 0.95))
+    generator = torch.Generator().manual_seed(seed)
+    for parameter in parameters:
+        optimizer.state[parameter] = {
+            "step": torch.tensor(float(steps)),
+            "exp_avg": torch.empty_like(parameter).normal_(0.0, 1e-3, generator=generator),
+            "exp_avg_sq": torch.empty_like(parameter).uniform_(0.0, 1e-6, generator=generator)}
+    return optimizer.state_dict()
+
+
+def save_bark(path: Path, model, args: dict, legacy: bool = False, **replace) -> Path:
+    """As Bark's training (nanoGPT's ``train.py``) saved it: the compiled model's keys (``_orig_mod.``),
+    ``best_val_loss`` a numpy scalar, the optimizer's state, ``iter_num`` and ``config``; ``legacy``: torch's
+    non-zip serialisation. ``replace`` sets (or, with ``None``, removes) entries."""
+    checkpoint = {"model": {f"_orig_mod.{k}": v for k, v in model.state_dict().items()},
+                  "optimizer": adamw_state(model), "model_args": dict(args), "iter_num": ITER_NUM,
+                  "best_val_loss": np.float64(2.71828),
+                  "config": {**TRAINING_CONFIG, **{k: args[k] for k in ("n_layer", "n_head", "n_embd", "bias")}}}
     checkpoint.update(replace)
-    torch.save(checkpoint, path)
+    checkpoint = {key: value for key, value in checkpoint.items() if value is not None}
+    torch.save(checkpoint, path, _use_new_zipfile_serialization=not legacy)
     return path
 
 
