@@ -487,9 +487,38 @@ def _wav2vec2_ctc_model(directory: Path, hparams: dict):
     return model.eval()
 
 
+def check_asr_model(spec: str | os.PathLike | None = None, trust_model_code: bool = False) -> str:
+    """The kind of ASR model ``spec`` names (``whisper`` or ``wav2vec2-ctc``, ``speechbrain``), once its folder holds
+    the files that kind reads and (speechbrain) its hyperparams pass the code allow-list; an :class:`ASRError` naming
+    the folder otherwise. Loads nothing, so a command checks its ASR model before its first stage."""
+    from ..checkpoints.speechbrain_dirs import ModelDirError, check_model_code, read_hparams, require_files
+
+    is_default = spec is None or str(spec) == DEFAULT_ASR
+    path = default_whisper_dir() if is_default else Path(spec)
+    if not is_default and not path.is_dir():
+        raise ASRError(f"ASR model {str(spec)!r}: no such directory; expected {DEFAULT_ASR!r}, a CTranslate2 "
+                       f"Whisper directory (model.bin) or a SpeechBrain EncoderASR directory ({SPEECHBRAIN_HPARAMS})")
+    try:
+        if is_default or (path / "model.bin").is_file():
+            # Without tokenizer.json faster-whisper would fetch a tokenizer from the Hub.
+            require_files(path, WHISPER_FILES, "CTranslate2 Whisper model")
+            return "whisper"
+        if (path / SPEECHBRAIN_HPARAMS).is_file():
+            if is_wav2vec2_ctc_layout(read_hparams(path / SPEECHBRAIN_HPARAMS)):
+                require_files(path, WAV2VEC2_CTC_FILES, "speechbrain wav2vec2 CTC ASR")
+                return "wav2vec2-ctc"
+            check_model_code(path, trust_model_code)
+            return "speechbrain"
+    except ModelDirError as error:
+        raise ASRError(str(error)) from None
+    raise ASRError(f"{path}: neither model.bin nor {SPEECHBRAIN_HPARAMS} found; expected {DEFAULT_ASR!r}, a "
+                   f"CTranslate2 Whisper directory (model.bin) or a SpeechBrain EncoderASR directory "
+                   f"({SPEECHBRAIN_HPARAMS})")
+
+
 def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
              threads: int = 0, trust_model_code: bool = False) -> SpeechRecognizer:
-    """The ASR model a recipe names.
+    """The ASR model a recipe names (checked by :func:`check_asr_model`).
 
     ``None`` or ``"whisper-tiny.en"``: the bundled Whisper tiny.en. A directory holding
     ``model.bin``: a CTranslate2 Whisper model. A directory holding ``hyperparams.yaml``:
@@ -497,19 +526,9 @@ def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
     speechbrain once its YAML passes the code allow-list (or ``trust_model_code``). ``threads``
     applies to Whisper on the CPU.
     """
-    if spec is None or str(spec) == DEFAULT_ASR:
-        return WhisperASR(threads=threads, device=device)
-    path = Path(spec)
-    expected = (f"expected {DEFAULT_ASR!r}, a CTranslate2 Whisper directory (model.bin) or a "
-                f"SpeechBrain EncoderASR directory ({SPEECHBRAIN_HPARAMS})")
-    if not path.is_dir():
-        raise ASRError(f"ASR model {str(spec)!r}: no such directory; {expected}")
-    if (path / "model.bin").is_file():
-        return WhisperASR(path, threads=threads, device=device)
-    if (path / SPEECHBRAIN_HPARAMS).is_file():
-        from ..checkpoints.speechbrain_dirs import read_hparams
-
-        if is_wav2vec2_ctc_layout(read_hparams(path / SPEECHBRAIN_HPARAMS)):
-            return Wav2Vec2CTCASR(path, device=device)
-        return SpeechBrainASR(path, device=device, trust_model_code=trust_model_code)
-    raise ASRError(f"{path}: neither model.bin nor {SPEECHBRAIN_HPARAMS} found; {expected}")
+    kind = check_asr_model(spec, trust_model_code)
+    if kind == "whisper":
+        return WhisperASR(None if spec is None or str(spec) == DEFAULT_ASR else spec, threads=threads, device=device)
+    if kind == "wav2vec2-ctc":
+        return Wav2Vec2CTCASR(spec, device=device)
+    return SpeechBrainASR(spec, device=device, trust_model_code=trust_model_code)

@@ -14,7 +14,8 @@ Stages, in order (every one resumable, and skipped when its output is already th
    ASV_eval^anon on a-a (semi-informed), WER, and SER UAR on the IEMOCAP sets; embeddings,
    transcripts and emotion scores are cached by audio content, so a rerun computes none of them.
 
-Everything the user can get wrong (system, protocol, training settings, data directories, too few
+Everything the user can get wrong (system, protocol, training settings, the evaluation's speaker encoder
+and ASR model folders, output and cache folders that cannot be written, data directories, too few
 training speakers or speakers without an utterance of one chunk, an attacker's batch that will not
 fit in the memory left on the CPU, IEMOCAP sets without ``utt2emo``, SER model folders missing a
 file) is checked before the first file is written; messages name ``--train-set`` for the
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ...data_prep.atomic import atomic_write_text
+from ...data_prep.atomic import atomic_write_text, ensure_writable_folder
 from ...data_prep.corpus import DataDir, read_data_dir
 from ...data_prep.errors import VoxanonError
 from ..feature_cache import ContentCache
@@ -167,13 +168,22 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     from ..feature_cache import FileDigests
     started = time.monotonic()
     out = Path(inputs.out)
-    # Every check before the first file is written.
+    # Every check before the first file is written: the cheap ones (settings, model folders) first, then
+    # those that read the sets.
     check_device(inputs.device, inputs.backend)
     torch_device(inputs.device)  # the attacker trains in this process, whatever the backend
     config = _system_config(inputs)
     system = config["name"]
     protocol = _protocol(inputs)
+    asv = protocol.get("asv", {})
     hparams = resolve_hparams(None, inputs.train_overrides, TRAIN_OPTION)
+    cache = inputs.cache if inputs.cache is not None else ContentCache(None)
+    if cache.root is not None:
+        ensure_writable_folder(cache.root, "--cache")
+    # The evaluation's models (--asv-eval, --asr), checked as evaluate checks them; they load when first needed.
+    digest = FileDigests(cache.root)
+    embedder = make_embedder(asv, device=inputs.device, digest=digest)
+    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device)
     train_sets = read_training_sets(inputs.train, inputs.allow_pipes, inputs.allow_missing)
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
@@ -190,6 +200,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
                                      allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
         if torch_device(inputs.device).type == "cpu":
             check_cpu_memory(hparams, len(data.train), TRAIN_OPTION)
+    ensure_writable_folder(out, "--out")   # last: a run refused for any other input leaves --out untouched
 
     # 1. Anonymise the training sets.
     stage_start = time.monotonic()
@@ -216,11 +227,6 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
 
     # 4. Evaluate.
     stage_start = time.monotonic()
-    cache = inputs.cache if inputs.cache is not None else ContentCache(None)
-    asv = protocol.get("asv", {})
-    digest = FileDigests(cache.root)
-    embedder = make_embedder(asv, device=inputs.device, digest=digest)
-    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device)
     semi_informed, warnings = semi_informed_attacker(model_dir, asv, anonymised_eval, system, device=inputs.device,
                                                      digest=digest)
     run_computations_on(inputs.backend, inputs.batch_size, embedder, transcriber, semi_informed.embedder,

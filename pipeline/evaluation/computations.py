@@ -110,11 +110,14 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
     cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
-    outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`)."""
+    outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`). The spec and its folder
+    are checked now (:func:`~voxanon.models.recognisers.asr.check_asr_model`), before any work."""
+    from ...models.recognisers.asr import check_asr_model
     from ..feature_cache import CachedComputation
 
     if not spec:
         return None
+    check_asr_model(str(spec), trust_model_code)
     model = {}
 
     def transcribe(waves):
