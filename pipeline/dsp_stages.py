@@ -1,38 +1,56 @@
 """Signal-processing stages: transforms that need no model weights."""
 from __future__ import annotations
 
-from ..models.dsp.mcadams import mcadams
+from ..models.dsp.mcadams import frame_setting_problem, mcadams
+from .stage_settings import Choice, Interval, Number, SettingError, checked
 from .stages import SEED_LEVELS, Stage, Utterance
+
+_ALPHA = Number(0.0, 1.0, low_inclusive=False)
 
 
 class McAdamsStage(Stage):
     """McAdams coefficient anonymisation (B2 with a fixed alpha, B2r with a drawn one)."""
 
     name = "mcadams"
+    SETTINGS = {
+        "alpha": _ALPHA,
+        "randomise": Choice(("none",) + SEED_LEVELS),
+        "alpha_range": Interval(_ALPHA),
+        "lp_order": Number(1, 100, integer=True),
+        "win_ms": Number(0.0, 1000.0, low_inclusive=False, unit="(ms)"),
+        "shift_ms": Number(0.0, 1000.0, low_inclusive=False, unit="(ms)"),
+    }
+    WHY = {
+        # Above 1, a pole's angle raised to alpha passes the Nyquist frequency (pi ** alpha > pi) and folds back.
+        "alpha": "above 1 the warped poles pass the Nyquist frequency",
+        # The batched root finding holds an order x order companion matrix per frame.
+        "lp_order": "speech needs about the sample rate in kHz plus 2 to 4; the pole finding holds order^2 values per frame",
+    }
+    MAX_OVERLAP = 10
+    """Frames per sample (win_ms / shift_ms) at most: the chain holds every frame of an utterance at once."""
 
     def __init__(self, alpha: float = 0.8, randomise: str = "none",
                  alpha_range: tuple[float, float] | list[float] = (0.7, 0.9),
                  lp_order: int = 20, win_ms: float = 20.0, shift_ms: float = 10.0):
-        if randomise not in ("none",) + SEED_LEVELS:
-            raise ValueError(f"mcadams.randomise must be none, utterance or speaker, got {randomise!r}")
-        low, high = (float(v) for v in alpha_range)
-        if not 0.0 < low <= high <= 1.0:
-            raise ValueError(f"mcadams.alpha_range must be [low, high] with 0 < low <= high <= 1, got {alpha_range}")
-        # Above 1, a pole's angle raised to alpha passes the Nyquist frequency (pi ** alpha > pi) and folds back.
-        if not 0.0 < float(alpha) <= 1.0:
-            raise ValueError(f"mcadams.alpha must be in (0, 1] (above 1 the warped poles pass the Nyquist "
-                             f"frequency), got {alpha}")
-        if int(lp_order) != lp_order or lp_order < 1:
-            raise ValueError(f"mcadams.lp_order must be a positive integer, got {lp_order}")
-        if not 0.0 < float(shift_ms) <= float(win_ms):
-            raise ValueError(f"mcadams.win_ms and shift_ms must satisfy 0 < shift_ms <= win_ms, got win_ms={win_ms}, "
-                             f"shift_ms={shift_ms}")
-        self.alpha = float(alpha)
-        self.randomise = randomise
-        self.alpha_range = (low, high)
-        self.lp_order = int(lp_order)
-        self.win_ms = float(win_ms)
-        self.shift_ms = float(shift_ms)
+        values = checked(self.name, self.SETTINGS, dict(alpha=alpha, randomise=randomise, alpha_range=alpha_range,
+                                                       lp_order=lp_order, win_ms=win_ms, shift_ms=shift_ms),
+                         self.WHY)
+        if not values["shift_ms"] <= values["win_ms"] <= self.MAX_OVERLAP * values["shift_ms"]:
+            raise SettingError(f"mcadams.win_ms and shift_ms must satisfy shift_ms <= win_ms <= "
+                               f"{self.MAX_OVERLAP} x shift_ms (frames overlap-add; each sample is in win/shift "
+                               f"frames), got win_ms={win_ms}, shift_ms={shift_ms}")
+        self.alpha = values["alpha"]
+        self.randomise = values["randomise"]
+        self.alpha_range = values["alpha_range"]
+        self.lp_order = values["lp_order"]
+        self.win_ms = values["win_ms"]
+        self.shift_ms = values["shift_ms"]
+
+    def check_sample_rate(self, sample_rate: int) -> None:
+        problem = frame_setting_problem(sample_rate, self.lp_order, self.win_ms, self.shift_ms)
+        if problem is not None:
+            setting, what = problem
+            raise SettingError(f"mcadams.{setting}={getattr(self, setting):g} {what}")
 
     def process(self, utt: Utterance) -> None:
         alpha = self.alpha if self.randomise == "none" else float(utt.rng(self.randomise).uniform(*self.alpha_range))

@@ -23,6 +23,7 @@ from ..data_prep.errors import VoxanonError
 from ..models.dsp.f0_transform import DEFAULT_FLOOR_HZ, NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
 from ..models.dsp.psola import PRAAT_F0_MAX_HZ, PRAAT_F0_MIN_HZ
 from .f0_targets import read_f0_targets
+from .stage_settings import Number, SettingError, checked
 from .stages import Stage, Utterance
 
 _flows: dict[str, Any] = {}
@@ -41,6 +42,9 @@ def load_sex_flow(name: str):
     return _flows[key]
 
 
+_TARGET_SETTINGS = {"mean_hz": Number(0.0, low_inclusive=False, unit="(Hz)"), "std_hz": Number(0.0, unit="(Hz)")}
+
+
 class _NeutralTargets:
     """The target moments of a stage: explicit numbers, or those of an ``f0-targets`` file."""
 
@@ -48,9 +52,8 @@ class _NeutralTargets:
         self.targets = targets
         if targets is not None:
             mean_hz, std_hz = read_f0_targets(targets)
-        self.mean_hz, self.std_hz = float(mean_hz), float(std_hz)
-        if not self.mean_hz > 0 or not self.std_hz >= 0:
-            raise ValueError(f"{self.name}: mean_hz must be > 0 and std_hz >= 0, got {mean_hz} and {std_hz}")
+        values = checked(self.name, _TARGET_SETTINGS, {"mean_hz": mean_hz, "std_hz": std_hz})
+        self.mean_hz, self.std_hz = values["mean_hz"], values["std_hz"]
 
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         # The numbers, not only the file name, must enter the configuration hash.
@@ -65,9 +68,8 @@ class F0NeutralStage(_NeutralTargets, Stage):
     def __init__(self, mean_hz: float = NEUTRAL_F0_MEAN_HZ, std_hz: float = NEUTRAL_F0_STD_HZ,
                  targets: str | None = None, floor_hz: float = DEFAULT_FLOOR_HZ):
         super().__init__(mean_hz, std_hz, targets)
-        if not float(floor_hz) > 0:
-            raise ValueError(f"f0_neutral.floor_hz must be > 0, got {floor_hz}")
-        self.floor_hz = float(floor_hz)
+        self.floor_hz = checked(self.name, {"floor_hz": Number(0.0, low_inclusive=False, unit="(Hz)")},
+                                {"floor_hz": floor_hz})["floor_hz"]
 
     def process(self, utt: Utterance) -> None:
         from ..models.dsp.f0_transform import map_f0_to_moments, voiced_moments
@@ -142,9 +144,18 @@ class TdPsolaStage(_NeutralTargets, Stage):
                  targets: str | None = None, f0_min_hz: float = PRAAT_F0_MIN_HZ,
                  f0_max_hz: float = PRAAT_F0_MAX_HZ):
         super().__init__(mean_hz, std_hz, targets)
-        if not 0 < float(f0_min_hz) < float(f0_max_hz):
-            raise ValueError(f"tdpsola: need 0 < f0_min_hz < f0_max_hz, got {f0_min_hz} and {f0_max_hz}")
-        self.f0_min_hz, self.f0_max_hz = float(f0_min_hz), float(f0_max_hz)
+        # Praat's pitch analysis refuses a floor below 3 Hz.
+        pitch = Number(3.0, unit="(Hz)")
+        values = checked(self.name, {"f0_min_hz": pitch, "f0_max_hz": pitch},
+                         {"f0_min_hz": f0_min_hz, "f0_max_hz": f0_max_hz}, {"f0_min_hz": "Praat's pitch floor"})
+        self.f0_min_hz, self.f0_max_hz = values["f0_min_hz"], values["f0_max_hz"]
+        if not self.f0_min_hz < self.f0_max_hz:
+            raise SettingError(f"tdpsola: need f0_min_hz < f0_max_hz, got {f0_min_hz} and {f0_max_hz}")
+
+    def check_sample_rate(self, sample_rate: int) -> None:
+        if self.f0_max_hz > sample_rate / 2:
+            raise SettingError(f"tdpsola.f0_max_hz={self.f0_max_hz:g} is above the Nyquist frequency of "
+                               f"{sample_rate} Hz ({sample_rate / 2:g} Hz): no pitch above it can be heard in the audio")
 
     def process(self, utt: Utterance) -> None:
         from ..models.dsp.psola import psola_to_moments

@@ -96,6 +96,11 @@ class Stage:
         ``--precision``) sets it on this stage, configured with ``options`` (its recipe section)."""
         return True
 
+    def check_sample_rate(self, sample_rate: int) -> None:
+        """Refuse (``ValueError`` naming ``stage.setting``) settings that cannot work at the system's
+        ``sample_rate`` (a window of no samples, a frequency above Nyquist): checked when the system is built,
+        before any utterance, rather than by every utterance in turn."""
+
     def load_models(self) -> None:
         """Load in this process what ``process_batch`` will need on the CPU (the runner calls it once before
         it forks its workers, which then share what was loaded). Models for another device are left to

@@ -322,7 +322,9 @@ def build_system(config: dict) -> System:
             raise VoxanonError(f"system {config['name']!r}: stage {stage_name!r} has no setting(s) "
                                f"{sorted(set(options) - accepted)}; it takes {sorted(accepted)}")
         try:
-            stages.append(stage_class(**options))
+            stage = stage_class(**options)
+            stage.check_sample_rate(int(config.get("sample_rate", 16000)))
+            stages.append(stage)
         except (TypeError, ValueError) as error:  # the stage's own check of a value, which may not name it
             settings = ", ".join(f"{stage_name}.{key}={value!r}" for key, value in options.items())
             raise VoxanonError(f"system {config['name']!r}, stage {stage_name!r} ({settings or 'defaults'}): "

@@ -27,6 +27,29 @@ _EPS32 = float(np.finfo(np.float32).eps)
 _PEAK_LIMIT = 0.99
 
 
+def frame_lengths(sample_rate: int, win_ms: float, shift_ms: float) -> tuple[int, int]:
+    """The window and the shift in samples (rounded down, as the reference does)."""
+    return int(np.floor(win_ms * 0.001 * sample_rate)), int(np.floor(shift_ms * 0.001 * sample_rate))
+
+
+def frame_setting_problem(sample_rate: int, lp_order: int, win_ms: float, shift_ms: float) -> tuple[str, str] | None:
+    """``(setting, what is wrong)`` for frame settings that cannot work at ``sample_rate``, or None.
+
+    The square-root Hann window needs at least 3 samples (Hann's 2-sample window is all zeros), the shift at
+    least one; Burg's recursion fits order ``p`` from ``win_length - 1 - p`` error samples at its last step and
+    overflows well before ``p`` reaches the window's length, so the order is kept to half the window's samples.
+    """
+    win_length, shift = frame_lengths(sample_rate, win_ms, shift_ms)
+    if win_length < 3:
+        return "win_ms", f"gives a window of {win_length} sample(s) at {sample_rate} Hz; it needs at least 3"
+    if shift < 1:
+        return "shift_ms", f"gives a shift of 0 samples at {sample_rate} Hz; it needs at least 1"
+    if lp_order > win_length // 2:
+        return "lp_order", (f"is above half the window's {win_length} samples (win_ms={win_ms:g} at {sample_rate} Hz): "
+                            f"at most {win_length // 2}")
+    return None
+
+
 def analysis_window(win_length: int, shift: int) -> np.ndarray:
     """sqrt(hann / K) with K = sum(hann) / shift: analysis x synthesis overlap-adds to one."""
     hann = np.hanning(win_length)
@@ -168,8 +191,7 @@ def mcadams(samples: np.ndarray, sample_rate: int, alpha: float, *, lp_order: in
         raise ValueError(f"expected mono samples, got shape {samples.shape}")
     if not 0.0 < alpha:
         raise ValueError(f"McAdams coefficient must be positive, got {alpha}")
-    win_length = int(np.floor(win_ms * 0.001 * sample_rate))
-    shift = int(np.floor(shift_ms * 0.001 * sample_rate))
+    win_length, shift = frame_lengths(sample_rate, win_ms, shift_ms)
     signal = samples.astype(np.float64) + _EPS32
     window = analysis_window(win_length, shift)
     frames = frame_signal(signal, win_length, shift) * window
