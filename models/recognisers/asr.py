@@ -491,7 +491,8 @@ def check_asr_model(spec: str | os.PathLike | None = None, trust_model_code: boo
     """The kind of ASR model ``spec`` names (``whisper`` or ``wav2vec2-ctc``, ``speechbrain``), once its folder holds
     the files that kind reads and (speechbrain) its hyperparams pass the code allow-list; an :class:`ASRError` naming
     the folder otherwise. Loads nothing, so a command checks its ASR model before its first stage."""
-    from ..checkpoints.speechbrain_dirs import ModelDirError, check_model_code, read_hparams, require_files
+    from ..checkpoints.speechbrain_dirs import (ModelDirError, UnsafeModelCodeError, check_model_code, read_hparams,
+                                                require_files)
 
     is_default = spec is None or str(spec) == DEFAULT_ASR
     path = default_whisper_dir() if is_default else Path(spec)
@@ -509,6 +510,8 @@ def check_asr_model(spec: str | os.PathLike | None = None, trust_model_code: boo
                 return "wav2vec2-ctc"
             check_model_code(path, trust_model_code)
             return "speechbrain"
+    except UnsafeModelCodeError:
+        raise  # its own type, so callers can tell "trust this folder?" from a broken one
     except ModelDirError as error:
         raise ASRError(str(error)) from None
     raise ASRError(f"{path}: neither model.bin nor {SPEECHBRAIN_HPARAMS} found; expected {DEFAULT_ASR!r}, a "
