@@ -23,7 +23,8 @@ Voice selection (``selection``):
 
 * ``random_per_utt`` (the challenge's: ``random.choice`` per utterance): each utterance draws a voice;
 * ``random_per_spk``: each source speaker draws one voice, for all its utterances;
-* ``constant``: every utterance takes ``constant`` (a voice name).
+* ``constant``: every utterance takes ``constant``: a voice name, or ``random`` (:data:`EMPTY_PROMPT`), the
+  reference's empty prompt (no semantic, coarse or fine history), as the recipe's ``target_voice_id: random``.
 
 ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N``) on the model stages: on the CPU each utterance runs alone,
 through the reference's exact calls; elsewhere the coarse and fine stages sample the runner's batch together
@@ -43,6 +44,9 @@ from .model_service import (cached_model, check_device_available, check_device_n
 from .stages import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
+EMPTY_PROMPT = "random"
+"""The voice name that means no prompt: the coqui fork's ``load_voice`` returns (None, None, None) for it before
+looking at any voice folder, so it wins over a voice of that name, as there."""
 MODELS = "nac"
 MIN_SAMPLES = 400
 """HuBERT's feature encoder needs 400 samples (25 ms) at 16 kHz for one frame."""
@@ -95,9 +99,10 @@ class NacVoiceStage(Stage):
         return self._voices
 
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
-        if self.selection == "constant" and self.constant not in self._names():
+        if self.selection == "constant" and self.constant != EMPTY_PROMPT and self.constant not in self._names():
             raise VoxanonError(f"nac_voice.constant {self.constant!r} is not one of model set {self.models!r}'s "
-                               f"{len(self._names())} voices (e.g. {', '.join(self._names()[:5])}, ...)")
+                               f"{len(self._names())} voices (e.g. {', '.join(self._names()[:5])}, ...) nor "
+                               f"{EMPTY_PROMPT!r} (no prompt)")
         return {}
 
     def load_models(self) -> None:
@@ -106,7 +111,7 @@ class NacVoiceStage(Stage):
     def process(self, utt: Utterance) -> None:
         voices = self._names()
         if self.selection == "constant":
-            if self.constant not in voices:
+            if self.constant != EMPTY_PROMPT and self.constant not in voices:
                 raise VoxanonError(f"nac_voice.constant {self.constant!r} is not a voice of model set {self.models!r}")
             voice = self.constant
         else:
@@ -140,8 +145,9 @@ class _NacModelStage(Stage):
         return load_component(self.models, self.component, self.device)
 
     def _voices(self, batch: list[Utterance]):
+        """Each utterance's prompt; None for :data:`EMPTY_PROMPT`."""
         voices = load_component(self.models, "voices")
-        return [voices[utt.features["voice"]] for utt in batch]
+        return [None if utt.features["voice"] == EMPTY_PROMPT else voices[utt.features["voice"]] for utt in batch]
 
     def _check_inputs(self, batch: list[Utterance]) -> None:
         missing = [f"{u.utt_id}:{k}" for u in batch for k in self.inputs if k not in u.features]

@@ -3,9 +3,12 @@
 package, each fed the imported set's tensors (``voxanon models import nac`` on a faithful fixture release)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import resampy
+import soundfile
 import torch
 
 from tests.reference import bark as ref
@@ -16,20 +19,30 @@ from voxanon.models.checkpoints.nac import import_nac, load_component
 from voxanon.models.dsp.resample import resample_kaiser_best
 from voxanon.models.nets.nac_semantic import SemanticQuantiser, semantic_tokens
 from voxanon.models.checkpoints.registry import load_model_set, write_model_set
+from voxanon.data_prep.audio import to_pcm16
+from voxanon.pipeline.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    """The fixture release imported and installed; (model set, reference networks)."""
+def installed(tmp_path_factory):
+    """The fixture release imported and installed in a ``VOXANON_HOME``; (home, release folder, model set,
+    reference networks)."""
     root = write_release(tmp_path_factory.mktemp("release"))
     components, config = import_nac(root)
-    home = tmp_path_factory.mktemp("models")
-    write_model_set("nac", components, config, source="fixture", random=False, root=home)
-    model_set = load_model_set("nac", root=home)
-    return model_set, {"coarse": reference_coarse(), "fine": reference_fine(), "encodec": reference_encodec(),
-                       "hubert": reference_hubert(), "quantiser": reference_quantiser()}
+    home = tmp_path_factory.mktemp("home")
+    write_model_set("nac", components, config, source="fixture", random=False, root=home / "models")
+    model_set = load_model_set("nac", root=home / "models")
+    return home, root, model_set, {"coarse": reference_coarse(), "fine": reference_fine(),
+                                   "encodec": reference_encodec(), "hubert": reference_hubert(),
+                                   "quantiser": reference_quantiser()}
+
+
+@pytest.fixture(scope="module")
+def imported(installed):
+    """(model set, reference networks)."""
+    return installed[2:]
 
 
 def speech(seed: int, seconds: float) -> np.ndarray:
@@ -180,6 +193,48 @@ def test_whole_chain_on_three_utterances_equals_the_reference(imported):
             audio = modules["encodec"](torch.from_numpy(ours_fine[0])[None]).numpy()[0]
         np.testing.assert_array_equal(audio, expected)
         assert abs(len(resample_kaiser_best(audio, 24000, 16000)) - len(wave)) <= 0.040 * 16000
+
+
+def test_anonymise_with_the_random_voice_equals_the_reference(installed, tmp_path, monkeypatch):
+    """``anonymise --system b4`` with ``nac_voice.constant=random`` (deterministic sampling: top-1 coarse, argmax
+    fine) writes, for each utterance, the reference chain's output when the recipe's anonymiser is called with
+    ``target_voice_id='random'``: the coqui fork's ``load_voice`` gives the empty prompt (None, None, None), then
+    semantic tokens, coarse, fine, EnCodec at 24 kHz, kaiser_best to 16 kHz, 16-bit PCM."""
+    home, release, _, references = installed
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    voice_dir = str(next(release.rglob("suno_voices")) / "v2")
+    history = ref.load_voice(None, "random", [voice_dir])
+    assert history == (None, None, None)
+    data = tmp_path / "data"
+    data.mkdir()
+    waves = {f"spk{seed}-utt{seed}": speech(seed, 0.7 + 0.4 * seed) for seed in range(2)}
+    for utt, wave in waves.items():
+        soundfile.write(data / f"{utt}.wav", wave, 16000, subtype="PCM_16")
+    (data / "wav.scp").write_text("".join(f"{utt} {data / utt}.wav\n" for utt in waves))
+    (data / "utt2spk").write_text("".join(f"{utt} {utt.split('-')[0]}\n" for utt in waves))
+    out = tmp_path / "out"
+    assert main(["anonymise", "--system", "b4", "--data", str(data), "--out", str(out), "--workers", "1", "--quiet",
+                 "--set", "nac_voice.selection=constant", "--set", "nac_voice.constant=random",
+                 "--set", "nac_coarse.top_k=1", "--set", "nac_fine.temperature=null"]) == 0
+    folder = next(p for p in out.iterdir() if p.is_dir())
+    journal = [json.loads(line) for line in (folder / ".journal.jsonl").read_text().splitlines()]
+    assert {entry["record"]["voice"] for entry in journal} == {"random"}
+    bark = ref.BarkReference(references["coarse"], references["fine"], references["encodec"])
+    for utt in waves:
+        wave = soundfile.read(data / f"{utt}.wav", dtype="float32")[0]  # what the run reads
+        semantic = ref.reference_semantic_tokens(references["hubert"], references["quantiser"], wave)
+        coarse = ref.generate_coarse(semantic, bark, history_prompt=history, temp=0.7, top_k=1, silent=True)
+        fine = ref.generate_fine(coarse, bark, history_prompt=history, temp=None)
+        with torch.no_grad():
+            expected = ref.codec_decode(fine, bark)
+        written = soundfile.read(folder / "wav" / f"{utt}.wav", dtype="int16")[0]
+        np.testing.assert_array_equal(written, to_pcm16(resample_kaiser_best(expected, 24000, 16000)
+                                                        .astype(np.float32)))
+        # resampy itself, as the recipe's librosa calls it, within one step of 16-bit PCM
+        target = int(np.ceil(len(expected) * 16000 / 24000))
+        by_resampy = resampy.resample(expected.astype(np.float64), 24000, 16000, filter="kaiser_best")
+        by_resampy = np.pad(by_resampy, (0, max(0, target - len(by_resampy))))[:target]
+        assert np.abs(written.astype(np.int32) - to_pcm16(by_resampy)).max() <= 1
 
 
 @pytest.mark.parametrize("rate, new_rate", [(24000, 16000), (16000, 24000), (44100, 16000)])

@@ -5,8 +5,11 @@ the VoicePrivacy 2024 recipe pins (m-pana/nac-requirements ``TTS/tts/layers/bark
 calls removed and the quantiser of ``TTS/tts/layers/bark/hubert/tokenizer.py`` (gitmylo, MIT, version 0) and
 the semantic front end of ``kmeans_hubert.py``/``anonymizer.py`` written out beside them. ``model`` in the
 loops is a :class:`BarkReference` (the coqui ``Bark`` object's ``coarse_model``, ``fine_model``, ``encodec``,
-``config``, ``device``)."""
+``config``, ``device``). ``load_voice`` is the fork's but for its fallback that makes a prompt from an audio
+file (``generate_voice``, which the recipe's ``.npz`` voices never reach)."""
 import math
+import os
+from glob import glob
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -415,6 +418,50 @@ class BarkReference:
 
 
 # ---- TTS/tts/layers/bark/inference_funcs.py (coqui fork) ----
+def get_voices(extra_voice_dirs=[]):  # pylint: disable=dangerous-default-value
+    dirs = extra_voice_dirs
+    voices = {}
+    for d in dirs:
+        subs = os.listdir(d)
+        for sub in subs:
+            subj = os.path.join(d, sub)
+            if os.path.isdir(subj):
+                voices[sub] = list(glob(f"{subj}/*.npz"))
+                # fetch audio files if no npz files are found
+                if len(voices[sub]) == 0:
+                    voices[sub] = list(glob(f"{subj}/*.wav")) + list(glob(f"{subj}/*.mp3"))
+    return voices
+
+
+def load_npz(npz_file):
+    x_history = np.load(npz_file)
+    semantic = x_history["semantic_prompt"]
+    coarse = x_history["coarse_prompt"]
+    fine = x_history["fine_prompt"]
+    return semantic, coarse, fine
+
+
+def load_voice(model, voice, extra_voice_dirs=[]):  # pylint: disable=dangerous-default-value
+    if voice == "random":
+        return None, None, None
+
+    voices = get_voices(extra_voice_dirs)
+    paths = voices[voice]
+
+    # bark only uses a single sample for cloning
+    if len(paths) > 1:
+        raise ValueError(f"Voice {voice} has multiple paths: {paths}")
+
+    try:
+        path = voices[voice]
+    except KeyError as e:
+        raise KeyError(f"Voice {voice} not found in {extra_voice_dirs}") from e
+
+    if len(paths) == 1 and paths[0].endswith(".npz"):
+        return load_npz(path[0])
+    raise NotImplementedError("generate_voice (a prompt from an audio file) is not transcribed")
+
+
 def _flatten_codebooks(arr, offset_size):
     assert len(arr.shape) == 2
     arr = arr.copy()
