@@ -100,6 +100,11 @@ class SortedTrials:
     def size(self) -> int:
         return self.n_tar + self.n_non
 
+    @property
+    def all_scores_equal(self) -> bool:
+        """Every trial has the same score: the scores tell nothing apart, whatever order ties are put in."""
+        return bool(self.tar[0] == self.tar[-1] == self.non[0] == self.non[-1])
+
     def cached(self, key: tuple, compute):
         """``compute()``, kept under ``key`` for the next metric that asks (keys name the quantity)."""
         if key not in self._cache:

@@ -37,11 +37,28 @@ def softplus(x: np.ndarray) -> np.ndarray:
 def cllr(tar_llr, non_llr) -> float:
     """``( <-ln sigma(a)>_tar + <-ln sigma(-b)>_non ) / (2 ln 2)`` bits.
 
-    +inf when a target LLR is -inf or a non-target LLR is +inf. Above 1 the LLRs do
-    worse than no evidence at all (badly calibrated).
+    +inf when a target LLR is -inf or a non-target LLR is +inf, or when finite LLRs near the float64 limit
+    (±1e308) make it exceed the largest float64. Above 1 the LLRs do worse than no evidence at all (badly
+    calibrated).
     """
     tar_llr, non_llr = check_score_sets(tar_llr, non_llr, allow_infinite=True)
-    return float((softplus(-tar_llr).mean() + softplus(non_llr).mean()) / (2.0 * LN2))
+    tar_cost, non_cost = _mean_cost(softplus(-tar_llr)), _mean_cost(softplus(non_llr))
+    with np.errstate(over="ignore"):
+        value = (tar_cost + non_cost) / (2.0 * LN2)
+        if np.isinf(value) and np.isfinite(tar_cost) and np.isfinite(non_cost):
+            value = tar_cost / (2.0 * LN2) + non_cost / (2.0 * LN2)
+    return float(value)
+
+
+def _mean_cost(costs: np.ndarray) -> float:
+    """The mean of non-negative costs; where finite costs near the float64 limit overflow their sum, the sum of
+    each over their number instead (which cannot: each term is at most the largest cost over n). Only then, so
+    that every other result keeps its bits."""
+    with np.errstate(over="ignore"):
+        mean = costs.mean()
+    if np.isinf(mean) and np.isfinite(costs).all():
+        mean = (costs / costs.size).sum()
+    return float(mean)
 
 
 def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
@@ -52,10 +69,14 @@ def min_cllr(tar, non=None, *, tie_order: str = "non_tar",
     value by at most ~1e-8 on small sets; ``monotonicity_epsilon=0`` gives the pure PAV
     optimum that BOSARIS / llreval report. The reference ``[non, tar]`` tie order lets
     scores tied across classes separate them (a constant scorer gets 0 instead of 1);
-    ``tie_order="tar_non"`` pools ties, as llreval does, for heavily tied scores.
+    ``tie_order="tar_non"`` pools ties, as llreval does, for heavily tied scores. When every score is the same,
+    no order of the ties can be read as discrimination: 1 bit, whatever ``tie_order`` (the reference's order
+    would give 0, which reads as perfect).
     Takes ``(tar, non)`` or one :class:`~voxanon.eval.calibration.SortedTrials`.
     """
     trials = sorted_trials(tar, non)
+    if trials.all_scores_equal:
+        return 1.0  # the Cllr of LLRs that are all 0: PAV's one block, pooled
     if not monotonicity_epsilon:
         # One LLR per PAV block: weigh each block's costs by its target / non-target counts.
         widths, targets = trials.pav_blocks(tie_order)

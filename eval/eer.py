@@ -70,8 +70,11 @@ def kaldi_eer(tar, non=None) -> float:
     in float32, as Kaldi's ``BaseFloat`` does.
     """
     trials = sorted_trials(tar, non)
-    # Rounding to float32 keeps sorted scores sorted.
-    tar_sorted, non_sorted = trials.tar.astype(np.float32), trials.non.astype(np.float32)
+    # Rounding to float32 keeps sorted scores sorted; beyond its range (|score| > 3.4e38) a score becomes ±inf, and
+    # below its resolution (|score| < 1.4e-45) 0, as IEEE rounding has it: ties that the float64 scores do not have,
+    # which the metrics command notes (eval/summary.py).
+    with np.errstate(over="ignore"):
+        tar_sorted, non_sorted = trials.tar.astype(np.float32), trials.non.astype(np.float32)
     n_tar, n_non = tar_sorted.size, non_sorted.size
     positions = np.arange(n_tar - 1, dtype=np.int64)
     non_count = (n_non * positions).astype(np.float64) / n_tar

@@ -17,6 +17,8 @@ import numpy as np
 from .scores import ScoreError, check_score_sets
 
 MAX_BINS = 100
+SCALE_FREE_RANGE = (1e-300, 1e300)
+"""The pooled score ranges whose histogram neither overflows nor needs to be scaled (every usual score set)."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,11 @@ def linkability_profile(mated, nonmated, *, omega: float = 1.0, n_bins: int | No
     if low == high:
         edges = np.array([low, high])
         return LinkabilityProfile(0.0, np.zeros(1), edges[:1].copy(), edges)
-    if high / 2 - low / 2 >= np.finfo(np.float64).max / 2:
-        # Scores near the float64 limit (±1e308): their range overflows, and the histogram with it. D_sys does
-        # not depend on the scores' scale (densities scale inversely to the bin centres), so they are scaled down.
+    half_range = high / 2 - low / 2  # halved, as the range itself can overflow
+    if not SCALE_FREE_RANGE[0] / 2 <= half_range <= SCALE_FREE_RANGE[1] / 2:
+        # Scores near the float64 limit (±1e308) overflow their range, and the histogram with it; scores within
+        # 1e-300 of each other (±1e-320) overflow the densities (a count over the bin width). D_sys does not
+        # depend on the scores' scale (densities scale inversely to the bin centres), so they are scaled.
         scale = max(abs(low), abs(high))
         mated, nonmated, low, high = mated / scale, nonmated / scale, low / scale, high / scale
     mated_density, edges = np.histogram(mated, bins=n_bins, range=(low, high), density=True)

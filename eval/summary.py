@@ -45,21 +45,31 @@ def compute_metrics(tar: np.ndarray, non: np.ndarray, *, progress: bool = False)
 # Below this many target trials, linkability's histogram has one bin (n_target // 10 bins, at least 1), and D_sys,
 # the integral over the bin centres, is 0 whatever the scores.
 LINKABILITY_MIN_TARGETS = 20
+FLOAT32 = np.finfo(np.float32)
 
 
 def degenerate_notes(tar: np.ndarray, non: np.ndarray) -> dict[str, str]:
     """What a figure of :func:`compute_metrics` means where the scores make it degenerate, by its JSON key:
-    every score equal (the reference's tie order gives min Cllr 0 and Kaldi's EER its threshold on the tie),
-    or too few target trials for linkability's histogram."""
+    every score equal (min Cllr is 1 bit and the worst case 0 whatever the tie order, where the reference's
+    order would give 0 and a B; Kaldi's EER puts its threshold on the tie), scores that Kaldi's float32
+    comparisons cannot hold, or too few target trials for linkability's histogram."""
     notes = {}
     scores = np.concatenate([np.ravel(tar), np.ravel(non)])
     if scores.size and np.all(scores == scores[0]):
         same = "every score is the same, so the scores tell nothing apart"
-        notes["min_cllr"] = (f"{same}: min Cllr 0 comes from the reference's tie order (targets after non-targets), "
-                             "not from discrimination; with the ties pooled it is 1 bit")
+        notes["min_cllr"] = (f"{same}: min Cllr 1 bit (no discrimination), whatever the order of the tied scores; "
+                             "the reference code's order (targets after non-targets) would give 0")
         notes["eer_kaldi"] = f"{same}: Kaldi's EER puts its threshold on the tie; the other EERs (50 %) apply"
         notes["linkability"] = f"{same}: D_sys 0 is right (nothing is linkable)"
-    elif np.size(tar) < LINKABILITY_MIN_TARGETS:
+        return notes
+    magnitudes = np.abs(scores)
+    outside = int(np.count_nonzero((magnitudes > FLOAT32.max) | ((magnitudes <= float(FLOAT32.smallest_subnormal) / 2)
+                                                                 & (magnitudes > 0))))
+    if outside:
+        notes["eer_kaldi"] = (f"{outside} score(s) lie outside float32's range (beyond ±3.4e38, or nonzero and below "
+                              "1e-45 in magnitude): Kaldi's float32 comparisons make them ±inf or 0, ties the other "
+                              "EERs do not have")
+    if np.size(tar) < LINKABILITY_MIN_TARGETS:
         notes["linkability"] = (f"only {np.size(tar)} target trial(s), fewer than {LINKABILITY_MIN_TARGETS}: the "
                                 "histogram has one bin, so D_sys is 0 whatever the scores (not a measurement)")
     return notes

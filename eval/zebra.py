@@ -104,11 +104,16 @@ def ece_integral_lr(tar_lr, non_lr) -> float:
 
 def expected_disclosure(tar, non=None, *, tie_order: str = "tar_non") -> float:
     """D_ECE in bits: :func:`ece_integral` of the oracle PAV LLRs (no Laplace, ``[tar, non]`` ties
-    as the reference code)."""
+    as the reference code), at least 0.
+
+    The oracle's ECE never exceeds the prior entropy, so D_ECE >= 0; the monotonicity ramp added to its LLRs
+    can take some 1e-7 bits off a D_ECE near 0 (scores that tell nothing apart), which would print as a
+    negative disclosure: it is clipped to 0.
+    """
     trials = sorted_trials(tar, non)
     is_target = trials.is_target(tie_order)
     llrs = trials.oracle_llr(tie_order)
-    return ece_integral(llrs[is_target], llrs[~is_target])
+    return max(0.0, ece_integral(llrs[is_target], llrs[~is_target]))
 
 
 def worst_case_disclosure(tar, non=None, *, tie_order: str = "non_tar") -> float:
@@ -117,9 +122,12 @@ def worst_case_disclosure(tar, non=None, *, tie_order: str = "non_tar") -> float
 
     The reference code orders ties ``[non, tar]``, which lets scores tied across classes
     separate them: 4 target and 4 non-target scores all equal give l_w = log10(5) instead
-    of ~0. Pass ``tie_order="tar_non"`` for scores with many ties.
+    of ~0. Pass ``tie_order="tar_non"`` for scores with many ties. When every score is the same, no trial
+    carries any evidence, whatever the tie order: 0 (tag 0).
     """
     trials = sorted_trials(tar, non)
+    if trials.all_scores_equal:
+        return 0.0
     llrs = trials.block_llrs(tie_order, laplace=True)
     # The ramped LLRs increase along the sorted trials: the extremes are the first and the last.
     lowest, highest = llrs[0], llrs[-1] + (trials.size - 1) * MONOTONICITY_EPSILON / trials.size

@@ -372,13 +372,52 @@ def test_metrics_of_scores_near_the_float64_limit(tmp_path, capsys):
     assert metrics["linkability"] == pytest.approx(linkability(np.ones(30), -np.ones(30))) and metrics["eer_rocch"] == 0.0
 
 
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("extreme", [1e308, 1e-320])
+def test_metrics_of_extreme_scores_warn_nothing_and_are_right(tmp_path, capsys, extreme):
+    """Issue 37: ±1e308 leaked 'eval/eer.py:74: RuntimeWarning: overflow encountered in cast' (and the Cllr's
+    sum overflowed to inf), ±1e-320 the histogram's 'overflow encountered in divide'. Now: no warning, the
+    figures of any other scale (EERs, min Cllr, linkability and ZEBRA do not depend on it), Kaldi's float32 ties
+    noted, and Cllr from the scores as LLRs."""
+    rng = np.random.default_rng(0)
+    # Hundredths: the ±1e-320 scores keep them apart (subnormals are spaced 5e-324); |score| < 1.8e308.
+    tar, non = rng.integers(-50, 170, 40) / 100, rng.integers(-170, 50, 60) / 100
+    trials, scores = _metrics_inputs(tmp_path, list(tar * extreme), list(non * extreme))
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "Warning" not in captured.err
+    metrics = json.loads(captured.out)
+    from voxanon.eval.summary import compute_metrics
+
+    unit = compute_metrics(tar, non)
+    for key in ("eer_rocch", "eer_speechbrain", "eer_sweep", "min_cllr", "zebra_dece", "zebra_worst_case"):
+        assert metrics[key] == pytest.approx(unit[key], abs=1e-12), key
+    # The same histogram, but for scores that the scaling's rounding moves across a bin edge.
+    assert metrics["linkability"] == pytest.approx(unit["linkability"], abs=0.05) and metrics["linkability"] > 0.2
+    assert "float32" in metrics["notes"]["eer_kaldi"]  # ±inf or 0 in Kaldi's comparisons
+    # As LLRs: ±1e-320 is no evidence (ln 2 nats a trial, 1 bit); at ±1e308 a trial costs its wrong-signed LLR.
+    expected_cllr = 1.0 if extreme < 1 else extreme * (np.maximum(-tar, 0).mean() + np.maximum(non, 0).mean()) / (
+        2 * np.log(2))
+    assert metrics["cllr"] == pytest.approx(expected_cllr, rel=1e-9)
+
+
+def test_metrics_of_llrs_whose_cllr_exceeds_float64_are_one_line(tmp_path, capsys):
+    """Every target at -1.7e308 and every non-target at +1.7e308: as natural-log LLRs their Cllr (2.5e308 bits)
+    is beyond the largest float64; refused naming the file, not printed as inf (nor JSON's 'Infinity')."""
+    trials, scores = _metrics_inputs(tmp_path, [-1.7e308] * 3, [1.7e308] * 3)
+    assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and str(scores) in captured.err and "Cllr" in captured.err
+
+
 def test_metrics_say_when_a_figure_is_degenerate(tmp_path, capsys):
     """Item 13: equal scores read as perfect discrimination (min Cllr 0), and linkability under 20 targets is 0
     whatever the scores; each is said."""
     trials, scores = _metrics_inputs(tmp_path, [0.5] * 25, [0.5] * 25)
     assert main(["metrics", "--trials", str(trials), "--scores", str(scores)]) == 0
     report = capsys.readouterr().out
-    assert "Cllr (min/act): 0.000" in report and "every score is the same" in report
+    assert "Cllr (min/act): 1.000" in report and "every score is the same" in report
     trials, scores = _metrics_inputs(tmp_path, [5.0, 6.0, 7.0], [-5.0, -6.0, -7.0])
     assert main(["metrics", "--trials", str(trials), "--scores", str(scores), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)

@@ -1,4 +1,6 @@
 """Cllr, min Cllr and the ECE profile."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -81,7 +83,22 @@ def test_min_cllr_is_invariant_to_monotone_transforms():
 
 def test_min_cllr_extremes():
     assert min_cllr([2.0, 3.0], [0.0, 1.0]) == 0.0
-    # Pooled ties: a constant scorer is uninformative. The reference [non, tar] order
-    # instead separates the tied classes.
-    assert min_cllr(np.zeros(5), np.zeros(9), tie_order="tar_non") == pytest.approx(1.0, abs=1e-6)
-    assert min_cllr(np.zeros(5), np.zeros(9)) == 0.0
+    # A constant scorer is uninformative: exactly 1 bit in either tie order (the reference [non, tar] order
+    # would separate the tied classes and give 0, which reads as perfect).
+    for tie_order in ("tar_non", "non_tar"):
+        assert min_cllr(np.zeros(5), np.zeros(9), tie_order=tie_order) == 1.0
+        assert min_cllr(np.full(5, 1e-320), np.full(9, 1e-320), tie_order=tie_order, monotonicity_epsilon=0) == 1.0
+    # Ties across the classes among other scores keep the reference's order.
+    assert min_cllr([0.0, 1.0], [0.0, -1.0]) == 0.0
+    assert min_cllr([0.0, 1.0], [0.0, -1.0], tie_order="tar_non") > 0.1
+
+
+def test_cllr_of_llrs_near_the_float64_limit():
+    """Finite costs near the float64 limit overflowed the mean's sum (inf and a RuntimeWarning): the mean is
+    taken term by term then; a Cllr beyond the largest float64 is inf, without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # Targets at -1e308 cost 1e308 / ln 2 nats each: half of the 4 targets, none of the non-targets.
+        value = cllr([1e308, -1e308, -1e308, 1e308], [-1e308, -2.0])
+        assert value == pytest.approx(1e308 / 2 / (2 * np.log(2)), rel=1e-12)
+        assert cllr([-1.7e308] * 3, [1.7e308] * 3) == np.inf

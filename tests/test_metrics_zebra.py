@@ -116,12 +116,18 @@ def test_zero_evidence_data():
     rng = np.random.default_rng(0)
     result = zebra(rng.normal(size=2000), rng.normal(size=2000))
     assert result.dece_bits < 0.01 and result.tag in ("A", "B")
-    # Equal class sizes, every score tied, ties pooled: only the ramp is left, tag A.
-    assert abs(expected_disclosure(np.zeros(4), np.zeros(4))) < 1e-6
-    pooled = worst_case_disclosure(np.zeros(4), np.zeros(4), tie_order="tar_non")
-    assert 0 < pooled < 1e-6 and privacy_tag(pooled) == "A"
-    # The reference [non, tar] order separates the tied classes: Laplace blocks 1/6 and 5/6.
-    assert worst_case_disclosure(np.zeros(4), np.zeros(4)) == pytest.approx(np.log10(5), abs=1e-6)
+    # Every score tied: D_ECE 0, never the ramp's -1e-7, and no evidence in any trial whatever the tie order
+    # (the reference [non, tar] order would separate the tied classes: Laplace blocks 1/6 and 5/6, log10(5)).
+    for n_non in (4, 25):
+        assert expected_disclosure(np.zeros(4), np.zeros(n_non)) == 0.0
+        for tie_order in ("tar_non", "non_tar"):
+            assert worst_case_disclosure(np.zeros(4), np.zeros(n_non), tie_order=tie_order) == 0.0
+    assert zebra(np.full(10, 0.5), np.full(10, 0.5)) == ZebraResult(0.0, 0.0, "0")
+    # Scores that tell next to nothing apart: the ramp no longer takes D_ECE below 0.
+    assert expected_disclosure([1e308, 1.0, 1e-320, -1e308, -2.0], [-1e308, -2.0, 1e308, 1.0, 1e-320]) >= 0.0
+    # Ties across the classes among other scores keep the reference's order.
+    assert worst_case_disclosure([0.0, 0.0, 1.0, 2.0], [0.0, 0.0, -1.0, -2.0]) > worst_case_disclosure(
+        [0.0, 0.0, 1.0, 2.0], [0.0, 0.0, -1.0, -2.0], tie_order="tar_non")
 
 
 def test_zebra_formatting():

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger(__name__)
+DISPLAY_NAMES = {"cllr": "Cllr"}
 
 
 def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes: dict[str, str] | None = None) -> str:
@@ -30,7 +32,7 @@ def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes:
         f"EER (speechbrain): {metrics['eer_speechbrain']:.3f}%",
         f"EER (sweep): {metrics['eer_sweep']:.3f}%",
         f"ROCCH-EER: {metrics['eer_rocch']:.3f}%",
-        f"Cllr (min/act): {metrics['min_cllr']:.3f}/{metrics['cllr']:.3f}",
+        f"Cllr (min/act): {metrics['min_cllr']:.3f}/{_bits(metrics['cllr'])}",
         f"linkability: {metrics['linkability']:.3f}",
         f"Population: {format_zebra_value(metrics['zebra_dece'])} bit",
         f"Individual: {format_zebra_value(metrics['zebra_worst_case'])} ({metrics['zebra_tag']})",
@@ -43,6 +45,12 @@ def format_report(metrics: dict[str, object], trials: Path, scores: Path, notes:
         if notes and key in notes:
             noted.append(f"  note: {notes[key]}")
     return "\n".join(noted) + "\n"
+
+
+def _bits(value: float) -> str:
+    """Three decimals, as VoicePrivacy prints Cllr; in exponent form from 1e6 bits on (LLRs near the float64
+    limit give up to 1e308 bits, three hundred digits)."""
+    return f"{value:.3f}" if abs(value) < 1e6 else f"{value:.3e}"
 
 
 def write_plots(directory: Path, label: str, tar: np.ndarray, non: np.ndarray) -> list[Path]:
@@ -95,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from ...data_prep.scores import read_scores
     from ...eval.scores import pair_trials_with_scores
     from ...eval.summary import compute_metrics, degenerate_notes
+    import numpy as np
 
     if not args.trials.is_file():
         raise VoxanonError(f"{args.trials}: trials file not found")
@@ -110,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
         log.warning("dropped %d score(s) without a trial, e.g. %s", len(paired.scores_without_trial),
                     " ".join(paired.scores_without_trial[0]))
     metrics = compute_metrics(paired.tar, paired.non, progress=True)
+    overflowed = [key for key, value in metrics.items() if isinstance(value, float) and not math.isfinite(value)]
+    if overflowed:
+        # Only Cllr can: finite scores within a factor of ~2 of the float64 limit, wrongly signed, as natural-log LLRs.
+        largest = max(np.abs(paired.tar).max(), np.abs(paired.non).max())
+        raise VoxanonError(f"{args.scores}: scores up to ±{largest:.3g}, read as natural-log LLRs, give a "
+                           f"{' and '.join(DISPLAY_NAMES.get(key, key) for key in overflowed)} beyond the largest float64; no LLR is that large (rescale the "
+                           "scores)")
     notes = degenerate_notes(paired.tar, paired.non)
     if args.json:
         print(json.dumps({**metrics, "notes": notes} if notes else metrics, allow_nan=False))
