@@ -59,6 +59,31 @@ def test_the_input_digest_resumes_a_touched_input_whose_content_is_the_same(tmp_
     assert (plain.processed, plain.resumed) == (1, 1), "without the digest, the modification time is compared"
 
 
+def test_the_input_digest_redoes_lines_made_without_it(tmp_path):
+    """Issue 37: a set first made without --input-digest has no digest in its journal; a run with it cannot tell
+    a same-size rewrite that kept the modification time from the input the line was made of, so it redoes every
+    such line (the unchanged one to the same bytes) and records the digests, which the next run then trusts."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    out_dir = tmp_path / "out"
+    first = anonymise_set(data, load_system_config("b2"), out_dir, progress=False)
+    before = _md5s(out_dir)
+    source = data.wav["spk0-000"]
+    status = os.stat(source)
+    samples, rate = soundfile.read(source, dtype="int16")
+    soundfile.write(source, -samples // 2, rate, subtype="PCM_16")
+    os.utime(source, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert os.path.getsize(source) == status.st_size
+    again = anonymise_set(data, load_system_config("b2"), out_dir, progress=False, input_digest=True)
+    after = _md5s(out_dir)
+    assert (first.processed, again.processed, again.resumed) == (2, 2, 0)
+    assert after["spk0-000.wav"] != before["spk0-000.wav"], "the rewritten input was redone"
+    assert after["spk0-001.wav"] == before["spk0-001.wav"], "the unchanged one, redone, gives the same bytes"
+    lines = [json.loads(line) for line in (out_dir / JOURNAL).read_text().splitlines()]
+    assert all("sha256" in line["input"] for line in lines[-2:])
+    third = anonymise_set(data, load_system_config("b2"), out_dir, progress=False, input_digest=True)
+    assert (third.processed, third.resumed) == (0, 2)
+
+
 def test_two_input_sets_of_one_name_are_refused_before_anything_runs(tmp_path, capsys):
     """Item 2."""
     first = make_corpus(tmp_path / "s1", n_speakers=1, n_utts=1, name="x")
