@@ -67,6 +67,35 @@ def _too_long(name: str, seconds: float, max_seconds: float) -> AudioError:
                             "(raise it with --set max_seconds=...)")
 
 
+def _too_short(name: str, n_samples: int, sample_rate: int, min_seconds: float) -> AudioError:
+    return AudioError(name, f"too short: {n_samples} samples at {sample_rate} Hz ({n_samples / sample_rate * 1000:.1f} "
+                            f"ms); an utterance needs at least {min_seconds * 1000:g} ms, one analysis frame of every "
+                            "system")
+
+
+def resampled_length(frames: int, source_rate: int, sample_rate: int) -> int:
+    """How many samples ``frames`` at ``source_rate`` become at ``sample_rate``, as :func:`load_audio`'s resampler
+    (soxr) gives them: the exact length rounded, a half up."""
+    return (2 * frames * sample_rate + source_rate) // (2 * source_rate)
+
+
+def _check_samples(name: str, frames: int, nonfinite: int, audible: bool, source_rate: int, sample_rate: int,
+                   max_seconds: float | None, min_seconds: float) -> None:
+    """Raises what no system can use, from what the samples of ``name`` hold: none, NaN or Inf ones, only zeros,
+    longer than ``max_seconds``, or shorter than ``min_seconds`` at ``sample_rate`` (after resampling)."""
+    if frames == 0:
+        raise AudioError(name, "empty (no samples)")
+    if nonfinite:
+        raise AudioError(name, f"contains {nonfinite} NaN or Inf samples")
+    if not audible:
+        raise AudioError(name, "silent (every sample is zero)")
+    if max_seconds is not None and frames / source_rate > max_seconds:
+        raise _too_long(name, frames / source_rate, max_seconds)
+    length = frames if source_rate == sample_rate else resampled_length(frames, source_rate, sample_rate)
+    if length < min_seconds * sample_rate:
+        raise _too_short(name, length, sample_rate, min_seconds)
+
+
 def _check_header_length(name: str, source, max_seconds: float | None) -> None:
     """Refuses audio longer than ``max_seconds`` from its header, before any sample is decoded (a 3-hour file
     would take about 900 MB as float32 just to be refused). A header without a length is left to the decoder."""
@@ -79,49 +108,76 @@ def _check_header_length(name: str, source, max_seconds: float | None) -> None:
         raise _too_long(name, info.frames / info.samplerate, max_seconds)
 
 
+def _open_source(source: str | os.PathLike, allow_pipe: bool, max_seconds: float | None):
+    """``source``'s name, and what soundfile reads it from (the path, or a pipe's output), once its length passed
+    the header check."""
+    name = str(source)
+    if name.rstrip().endswith("|"):
+        if not allow_pipe:
+            raise AudioError(name, "is a shell command; commands run only with --allow-pipes")
+        stream = io.BytesIO(_read_pipe(name))
+        _check_header_length(name, stream, max_seconds)
+        return name, stream
+    if Path(source).is_dir():
+        raise AudioError(name, "is a folder, not an audio file")
+    if not Path(source).is_file():
+        raise AudioError(name, "missing file")
+    _check_header_length(name, source, max_seconds)
+    return name, source
+
+
 def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: float | None = None,
-               allow_pipe: bool = False) -> Audio:
+               min_seconds: float = 0.0, allow_pipe: bool = False) -> Audio:
     """Read ``source`` as float32 mono at ``sample_rate`` Hz, or raise :class:`AudioError`.
 
     ``source`` is a file path, or a ``command |`` entry (run by the shell only when
     ``allow_pipe`` is set, since it executes text taken from a data file).
     """
     name = str(source)
-    is_pipe = name.rstrip().endswith("|")
     try:
-        if is_pipe:
-            if not allow_pipe:
-                raise AudioError(name, "is a shell command; commands run only with --allow-pipes")
-            stream = io.BytesIO(_read_pipe(name))
-            _check_header_length(name, stream, max_seconds)
-            data, rate = soundfile.read(stream, dtype="float32", always_2d=True)
-        else:
-            if Path(source).is_dir():
-                raise AudioError(name, "is a folder, not an audio file")
-            if not Path(source).is_file():
-                raise AudioError(name, "missing file")
-            _check_header_length(name, source, max_seconds)
-            data, rate = soundfile.read(source, dtype="float32", always_2d=True)
+        name, readable = _open_source(source, allow_pipe, max_seconds)
+        data, rate = soundfile.read(readable, dtype="float32", always_2d=True)
     except AudioError:
         raise
     except Exception as error:  # soundfile raises several types for corrupt input
         raise AudioError(name, f"unreadable audio ({type(error).__name__}: {error})") from None
-    if data.shape[0] == 0:
-        raise AudioError(name, "empty (no samples)")
-    if not np.isfinite(data).all():
-        raise AudioError(name, f"contains {int((~np.isfinite(data)).sum())} NaN or Inf samples")
-    if not np.any(data):
-        raise AudioError(name, "silent (every sample is zero)")
-    seconds = data.shape[0] / rate
-    if max_seconds is not None and seconds > max_seconds:
-        raise _too_long(name, seconds, max_seconds)
+    finite = np.isfinite(data)
+    _check_samples(name, data.shape[0], int((~finite).sum()), bool(np.any(data)), rate, rate, max_seconds, 0.0)
     channels = data.shape[1]
     mono = data.mean(axis=1) if channels > 1 else data[:, 0]
     if channels > 1:
         log.warning("%s: %d channels, down-mixed to mono", name, channels)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
+    if len(mono) < min_seconds * sample_rate:
+        raise _too_short(name, len(mono), sample_rate, min_seconds)
     return Audio(np.ascontiguousarray(mono, dtype=np.float32), sample_rate, rate, channels)
+
+
+CHECK_BLOCK_FRAMES = 1 << 16
+"""Frames :func:`check_audio` decodes at once (4 s at 16 kHz: 256 kB a channel as float32)."""
+
+
+def check_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: float | None = None,
+                min_seconds: float = 0.0, allow_pipe: bool = False, block_frames: int = CHECK_BLOCK_FRAMES) -> None:
+    """Raise the :class:`AudioError` that :func:`load_audio` would raise for ``source``, decoding it
+    ``block_frames`` at a time: memory stays that of one block, however long the file (a 10-hour file decoded
+    whole took 2.9 GB). The length is checked from the header first, as loading does."""
+    name = str(source)
+    frames, nonfinite, audible = 0, 0, False
+    try:
+        name, readable = _open_source(source, allow_pipe, max_seconds)
+        with soundfile.SoundFile(readable) as audio:
+            rate = audio.samplerate
+            for block in audio.blocks(block_frames, dtype="float32", always_2d=True):
+                frames += block.shape[0]
+                nonfinite += int(block.size - np.count_nonzero(np.isfinite(block)))
+                audible = audible or bool(np.any(block))
+    except AudioError:
+        raise
+    except Exception as error:  # soundfile raises several types for corrupt input
+        raise AudioError(name, f"unreadable audio ({type(error).__name__}: {error})") from None
+    _check_samples(name, frames, nonfinite, audible, rate, sample_rate, max_seconds, min_seconds)
 
 
 def to_pcm16(samples: np.ndarray) -> np.ndarray:

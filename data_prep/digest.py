@@ -40,3 +40,11 @@ def same_input(recorded: dict | None, current: dict | None) -> bool:
     if "sha256" in recorded and "sha256" in current:
         return (recorded["size"], recorded["sha256"]) == (current["size"], current["sha256"])
     return (recorded.get("size"), recorded.get("mtime_ns")) == (current["size"], current["mtime_ns"])
+
+
+def unconfirmed_content(recorded: dict | None, current: dict | None) -> bool:
+    """Whether a run that compares content (``current`` carries a sha256) cannot confirm the content of the input
+    ``recorded``: a file recorded without a digest (a run without ``--input-digest``), or not recorded at all (a
+    journal older than these records). Its size and modification time may match while its content changed (a
+    same-size rewrite within the file system's time resolution), so only redoing it can tell."""
+    return current is not None and "sha256" in current and (recorded is None or "sha256" not in recorded)

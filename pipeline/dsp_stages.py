@@ -27,7 +27,7 @@ class McAdamsStage(Stage):
         "lp_order": "speech needs about the sample rate in kHz plus 2 to 4; the pole finding holds order^2 values per frame",
     }
     MAX_OVERLAP = 10
-    """Frames per sample (win_ms / shift_ms) at most: the chain holds every frame of an utterance at once."""
+    """Frames per sample (win_ms / shift_ms) at most: the chain holds every frame of a block of frames at once."""
 
     def __init__(self, alpha: float = 0.8, randomise: str = "none",
                  alpha_range: tuple[float, float] | list[float] = (0.7, 0.9),

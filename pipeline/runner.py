@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from ..data_prep.atomic import atomic_write_text, remove_stale_temporaries
 from ..data_prep.corpus import DataDir, DataDirError, write_anonymised_dir
-from ..data_prep.digest import file_identity, same_input
+from ..data_prep.digest import file_identity, same_input, unconfirmed_content
 from ..data_prep.errors import VoxanonError
 from ..data_prep.paths import contained_path
 from ..data_prep.run_lock import run_lock
@@ -211,7 +211,8 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
     ``executor`` (:func:`choose_executor`) picks the streaming executor or the pool; ``queue_seconds``
     caps the audio the streaming executor holds and ``device_processes`` sets how many device processes it
     runs locally (default one per GPU: :class:`voxanon.pipeline.execution.streaming.StreamingOptions`).
-    ``input_digest`` adds each input's sha256 to what a resumed run compares (:func:`input_identities`).
+    ``input_digest`` adds each input's sha256 to what a resumed run compares (:func:`input_identities`); a journal
+    line without one is redone, its content being unconfirmed (:func:`voxanon.data_prep.digest.unconfirmed_content`).
     ``started``: when the run's clock started (``time.time()``; default: this call), which run.json's wall time
     and the device's first batch count from (the anonymise command passes its own start: interpreter, imports,
     set preparation).
@@ -259,6 +260,13 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
         log.info("%s: %d utterance(s) redone, their input changed since they were made, e.g. %s", data.name,
                  len(changed), changed[0])
         for utt in changed:
+            del finished[utt]
+    undigested = sorted(utt for utt, entry in finished.items()
+                        if unconfirmed_content(entry.get("input"), inputs[utt]))
+    if undigested:
+        log.info("%s: %d utterance(s) redone, their journal lines have no input digest (made without --input-digest), "
+                 "so a change of content could not be ruled out, e.g. %s", data.name, len(undigested), undigested[0])
+        for utt in undigested:
             del finished[utt]
     options = None
     if streaming:

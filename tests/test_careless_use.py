@@ -59,6 +59,31 @@ def test_the_input_digest_resumes_a_touched_input_whose_content_is_the_same(tmp_
     assert (plain.processed, plain.resumed) == (1, 1), "without the digest, the modification time is compared"
 
 
+def test_the_input_digest_redoes_lines_made_without_it(tmp_path):
+    """Issue 37: a set first made without --input-digest has no digest in its journal; a run with it cannot tell
+    a same-size rewrite that kept the modification time from the input the line was made of, so it redoes every
+    such line (the unchanged one to the same bytes) and records the digests, which the next run then trusts."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=2)
+    out_dir = tmp_path / "out"
+    first = anonymise_set(data, load_system_config("b2"), out_dir, progress=False)
+    before = _md5s(out_dir)
+    source = data.wav["spk0-000"]
+    status = os.stat(source)
+    samples, rate = soundfile.read(source, dtype="int16")
+    soundfile.write(source, -samples // 2, rate, subtype="PCM_16")
+    os.utime(source, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert os.path.getsize(source) == status.st_size
+    again = anonymise_set(data, load_system_config("b2"), out_dir, progress=False, input_digest=True)
+    after = _md5s(out_dir)
+    assert (first.processed, again.processed, again.resumed) == (2, 2, 0)
+    assert after["spk0-000.wav"] != before["spk0-000.wav"], "the rewritten input was redone"
+    assert after["spk0-001.wav"] == before["spk0-001.wav"], "the unchanged one, redone, gives the same bytes"
+    lines = [json.loads(line) for line in (out_dir / JOURNAL).read_text().splitlines()]
+    assert all("sha256" in line["input"] for line in lines[-2:])
+    third = anonymise_set(data, load_system_config("b2"), out_dir, progress=False, input_digest=True)
+    assert (third.processed, third.resumed) == (0, 2)
+
+
 def test_two_input_sets_of_one_name_are_refused_before_anything_runs(tmp_path, capsys):
     """Item 2."""
     first = make_corpus(tmp_path / "s1", n_speakers=1, n_utts=1, name="x")
@@ -247,6 +272,71 @@ def test_a_one_sample_input_is_a_failure_not_a_silent_output(tmp_path):
     result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
     assert [(f.utt, f.error.split(":")[0]) for f in result.failures] == [("spk0-000", "too short")]
     assert not (tmp_path / "out" / "wav" / "spk0-000.wav").exists()
+
+
+def _long_wav(path: Path, minutes: float, last_sample: int) -> Path:
+    """``minutes`` of zeros at 16 kHz whose last sample is ``last_sample``, written in blocks."""
+    with soundfile.SoundFile(path, "w", 16000, 1, subtype="PCM_16") as out:
+        for _ in range(int(minutes * 60)):
+            out.write(np.zeros(16000, dtype=np.int16))
+        out.write(np.array([last_sample], dtype=np.int16))
+    return path
+
+
+def test_check_audio_decodes_a_long_file_in_blocks(tmp_path):
+    """Issue 37: ``validate --check-audio`` decoded each file whole (a 10-hour one took 2.9 GB); it reads blocks of
+    CHECK_BLOCK_FRAMES, so memory stays that of a block, and still finds the one audible sample at the very end."""
+    import tracemalloc
+
+    from voxanon.data_prep.audio import CHECK_BLOCK_FRAMES, AudioError, check_audio
+
+    ten_minutes = _long_wav(tmp_path / "long.wav", 10, last_sample=1000)
+    tracemalloc.start()
+    try:
+        check_audio(ten_minutes, 16000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 4 * CHECK_BLOCK_FRAMES < 4 * 16000 * 600 / 10, f"{peak / 1e6:.1f} MB for a 38 MB decode"
+    with pytest.raises(AudioError, match="silent"):
+        check_audio(_long_wav(tmp_path / "silent.wav", 1, last_sample=0), 16000)
+
+
+def test_validate_flags_what_anonymise_would_fail(tmp_path, capsys):
+    """Issue 37: a file under 25 ms (one analysis frame) and, with --system, one longer than its max_seconds (from
+    the header) are flagged, each naming its utterance and file; one at another rate is measured at the system's."""
+    data = make_corpus(tmp_path, n_speakers=1, n_utts=4)
+    soundfile.write(data.wav["spk0-000"], np.full(160, 0.1, dtype=np.float32), 16000)       # 10 ms
+    soundfile.write(data.wav["spk0-001"], np.full(1103, 0.1, dtype=np.float32), 44100)      # 25.01 ms: 400 at 16 kHz
+    soundfile.write(data.wav["spk0-002"], np.full(16000 * 3, 0.1, dtype=np.float32), 16000)
+    assert main(["validate", str(data.path), "--check-audio", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "'spk0-000'" in out and data.wav["spk0-000"] in out and "too short: 160 samples at 16000 Hz" in out
+    assert "spk0-001" not in out and "1 problem(s)" in out
+    assert main(["validate", str(data.path), "--check-audio", "--quiet", "--system",
+                 str(_recipe_with_max_seconds(tmp_path, 2))]) == 1
+    out = capsys.readouterr().out
+    assert "'spk0-002'" in out and "too long: 3.0 s, the maximum is 2 s" in out and "2 problem(s)" in out
+    result = anonymise_set(data, load_system_config("b2"), tmp_path / "out", progress=False)
+    assert [f.utt for f in result.failures] == ["spk0-000"], "validate flags what anonymise fails, no more"
+
+
+def _recipe_with_max_seconds(folder: Path, seconds: float) -> Path:
+    recipe = folder / "short_b2.yaml"
+    text = (Path(runner.__file__).parent.parent / "recipes" / "systems" / "b2.yaml").read_text()
+    recipe.write_text(text.replace("max_seconds: 120", f"max_seconds: {seconds}"))
+    return recipe
+
+
+def test_resampled_length_is_the_resamplers():
+    import soxr
+
+    from voxanon.data_prep.audio import resampled_length
+
+    for source_rate, rate in [(44100, 16000), (16000, 24000), (8000, 16000), (48000, 16000), (22050, 24000)]:
+        for frames in [1, 2, 3, 15, 43, 1102, 1103, 4410, 100_001]:
+            got = len(soxr.resample(np.ones(frames, dtype=np.float32), source_rate, rate, quality="HQ"))
+            assert resampled_length(frames, source_rate, rate) == got, (source_rate, rate, frames)
 
 
 def test_a_line_separator_in_an_id_is_refused_not_read_as_a_space(tmp_path):

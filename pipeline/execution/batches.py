@@ -83,11 +83,8 @@ class Batch:
 
 def load_prepared(system: System, job: Job, allow_pipes: bool) -> Prepared:
     """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
-    audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, allow_pipe=allow_pipes)
-    if audio.seconds < MIN_SECONDS:
-        raise AudioError(job.source, f"too short: {len(audio.samples)} samples at {system.sample_rate} Hz "
-                                     f"({audio.seconds * 1000:.1f} ms); an utterance needs at least "
-                                     f"{MIN_SECONDS * 1000:g} ms, one analysis frame of every system")
+    audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, min_seconds=MIN_SECONDS,
+                       allow_pipe=allow_pipes)
     return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
                     audio.notes())
 
