@@ -81,6 +81,9 @@ def measure(mode: str, data_path: Path, out: Path) -> dict:
     if mode == "one block":
         # The stage's own module, wherever it lives, calls McAdams with every frame in one block.
         stage_module = sys.modules[type(build_system(config).stages[0]).__module__]
+        if getattr(stage_module, "mcadams", None) is not mcadams_module.mcadams:
+            raise SystemExit(f"{stage_module.__name__} no longer calls McAdams by the name 'mcadams': update "
+                             "this benchmark")
         whole = 64 * (samples // 64 + 64)
         stage_module.mcadams = functools.partial(mcadams_module.mcadams, block_frames=whole)
     before = _resident_bytes()
