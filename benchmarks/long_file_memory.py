@@ -17,7 +17,8 @@ from other jobs, so the times are noisy), 10 minutes (9.6 M samples):
 
 The code before blocks (commit c0648c3) took 103.4 B/sample the same way, and wrote the same bytes (sha256
 bba002e9...). What blocks leave is the stage's float64 output and the squares its level match sums (16 B/sample),
-the decoded input (4) and the 16-bit output on its way to disk; a 1-hour file thus needs about 1.5 GB, not 5.9.
+the decoded input (4) and the 16-bit output on its way to disk. A 1-hour file (57.6 M samples) in blocks alone:
+1329 MB peak, 20.9 B/sample, 169 s (load average 9.5); issue 37 saw 5.6 GB before.
 
     .venv/bin/python -m benchmarks.long_file_memory [--minutes 10]
 """
