@@ -17,7 +17,8 @@ from other jobs, so the times are noisy), 10 minutes (9.6 M samples):
 
 The code before blocks (commit c0648c3) took 103.4 B/sample the same way, and wrote the same bytes (sha256
 bba002e9...). What blocks leave is the stage's float64 output and the squares its level match sums (16 B/sample),
-the decoded input (4) and the 16-bit output on its way to disk; a 1-hour file thus needs about 1.5 GB, not 5.9.
+the decoded input (4) and the 16-bit output on its way to disk. A 1-hour file (57.6 M samples) in blocks alone:
+1329 MB peak, 20.9 B/sample, 169 s (load average 9.5); issue 37 saw 5.6 GB before.
 
     .venv/bin/python -m benchmarks.long_file_memory [--minutes 10]
 """
@@ -81,6 +82,9 @@ def measure(mode: str, data_path: Path, out: Path) -> dict:
     if mode == "one block":
         # The stage's own module, wherever it lives, calls McAdams with every frame in one block.
         stage_module = sys.modules[type(build_system(config).stages[0]).__module__]
+        if getattr(stage_module, "mcadams", None) is not mcadams_module.mcadams:
+            raise SystemExit(f"{stage_module.__name__} no longer calls McAdams by the name 'mcadams': update "
+                             "this benchmark")
         whole = 64 * (samples // 64 + 64)
         stage_module.mcadams = functools.partial(mcadams_module.mcadams, block_frames=whole)
     before = _resident_bytes()

@@ -3,7 +3,9 @@
 Loading turns any soundfile-readable file (or, when allowed, a ``wav.scp`` command's
 output) into float32 mono at the rate a system asks for, and rejects, with one clear
 message naming the file, what no system can use: missing, unreadable or empty files,
-NaN/Inf samples, all-zero audio, and audio longer than a configured maximum.
+NaN/Inf samples, all-zero audio, and audio longer than a configured maximum or shorter
+than a minimum. Checking (``validate --check-audio``) finds the same faults in blocks, so
+that a file of any length takes the memory of one block.
 """
 from __future__ import annotations
 
@@ -141,8 +143,8 @@ def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: floa
         raise
     except Exception as error:  # soundfile raises several types for corrupt input
         raise AudioError(name, f"unreadable audio ({type(error).__name__}: {error})") from None
-    finite = np.isfinite(data)
-    _check_samples(name, data.shape[0], int((~finite).sum()), bool(np.any(data)), rate, rate, max_seconds, 0.0)
+    nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
+    _check_samples(name, data.shape[0], nonfinite, bool(np.any(data)), rate, rate, max_seconds, 0.0)
     channels = data.shape[1]
     mono = data.mean(axis=1) if channels > 1 else data[:, 0]
     if channels > 1:

@@ -84,6 +84,21 @@ def test_the_input_digest_redoes_lines_made_without_it(tmp_path):
     assert (third.processed, third.resumed) == (0, 2)
 
 
+@pytest.mark.parametrize("recorded, unconfirmed", [
+    ({"size": 10, "mtime_ns": 5}, True),                    # made without --input-digest
+    (None, True),                                           # a journal older than input records
+    ({"size": 10, "mtime_ns": 5, "sha256": "ab"}, False),   # its digest is compared
+    ({"command": "sox a.flac -t wav - |"}, False),          # a pipe's command is what is compared
+])
+def test_which_journal_lines_a_content_check_cannot_confirm(recorded, unconfirmed):
+    from voxanon.data_prep.digest import unconfirmed_content
+
+    current = {"command": "sox a.flac -t wav - |"} if recorded and "command" in recorded else \
+        {"size": 10, "mtime_ns": 5, "sha256": "ab"}
+    assert unconfirmed_content(recorded, current) is unconfirmed
+    assert not unconfirmed_content(recorded, {"size": 10, "mtime_ns": 5}), "without --input-digest, as before"
+
+
 def test_two_input_sets_of_one_name_are_refused_before_anything_runs(tmp_path, capsys):
     """Item 2."""
     first = make_corpus(tmp_path / "s1", n_speakers=1, n_utts=1, name="x")

@@ -55,7 +55,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--input-digest", action="store_true",
                         help="also record each input's sha256, and on resume compare it (with the size) instead of "
                              "the modification time: a copied or touched corpus resumes, and any change of content "
-                             "is redone (reads every input once more; see docs/resume.md)")
+                             "is redone, as is a line recorded without a digest (reads every input once more; see "
+                             "docs/resume.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_corpus_arguments(parser)
     add_backend_arguments(parser, "worker processes (local; default: the number of cores) or Ray actors "
