@@ -74,7 +74,7 @@ def measure(mode: str, data_path: Path, out: Path) -> dict:
     from voxanon.data_prep.corpus import read_data_dir
     from voxanon.models.dsp import mcadams as mcadams_module
     from voxanon.pipeline.runner import anonymise_set
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     data = read_data_dir(data_path)
     samples = soundfile.info(data.audio_path(data.utterances[0])).frames

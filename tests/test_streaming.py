@@ -3,7 +3,7 @@
 ``cpu:0`` runs exactly what a GPU runs (padded device batches through ``encode_on_device`` and
 ``synthesise_padded``), whose outputs differ from one utterance at a time by float rounding, so these
 tests see whether the device batches, and with them the bytes, depend on the worker count, the queue
-timing or a resume. The models are the tiny random sets of ``tests/test_neural_systems.py``.
+timing or a resume. The models are the tiny random sets of ``tests/systems/ssl_sas/test_ssl_sas_systems.py``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from voxanon.pipeline.execution import batches, streaming, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.execution.batches import Job
-from voxanon.pipeline.systems import device_overrides, load_system_config
+from voxanon.pipeline.systems.recipes import device_overrides, load_system_config
 
 RUN_FILES = (JOURNAL, RUN_MANIFEST)
 
@@ -91,7 +91,7 @@ def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
 
     from voxanon.pipeline.execution import shared_arrays
     from voxanon.pipeline.execution.batches import Batch, Outcome, Prepared
-    from voxanon.pipeline.stages import Utterance
+    from voxanon.pipeline.systems.stage import Utterance
 
     rng = np.random.default_rng(0)
     utterances = [Utterance(f"u{i}", "s", None, rng.standard_normal(16000 * (i + 1)).astype(np.float32), 16000,
@@ -361,7 +361,7 @@ def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypa
 def test_the_gpus_a_run_sees_are_counted_without_starting_cuda(tmp_path, monkeypatch):
     from voxanon.pipeline.model_service import visible_gpus
     from voxanon.pipeline.execution.streaming import device_process_count
-    from voxanon.pipeline.systems import build_system
+    from voxanon.pipeline.systems.recipes import build_system
 
     listing = tmp_path / "gpus"
     for address in ("0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"):

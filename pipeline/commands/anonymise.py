@@ -12,7 +12,7 @@ from ...data_prep.paths import named_folder, resolved
 from .options import add_corpus_arguments
 from .options import add_backend_arguments, backend_from_args
 from ..model_service import usable_cpus
-from ..systems import available_systems, device_overrides, load_system_config, precision_overrides
+from ..systems.recipes import available_systems, load_system_config
 
 
 def add_parser(subparsers) -> None:
@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         description="Anonymise Kaldi data directories (or plain audio folders) with a system. Output: "
                     "<out>/<set><suffix>/wav/<utt>.wav (16 kHz mono 16-bit) plus the set's metadata. "
                     "Reruns resume: finished utterances are verified and skipped.")
-    parser.add_argument("--system", required=True, help=f"system name ({', '.join(available_systems())}) "
+    parser.add_argument("--system", required=True, help=f"system name ({', '.join(available_systems(installed=False))}"
+                                                        "; voxanon systems lists installed families' too) "
                                                         "or the path of a recipe .yaml")
     parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
                         help="input set: a Kaldi data directory or a folder of audio files (repeatable)")
@@ -70,11 +71,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
     backend = backend_from_args(args)
-    config = load_system_config(args.system, overrides)
-    chosen = ((precision_overrides(config, args.precision) if args.precision is not None else [])
-              + (device_overrides(config, args.device) if args.device is not None else []))
-    if chosen:  # explicit --set overrides come last and win
-        config = load_system_config(args.system, chosen + overrides)
+    config = load_system_config(args.system, overrides, device=args.device, precision=args.precision)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     sets = _output_sets(args, suffix)
     any_failed = False
