@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ...data_prep.audio import AudioError, check_audio
     from ..execution.batches import MIN_SECONDS
-    from ..systems import load_system_config
+    from ..systems.recipes import load_system_config
 
     system = load_system_config(args.system) if args.system else {}
     sample_rate = args.sample_rate or system.get("sample_rate", 16000)
