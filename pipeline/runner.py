@@ -55,8 +55,8 @@ from .execution.batches import Job, Outcome, sha256_or_none
 from .execution.local import EXECUTORS, LocalBackend
 from .execution.planning import DEFAULT_BATCH_SECONDS, batch_invariant, batches_to_run, plan_batches, pool_batches
 from .execution.pool import NoWork
-from .stages import RunFault, one_line
-from .systems import System, build_system, check_needs, config_hash
+from .systems.stage import RunFault, one_line
+from .systems.recipes import System, build_system, check_needs, config_hash
 
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from ...data_prep.errors import VoxanonError
 from .batches import Job
 
 if TYPE_CHECKING:
-    from ..systems import System
+    from ..systems.recipes import System
 
 
 DEFAULT_BATCH_SECONDS = 200.0

@@ -7,7 +7,7 @@ import numpy as np
 from voxanon.pipeline.execution import planning
 from voxanon.pipeline.execution.batches import Job
 from voxanon.pipeline.execution.planning import parallel_batches
-from voxanon.pipeline.systems import device_overrides, load_system_config
+from voxanon.pipeline.systems.recipes import device_overrides, load_system_config
 
 
 def test_device_batches_are_planned_from_the_job_list_alone():
