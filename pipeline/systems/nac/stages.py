@@ -38,11 +38,10 @@ from typing import Any
 import numpy as np
 
 from ....data_prep.errors import VoxanonError
-from ...model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
-                            model_set_config, resolve_device)
-from ..stage import Stage, Utterance
+from ...model_service import cached_model, check_precision, model_set, model_set_config, resolve_device
+from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target
 
-SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
+SELECTIONS = TARGET_SELECTIONS
 MODELS = "nac"
 MIN_SAMPLES = 400
 """HuBERT's feature encoder needs 400 samples (25 ms) at 16 kHz for one frame."""
@@ -108,47 +107,24 @@ class NacVoiceStage(Stage):
         if self.selection == "constant":
             if self.constant not in voices:
                 raise VoxanonError(f"nac_voice.constant {self.constant!r} is not a voice of model set {self.models!r}")
-            voice = self.constant
-        else:
-            level = "utterance" if self.selection == "random_per_utt" else "speaker"
-            voice = voices[int(utt.rng(level).integers(len(voices)))]
+        voice = choose_target(utt, self.selection, voices, self.constant)
         utt.features["voice"] = voice
         utt.record["voice"] = voice
 
 
-class _NacModelStage(Stage):
+class _NacModelStage(ModelStage):
     component: str
-    inputs: tuple[str, ...] = ()
+    inputs_hint = "B4's stages run in the order nac_voice, nac_semantic, nac_coarse, nac_fine, nac_decode"
 
     def __init__(self, models: str = MODELS, device: str = "cpu"):
-        self.models = models
-        self.device = check_device_name(device, f"{self.name}.device")
+        super().__init__(models, device)
 
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            self._model()
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            self._model()
-
-    def _model(self):
+    def model(self):
         return load_component(self.models, self.component, self.device)
 
     def _voices(self, batch: list[Utterance]):
         voices = load_component(self.models, "voices")
         return [voices[utt.features["voice"]] for utt in batch]
-
-    def _check_inputs(self, batch: list[Utterance]) -> None:
-        missing = [f"{u.utt_id}:{k}" for u in batch for k in self.inputs if k not in u.features]
-        if missing:
-            raise VoxanonError(f"{self.name} needs {', '.join(self.inputs)}; missing {missing[:4]} (B4's stages run "
-                               "in the order nac_voice, nac_semantic, nac_coarse, nac_fine, nac_decode)")
-
 
 
 class _SamplingStage(_NacModelStage):
@@ -175,7 +151,7 @@ class NacSemanticStage(_NacModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.nets.nac_semantic import semantic_tokens
 
-        hubert = self._model()
+        hubert = self.model()
         quantiser = load_component(self.models, "quantiser", self.device)
         layer = int(model_set(self.models, "nac").config["hubert_layer"])
         for utt in batch:
@@ -204,9 +180,9 @@ class NacCoarseStage(_SamplingStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.nets.bark import generate_coarse
 
-        self._check_inputs(batch)
+        self.check_inputs(batch)
         for group in self._groups(batch):
-            codes = generate_coarse(self._model(), [u.features["semantic"] for u in group], self._voices(group),
+            codes = generate_coarse(self.model(), [u.features["semantic"] for u in group], self._voices(group),
                                     [generator(u, self.name) for u in group], self.temperature, self.top_k,
                                     dtype=self._dtype())
             for utt, coarse in zip(group, codes):
@@ -230,9 +206,9 @@ class NacFineStage(_SamplingStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.nets.bark import generate_fine
 
-        self._check_inputs(batch)
+        self.check_inputs(batch)
         for group in self._groups(batch):
-            codes = generate_fine(self._model(), [u.features["coarse"] for u in group], self._voices(group),
+            codes = generate_fine(self.model(), [u.features["coarse"] for u in group], self._voices(group),
                                   [generator(u, self.name) for u in group], self.temperature, dtype=self._dtype())
             for utt, fine in zip(group, codes):
                 utt.features["fine"] = fine
@@ -251,8 +227,8 @@ class NacDecodeStage(_NacModelStage):
         from ....models.dsp.resample import resample_kaiser_best
         from ....models.nets.nac_semantic import SAMPLE_RATE
 
-        self._check_inputs(batch)
-        decoder = self._model()
+        self.check_inputs(batch)
+        decoder = self.model()
         device = next(decoder.parameters()).device
         for utt in batch:
             codes = torch.from_numpy(np.ascontiguousarray(utt.features["fine"]))[None].to(device)
