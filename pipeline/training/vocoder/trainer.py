@@ -49,19 +49,19 @@ from typing import Iterable
 
 import numpy as np
 
-from ...data_prep.atomic import atomic_write_text
-from ...data_prep.audio import load_audio
-from ...data_prep.corpus import DataDir
-from ...data_prep.digest import sha256_file
-from ...data_prep.errors import VoxanonError
-from ...models.f0.params import DEFAULT_BACKEND
-from ..feature_cache import ContentCache
-from ..systems.ssl_sas.chain import SSL_SAS_MULTIPLE, ContentStage, SpeakerStage, SslSasInputStage
-from ..systems.f0 import F0Stage
-from ..systems.ssl_sas.loader import load_model
-from ..systems.stage import Utterance
-from ..model_service import torch_device
-from .checkpointing import PRECISIONS, autocast_dtype, resolve_precision, restore_rng_state, rng_state
+from ....data_prep.atomic import atomic_write_text
+from ....data_prep.audio import load_audio
+from ....data_prep.corpus import DataDir
+from ....data_prep.digest import sha256_file
+from ....data_prep.errors import VoxanonError
+from ....models.f0.params import DEFAULT_BACKEND
+from ...feature_cache import ContentCache
+from ...systems.ssl_sas.chain import SSL_SAS_MULTIPLE, ContentStage, SpeakerStage, SslSasInputStage
+from ...systems.f0 import F0Stage
+from ...systems.ssl_sas.loader import load_model
+from ...systems.stage import Utterance
+from ...model_service import torch_device
+from ..checkpointing import PRECISIONS, autocast_dtype, resolve_precision, restore_rng_state, rng_state
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _component_tag(model_set, component: str) -> str:
 
 def feature_tags(models: str) -> dict[str, str]:
     """Cache tags per feature kind: audio and F0 depend on the file only, content and speaker on the encoders too."""
-    from ...models.checkpoints.registry import load_model_set
+    from ....models.checkpoints.registry import load_model_set
 
     model_set = load_model_set(models, verify=False)
     return {"audio": "vocoder-input-sslsas", "f0": f"f0-yaapt-sslsas-{DEFAULT_BACKEND}",
@@ -354,8 +354,8 @@ class VocoderTrainer:
     def __init__(self, options: VocoderTrainingOptions, features: FeatureSet):
         import torch
 
-        from ...models.nets.hifigan import HifiganGenerator
-        from ...models.nets.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
+        from ....models.nets.hifigan import HifiganGenerator
+        from ....models.nets.hifigan_training import (LossMelSpectrogram, MultiPeriodDiscriminator,
                                                      MultiScaleDiscriminator)
 
         self.options = options
@@ -461,7 +461,7 @@ class VocoderTrainer:
     def train_step(self) -> dict[str, float]:
         import torch.nn.functional as F
 
-        from ...models.nets.hifigan_training import (MEL_LOSS_WEIGHT, discriminator_loss, feature_loss, generator_loss,
+        from ....models.nets.hifigan_training import (MEL_LOSS_WEIGHT, discriminator_loss, feature_loss, generator_loss,
                                                      xvector_consistency_loss)
 
         frames, audio, target_vectors = self.load_batch(self.sampler.next_batch(self.n_choices))
@@ -523,8 +523,8 @@ class VocoderTrainer:
                 "data_digest": self.features.digest}
 
     def save_checkpoint(self) -> Path:
-        from ...models.checkpoints.safe import atomic_torch_save
-        from ...models.nets.hifigan_training import to_jik876_generator_state
+        from ....models.checkpoints.safe import atomic_torch_save
+        from ....models.nets.hifigan_training import to_jik876_generator_state
 
         out = self.options.out
         name = f"{self.steps:08d}"
@@ -546,8 +546,8 @@ class VocoderTrainer:
 
     def resume(self) -> int | None:
         """Load the latest checkpoint pair in the output folder; the step count resumed from, or None."""
-        from ...models.checkpoints.ssl_sas import SSL_SAS_SUBMODELS
-        from ...models.checkpoints.safe import safe_load
+        from ....models.checkpoints.ssl_sas import SSL_SAS_SUBMODELS
+        from ....models.checkpoints.safe import safe_load
 
         pairs = checkpoint_pairs(self.options.out)
         if not pairs:
@@ -604,7 +604,7 @@ class VocoderTrainer:
 
 def _jik876_config(trainer: VocoderTrainer) -> dict:
     """The checkpoint folder's ``config.json`` in SSL-SAS/jik876 key names, beside our own."""
-    from ...models.nets.hifigan_training import MelConfig
+    from ....models.nets.hifigan_training import MelConfig
 
     options, generator, mel = trainer.options, trainer.generator_config, MelConfig()
     return {"resblock": generator.resblock, "num_gpus": 0, "batch_size": options.batch_size,
@@ -646,8 +646,8 @@ def _produced_width(config: dict, component: str) -> int | None:
 def resolve_training_models(options: VocoderTrainingOptions, verify: bool = True):
     """The base model set, the conditioning layout (with ``--layout`` overrides) and the generator config,
     checked against each other: cheap, so a bad option fails before the feature pass."""
-    from ...models.nets.hifigan import ConditioningLayout, GeneratorConfig
-    from ...models.checkpoints.registry import load_model_set
+    from ....models.nets.hifigan import ConditioningLayout, GeneratorConfig
+    from ....models.checkpoints.registry import load_model_set
 
     base = load_model_set(options.models, verify=verify)
     if "generator" not in base.config or "layout" not in base.config:
@@ -749,10 +749,10 @@ def train_vocoder(options: VocoderTrainingOptions, data_dirs: list[DataDir]) -> 
 
 def install_trained_generator(trainer: VocoderTrainer, name: str) -> Path:
     """Install the trained generator (weight norm folded) with the base set's encoders as model set ``name``."""
-    from ...models.checkpoints.ssl_sas import split_ssl_sas_generator
-    from ...models.nets.hifigan import HifiganGenerator, Vocoder
-    from ...models.nets.hifigan_training import to_jik876_generator_state
-    from ...models.checkpoints.registry import write_model_set
+    from ....models.checkpoints.ssl_sas import split_ssl_sas_generator
+    from ....models.nets.hifigan import HifiganGenerator, Vocoder
+    from ....models.nets.hifigan_training import to_jik876_generator_state
+    from ....models.checkpoints.registry import write_model_set
 
     folded = split_ssl_sas_generator({"generator": to_jik876_generator_state(trainer.generator.state_dict())},
                                      "trained generator")["generator"]

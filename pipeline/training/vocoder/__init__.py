@@ -1,0 +1,1 @@
+"""HiFi-GAN vocoder training for SSL-SAS-layout model sets (``voxanon train vocoder``)."""
