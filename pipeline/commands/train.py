@@ -128,9 +128,9 @@ def add_parser(subparsers) -> None:
 
 
 def run_vocoder(args: argparse.Namespace) -> int:
-    from ..training.vocoder.trainer import install_trained_generator
-    from ..training.vocoder.trainer import train_vocoder
-    from ..training.vocoder.trainer import VocoderTrainingOptions
+    from ..training.vocoder.export import install_trained_generator
+    from ..training.vocoder.run import train_vocoder
+    from ..training.vocoder.settings import VocoderTrainingOptions
 
     options = VocoderTrainingOptions(
         out=args.out, models=args.models, steps=args.steps, batch_size=args.batch_size, segment=args.segment,
