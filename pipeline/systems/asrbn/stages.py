@@ -8,10 +8,10 @@ utterance and the VPC 2024 recipe (``anonymization/modules/asrbn/anonymise_dir.p
 2. ``f0`` with ``backend: sa-toolkit``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms
    frames every 20 ms, :func:`voxanon.models.f0.sa_yaapt.sa_toolkit_f0`; the F0 stage of every system, its cache
    keyed by backend) [``f0``].
-3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.nets.asr_bn.AsrBnExtractor`)
+3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor`)
    [``bn``].
 4. ``asrbn_vocoder``: ``CoreHifiGan`` on [BN | F0 normalised over the utterance | one-hot target]
-   (:mod:`voxanon.models.nets.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
+   (:mod:`voxanon.models.nets.asrbn.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
    recipe cuts it to the input's length, and so does this stage, which also pads with zeros where the
    converter gives fewer samples than the input (at most 78, when the length is just past a multiple of
    320), so that every output has exactly the input's length. No peak normalisation (``output_peak``:
@@ -71,7 +71,7 @@ def target_speakers(name: str) -> list[str]:
 
 
 def load_component(name: str, component: str, precision: str = "float32", device: str = "cpu"):
-    """The set's ``extractor`` (:class:`~voxanon.models.nets.asr_bn.AsrBnExtractor`) or ``converter`` ((Vocoder,
+    """The set's ``extractor`` (:class:`~voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor`) or ``converter`` ((Vocoder,
     speakers)), loaded once per process in the form for ``device`` (:func:`~voxanon.models.nets.precision.prepared_for_device`):
     on the CPU in float32 as built (the converter's spectral convolutions planned, for forked workers to share);
     on the CPU in a lower ``precision`` a copy run under autocast; on any other device (``cpu:N`` included)
@@ -224,7 +224,7 @@ class AsrBnVocoderStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ....models.nets.core_hifigan import conditioning
+        from ....models.nets.asrbn.core_hifigan import conditioning
 
         vocoder, speakers = self.model()
         self.check_inputs(batch)

@@ -5,7 +5,7 @@ Data flow per utterance (``features`` keys in brackets), as the recipe's ``anony
 1. ``nac_voice``: the voice prompt, one of the set's Bark voices (sorted by name), chosen by ``selection``
    (:data:`SELECTIONS`) [``voice``]; its name is recorded in the run journal.
 2. ``nac_semantic``: HuBERT-base layer 9 through the quantiser's LSTM, argmax (input 16 kHz -> 24 kHz -> 16 kHz
-   as the recipe resamples it; :func:`voxanon.models.nets.nac_semantic.semantic_tokens`) [``semantic``], 49.9 Hz.
+   as the recipe resamples it; :func:`voxanon.models.nets.nac.semantic.semantic_tokens`) [``semantic``], 49.9 Hz.
 3. ``nac_coarse``: Bark's coarse GPT, 2 codebooks at 75 Hz, prompted by the voice (60-step windows, 630
    steps of history, KV cache; ``temperature`` 0.7, ``top_k`` none) [``coarse``].
 4. ``nac_fine``: Bark's fine GPT fills codebooks 3-8 (1,024-frame windows every 512; ``temperature`` 0.5;
@@ -28,7 +28,7 @@ Voice selection (``selection``):
 ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N``) on the model stages: on the CPU each utterance runs alone,
 through the reference's exact calls; elsewhere the coarse and fine stages sample the runner's batch together
 (left-padded coarse windows with per-row positions and key masks, stacked fine windows;
-:func:`voxanon.models.nets.bark.generate_coarse`), each utterance's draws still from its own generator, and
+:func:`voxanon.models.nets.nac.bark.generate_coarse`), each utterance's draws still from its own generator, and
 ``precision: bfloat16`` runs them under bfloat16 autocast, as the recipe does on a GPU that supports it.
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.nac_semantic import semantic_tokens
+        from ....models.nets.nac.semantic import semantic_tokens
 
         hubert = self.model()
         quantiser = load_component(self.models, "quantiser", self.device)
@@ -178,7 +178,7 @@ class NacCoarseStage(_SamplingStage):
         self.temperature, self.top_k = float(temperature), None if top_k is None else int(top_k)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.bark import generate_coarse
+        from ....models.nets.nac.bark import generate_coarse
 
         self.check_inputs(batch)
         for group in self._groups(batch):
@@ -204,7 +204,7 @@ class NacFineStage(_SamplingStage):
         self.temperature = None if temperature is None else float(temperature)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.bark import generate_fine
+        from ....models.nets.nac.bark import generate_fine
 
         self.check_inputs(batch)
         for group in self._groups(batch):
@@ -225,7 +225,7 @@ class NacDecodeStage(_NacModelStage):
         import torch
 
         from ....models.dsp.resample import resample_kaiser_best
-        from ....models.nets.nac_semantic import SAMPLE_RATE
+        from ....models.nets.nac.semantic import SAMPLE_RATE
 
         self.check_inputs(batch)
         decoder = self.model()
