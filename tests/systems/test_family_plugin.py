@@ -74,3 +74,12 @@ def test_a_family_declaring_a_shipped_stage_name_is_refused_naming_both(tmp_path
     assert listed.returncode == 2 and len(listed.stderr.strip().splitlines()) == 1
     assert "'mcadams'" in listed.stderr and "voxanon.pipeline.systems.mcadams:McAdamsStage" in listed.stderr \
         and "toyfam.gain:GainStage" in listed.stderr
+
+
+def test_a_family_recipe_named_as_a_shipped_system_is_refused_naming_both(tmp_path):
+    site = tmp_path / "site"
+    _install(site, {name.replace("toy.yaml", "b2.yaml"): text for name, text in FAMILY.items()})
+    listed = _voxanon(site, "systems")
+    assert listed.returncode == 2 and len(listed.stderr.strip().splitlines()) == 1
+    assert "'b2'" in listed.stderr and "recipes/systems/b2.yaml" in listed.stderr \
+        and str(site / "toyfam" / "recipes" / "b2.yaml") in listed.stderr
