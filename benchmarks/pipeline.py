@@ -76,7 +76,7 @@ utterance) 8.0 s. The previous round ended at x1.27-1.42 over eight runs (RTF 0.
 in five, missed in three), x0.95 at its start, x0.73 before that. This round's gains, each measured on
 its own (trace of the workers' stage times; the set's wall time in alternating runs):
 
-* the head start (runner ``_HeadStart``): while the main process imports torch and loads the models
+* the head start (``pipeline/execution/workers.py``'s ``HeadStart``): while the main process imports torch and loads the models
   (about 2 s on one core), a process forked after pYAAPT's import runs the input normalisation and F0
   over the utterances the workers take last: 8-10 of the 20, about 40 % of the set's F0; the set took
   34.8 s against 36.5-36.7 s in single traced runs before it (runs vary by about 0.5 s), the loading

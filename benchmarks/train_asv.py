@@ -8,7 +8,7 @@ the CPU's and the GPU's, not the disk's). Three modes:
 * ``--device cuda`` (batch 256, the challenge's; bf16 autocast where the GPU has it): the GPU
   comparison, in about a minute. Three figures, measured side by side in one process:
 
-  - ``loader alone``: utterances/s that :class:`voxanon.pipeline.training.asv_trainer.AsvTrainer`'s
+  - ``loader alone``: utterances/s that :class:`voxanon.pipeline.training.asv.trainer.AsvTrainer`'s
     DataLoader delivers (chunks read from the WAV files into int16 batches, handed over in shared
     memory and pinned) with the model step removed, its processes already started;
   - ``train asv``: the trainer's epoch loop (the first epoch is the warm-up, the second is timed:
@@ -112,7 +112,7 @@ def speechbrain_step_rate(trainer, batches: int) -> float:
 def loader_rate(trainer) -> tuple[float, float]:
     """(utterances/s of the trainer's DataLoader alone over one epoch's batches, its processes already started;
     seconds from the first pass's start to its first batch, process start-up included)."""
-    from voxanon.pipeline.training.asv_loader import epoch_batches
+    from voxanon.pipeline.training.asv.loader import epoch_batches
 
     h = trainer.h
     trainer.keys.kind = "train"
@@ -135,9 +135,9 @@ def _synchronise(device) -> None:
 
 
 def main() -> int:
-    from voxanon.pipeline.training.asv_data import prepare_training_data, read_training_sets
-    from voxanon.pipeline.training.asv_settings import resolve_hparams
-    from voxanon.pipeline.training.asv_trainer import AsvTrainer
+    from voxanon.pipeline.training.asv.data import prepare_training_data, read_training_sets
+    from voxanon.pipeline.training.asv.settings import resolve_hparams
+    from voxanon.pipeline.training.asv.trainer import AsvTrainer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the step runs")
@@ -157,7 +157,7 @@ def main() -> int:
     batch_size = args.batch_size or (32 if on_cpu else 256)
     n_batches = args.batches or (3 if on_cpu else 40)
     if args.workers is None and args.loader_only:
-        from voxanon.pipeline.training.asv_loader import default_workers
+        from voxanon.pipeline.training.asv.loader import default_workers
 
         args.workers = default_workers(torch.device("cuda"))
 

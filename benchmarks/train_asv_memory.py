@@ -22,7 +22,7 @@ steadier figure), 3 steps each:
 
 Keeping the heap saves up to a third of the CPU time but raises the peak by 23-58 %, against issue 30's point
 (a laptop runs out of memory), so ``train asv`` keeps glibc's default; the peak per batch size it needs is in
-docs/training.md, and :func:`voxanon.pipeline.training.asv_loader.check_cpu_memory` refuses a batch that will not fit.
+docs/training.md, and :func:`voxanon.pipeline.training.asv.loader.check_cpu_memory` refuses a batch that will not fit.
 Batch 256 needs about 15 GB: ``--batch-sizes`` and ``--modes`` choose what runs.
 
     .venv/bin/python -m benchmarks.train_asv_memory [--batch-sizes 32 64] [--steps 3] [--modes default kept]
@@ -82,10 +82,10 @@ def kept_heap(enabled: bool = True):
 def child(batch_size: int, steps: int, mode: str) -> dict:
     import torch
 
-    from voxanon.pipeline.training.asv_data import prepare_training_data, read_training_sets
-    from voxanon.pipeline.training.asv_loader import training_memory_estimate
-    from voxanon.pipeline.training.asv_settings import resolve_hparams
-    from voxanon.pipeline.training.asv_trainer import AsvTrainer
+    from voxanon.pipeline.training.asv.data import prepare_training_data, read_training_sets
+    from voxanon.pipeline.training.asv.loader import training_memory_estimate
+    from voxanon.pipeline.training.asv.settings import resolve_hparams
+    from voxanon.pipeline.training.asv.trainer import AsvTrainer
 
     from benchmarks.train_asv import synthetic_set
 

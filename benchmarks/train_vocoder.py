@@ -21,7 +21,7 @@ import torch
 
 
 def synthetic_features(root: Path, n_utterances: int, seconds: float, seed: int = 0):
-    from voxanon.pipeline.training.vocoder import FeatureSet, UtteranceFeatures
+    from voxanon.pipeline.training.vocoder.features import FeatureSet, UtteranceFeatures
 
     rng = np.random.default_rng(seed)
     frames = int(seconds * 50)
@@ -60,7 +60,8 @@ def main() -> None:
     parser.add_argument("--lambda-xv", type=float, default=0.0, help="also time the x-vector consistency loss")
     args = parser.parse_args()
 
-    from voxanon.pipeline.training.vocoder import VocoderTrainer, VocoderTrainingOptions
+    from voxanon.pipeline.training.vocoder.settings import VocoderTrainingOptions
+    from voxanon.pipeline.training.vocoder.trainer import VocoderTrainer
 
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)

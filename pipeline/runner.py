@@ -53,7 +53,8 @@ from ..data_prep.paths import contained_path
 from ..data_prep.run_lock import run_lock
 from .execution.batches import Job, Outcome, sha256_or_none
 from .execution.local import EXECUTORS, LocalBackend
-from .execution.pool import NoWork, batch_invariant
+from .execution.planning import DEFAULT_BATCH_SECONDS, batch_invariant, batches_to_run, plan_batches, pool_batches
+from .execution.pool import NoWork
 from .systems.stage import RunFault, one_line
 from .systems.recipes import System, build_system, check_needs, config_hash
 
@@ -126,14 +127,6 @@ def _write_failures(path: Path, failures: Iterable[Outcome]) -> None:
     atomic_write_text(path, "".join(lines))
 
 
-def _longest_first(jobs: list[Job]) -> list[Job]:
-    """``jobs`` longest first (ties in set order), so that parallel workers finish together: in set order a
-    long utterance met last runs alone while the other workers idle (20 utterances of 6-10 s on 2 workers:
-    4.5 s of one idle core in a 50 s run). A job of unknown length (a pipe) goes last. The output never
-    depends on the order."""
-    return sorted(jobs, key=lambda job: -(job.seconds or 0.0))
-
-
 def _durations(data: DataDir, utterances: list[str]) -> dict[str, float | None]:
     """Each utterance's length in seconds: from ``utt2dur`` when it covers them all, else from each file's
     header (None for a pipe, 0 for a file that cannot be read: its job reports why)."""
@@ -180,8 +173,6 @@ def run_hash(config: dict, executor: str) -> str:
     executor's ``batch_seconds``; the pool's ``batch_size`` is in the configuration already)."""
     if batch_invariant(config):
         return config_hash(config)
-    from .execution.streaming import DEFAULT_BATCH_SECONDS
-
     batching = {"kind": executor}
     if executor == "streaming":
         batching["batch_seconds"] = float(config.get("batch_seconds", DEFAULT_BATCH_SECONDS))
@@ -237,7 +228,7 @@ def anonymise_set(data: DataDir, config: dict, out_dir: Path, *, workers: int = 
 def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, backend_info: dict, resume: bool,
                       allow_pipes: bool, progress: bool, streaming: bool, queue_seconds: float | None,
                       device_processes: int | None, input_digest: bool, started: float) -> SetResult:
-    from .execution.streaming import DEFAULT_BATCH_SECONDS, StreamingOptions, batches_to_run, plan_batches
+    from .execution.streaming import StreamingOptions
 
     config = prepare_set(system, data, out_dir / ".prepared", progress)
     system = build_system(config)
@@ -277,10 +268,9 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
         jobs = [job for batch in batches for job in batch if not job.companion]
     else:
         todo = [utt for utt in data.utterances if utt not in finished]
-        jobs = _jobs(data, todo, wav_dir, lengths=backend_info["workers"] > 1)
-        if backend_info["workers"] > 1:
-            jobs = _longest_first(jobs)
-        batches = [jobs[i:i + system.batch_size] for i in range(0, len(jobs), system.batch_size)]
+        parallel = backend_info["workers"] > 1
+        jobs = _jobs(data, todo, wav_dir, lengths=parallel)
+        batches = pool_batches(jobs, system.batch_size, parallel)
     manifest = {
         "system": system.name, "config": config, "config_hash": current_hash,
         "data": str(data.path.resolve()) if data.path else data.name, "out": str(out_dir.resolve()),

@@ -132,8 +132,8 @@ def test_nothing_readable_gives_none_and_memavailable_alone_counts(tmp_path):
 def test_train_asv_refuses_a_batch_that_will_not_fit_in_a_v1_limit(tmp_path, monkeypatch):
     """The machine has 40 GB free, but the job's cgroup v1 limit leaves 7 GB: the default batch of 243 chunks
     (about 15 GB) is refused before training rather than killed by the kernel (exit 137)."""
-    from voxanon.pipeline.training.asv_loader import check_cpu_memory
-    from voxanon.pipeline.training.asv_settings import resolve_hparams
+    from voxanon.pipeline.training.asv.loader import check_cpu_memory
+    from voxanon.pipeline.training.asv.settings import resolve_hparams
 
     cgroups, proc = _v1_machine(tmp_path)
     _v1(cgroups / "memory" / "docker" / "abc", 8 * GB, 1 * GB)

@@ -29,8 +29,6 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.model_service import resolve_device
 from voxanon.pipeline.systems.ssl_sas.chain import ContentStage, SpeakerStage, VocoderStage
 from voxanon.pipeline.systems.ssl_sas.loader import load_model
-from voxanon.pipeline.execution.pool import parallel_batches
-from voxanon.pipeline.execution.batches import Job
 from voxanon.pipeline.systems.recipes import build_system, device_overrides, load_system_config
 
 from tests.helpers.corpora import make_corpus
@@ -350,21 +348,6 @@ def test_models_load_without_random_initialisation_and_refuse_missing_weights():
 
     with pytest.raises(RuntimeError, match=r"no weights given for \['scale'\]"):
         built_with_weights(WithBuffer, state)
-
-
-def test_parallel_batches_give_every_worker_several_and_keep_every_job():
-    cpu = load_system_config("resynth")
-    jobs = [Job(f"u{i}", "s", None, f"{i}.wav", f"o{i}.wav") for i in range(20)]
-    batches = [jobs[i:i + 4] for i in range(0, 20, 4)]
-    assert parallel_batches(batches, 2, cpu) == [[job] for job in jobs]
-    many = [Job(f"u{i}", "s", None, f"{i}.wav", f"o{i}.wav") for i in range(200)]
-    split = parallel_batches([many[i:i + 4] for i in range(0, 200, 4)], 2, cpu)
-    assert [len(b) for b in split] == [4] * 50 and [j for b in split for j in b] == many
-    # Padded device batches equal one at a time only to float rounding: the user's batches stay as they are,
-    # so the output does not depend on the worker count or the backend.
-    on_gpu = load_system_config("resynth", device_overrides(cpu, "cuda"))
-    assert parallel_batches(batches, 2, on_gpu) == batches
-    assert parallel_batches(batches, 2, load_system_config("resynth", device_overrides(cpu, "auto"))) == batches
 
 
 def test_weights_keep_the_modules_dtype():

@@ -239,7 +239,7 @@ def test_the_batched_backend_reports_a_bad_utterance_in_its_place():
 
 
 def test_device_puts_sa_toolkits_f0_on_the_device_and_leaves_pyaapts_algorithm_in_the_cpu_pool():
-    from voxanon.pipeline.execution.streaming import cpu_stage_count
+    from voxanon.pipeline.execution.planning import cpu_stage_count
     from voxanon.pipeline.systems.recipes import build_system, device_overrides, load_system_config
 
     assert "f0.device=cuda" in device_overrides(load_system_config("b5"), "cuda")

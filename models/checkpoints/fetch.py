@@ -336,16 +336,3 @@ def fetch(name: str, *, url: str | None = None, sha256: str | None = None, progr
                   for remote in remote_files(entry, url, sha256))
     folders = tuple(extract(path) for path in files if is_archive(path))
     return Fetched(entry, files, folders)
-
-
-def find_release_root(folders: tuple[Path, ...] | list[Path], marker: str = "HiFi-GAN", max_depth: int = 3) -> Path:
-    """The folder (at most ``max_depth`` levels down) that holds ``marker``: the unpacked release's root."""
-    found = []
-    for folder in folders:
-        for depth in range(max_depth + 1):
-            found.extend(p.parent for p in folder.glob("/".join(["*"] * depth + [marker])) if p.is_dir())
-    roots = sorted(set(found))
-    if len(roots) != 1:
-        raise VoxanonError(f"expected one folder holding {marker}/ in {', '.join(map(str, folders))}; found "
-                           f"{', '.join(map(str, roots)) or 'none'}")
-    return roots[0]

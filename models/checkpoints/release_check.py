@@ -1,5 +1,7 @@
-"""``voxanon models check``: what an unpacked release, or one checkpoint file, holds, and whether it imports;
-and whether an installed model set is intact and loads.
+"""``voxanon models check``'s reports: what an unpacked release, or one checkpoint file, holds, and whether it
+imports; the checks of the SSL-SAS layout's folders (SSL-SAS, zLLR-VC), of B4's, and of each checkpoint file voxanon
+reads. Which check a folder gets is the release catalogue's (:func:`voxanon.models.checkpoints.catalogue.folder_check`);
+:mod:`voxanon.models.checkpoints.model_check` picks the check for a path.
 
 Every file is read with :func:`~voxanon.models.checkpoints.safe.safe_load` (tensors and plain
 containers only, nothing executed), and the import is run as ``voxanon models import`` runs it
@@ -8,9 +10,6 @@ for an SA-toolkit ``final.pt`` or its tag's folder, and the other importers), wr
 nothing. The report lists the components found with their key counts, the keys no component
 holds, the vocoder's ``config.json``, and the import's outcome. A release is read once per check: the
 inspection and the trial import share each file (:class:`OnceReader`).
-
-An installed set (``voxanon models check NAME``, :func:`check_installed`) has every file checked against
-its manifest's sha256 and every component built as a run builds it, strictly (each key and shape).
 """
 from __future__ import annotations
 
@@ -18,12 +17,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...data_prep.digest import sha256_file
 from ...data_prep.errors import VoxanonError
-from .ssl_sas import SEX_FLOW_PREFIX, SSL_SAS_VOCODER_DIR, ZLLR_VC_LAYOUT, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
+from .ssl_sas import RELEASES, SEX_FLOW_PREFIX, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
 from .keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
 from .safe import CheckpointError, key_list, safe_load
-from .registry import MANIFEST, MODEL_SET_NAME, load_model_set, models_dir
 from .sa_toolkit import import_sa_toolkit
 
 SOFT_MODEL = Path("HuBERT_soft") / "soft_model.pt"
@@ -91,24 +88,6 @@ class CheckReport:
         return lines
 
 
-def check(path: str | Path) -> CheckReport:
-    """Inspect an unpacked release folder or one checkpoint file (see the module doc), or an installed model
-    set by its name (:func:`check_installed`)."""
-    path = Path(path)
-    read = OnceReader()
-    if path.is_dir() and next(path.rglob("coarse_2.pt"), None) is not None:
-        return check_nac_release(path, read)
-    if path.is_dir() and (path / "final.pt").is_file() and not (path / "HiFi-GAN").is_dir():
-        return check_file(path / "final.pt", read)  # an SA-toolkit tag's folder (torch.hub's checkpoints/<tag>/)
-    if path.is_dir():
-        return check_release(path, read)
-    if path.is_file():
-        return check_file(path, read)
-    if MODEL_SET_NAME.fullmatch(str(path)) and (models_dir() / str(path) / MANIFEST).is_file():
-        return check_installed(str(path))
-    raise VoxanonError(f"{path}: no such file or folder, nor an installed model set (voxanon models list)")
-
-
 class OnceReader:
     """:func:`~voxanon.models.checkpoints.safe.safe_load` for one check: each file is read once, and the inspection
     and the trial import share what was read (a release's ``g_*`` file alone can be 1 GB)."""
@@ -152,10 +131,10 @@ def _release_kind(checkpoint, config: dict) -> str:
 
 
 def inspect_generator(name: str, source: str, checkpoint, release: str) -> FileReport:
-    sex_flow = release == "zllr-vc"
-    report = FileReport(name, f"{'zLLR-VC' if sex_flow else 'SSL-SAS'} vocoder checkpoint, jik876 g_* layout")
+    variant = RELEASES[release]
+    report = FileReport(name, f"{variant.name} vocoder checkpoint, jik876 g_* layout")
     try:
-        families = generator_families(checkpoint, source, sex_flow=sex_flow)
+        families = generator_families(checkpoint, source, sex_flow=variant.sex_flow)
     except CheckpointError as error:
         report.problems.append(str(error))
         report.keyed = False
@@ -241,7 +220,7 @@ def _parameters(components: dict) -> str:
     return ", ".join(f"{name} {millions(state):.2f} M parameters" for name, state in components.items())
 
 
-def _try_import(report: CheckReport, what: str, run) -> None:
+def try_import(report: CheckReport, what: str, run) -> None:
     try:
         components = run()
     except VoxanonError as error:
@@ -283,14 +262,15 @@ def check_release(root: Path, read: OnceReader | None = None) -> CheckReport:
         else:
             report.files.append(FileReport(str(relative / "config.json"), "absent: the import uses SSL-SAS's "
                                            "generator settings", keyed=False))
-        option = "" if (release == "ssl-sas" and str(relative) == SSL_SAS_VOCODER_DIR) or \
-            (release == "zllr-vc" and len(folders) == 1) else f" --vocoder-dir {relative}"
+        default_dir = RELEASES[release].vocoder_dir
+        read_by_default = str(relative) == default_dir if default_dir else len(folders) == 1
+        option = "" if read_by_default else f" --vocoder-dir {relative}"
         command = f"voxanon models import {release} {root}{option}" + (f" --hubert {hubert}" if hubert.is_file()
                                                                          else "")
-        _try_import(report, command, lambda: import_ssl_sas_files(
+        try_import(report, command, lambda: import_ssl_sas_files(
             g_path, config_path=config_path, soft_model_path=root / SOFT_MODEL, embedding_path=root / EMBEDDING_MODEL,
             hubert_path=hubert if hubert.is_file() else None, release=release,
-            layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None, read=read)[0])
+            layout=RELEASES[release].layout, read=read)[0])
     for relative, inspect in ((SOFT_MODEL, inspect_soft_content), (EMBEDDING_MODEL, _inspect_ecapa_state)):
         if (root / relative).is_file():
             file_report = FileReport(str(relative), "")
@@ -351,29 +331,29 @@ def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
         report.files.append(inspect_generator(name, name, checkpoint, release))
         if config_path.is_file():
             report.files.append(summarise_config(str(config_path), config_path))
-        _try_import(report, f"import of {path.name} as {release}", lambda: import_ssl_sas_files(
+        try_import(report, f"import of {path.name} as {release}", lambda: import_ssl_sas_files(
             path, config_path=config_path, soft_model_path=root / SOFT_MODEL, embedding_path=root / EMBEDDING_MODEL,
-            release=release, layout=ZLLR_VC_LAYOUT if release == "zllr-vc" else None, read=read)[0])
+            release=release, layout=RELEASES[release].layout, read=read)[0])
     elif isinstance(checkpoint.get("model") if entries else None, dict):
         report.files.append(_inspect_fairseq(name, checkpoint))
-        _try_import(report, "fairseq HuBERT key conversion", lambda: _named(name, fairseq_hubert_to_hf,
+        try_import(report, "fairseq HuBERT key conversion", lambda: _named(name, fairseq_hubert_to_hf,
                                                                              checkpoint["model"]))
     elif "hubert" in entries:
         from .hubert_soft import import_hubert_soft
 
         report.files.append(inspect_state(name, checkpoint["hubert"], "bshall HuBERT-soft checkpoint", "hubert"))
-        _try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path, read)[0])
+        try_import(report, f"voxanon models import hubert-soft {path}", lambda: import_hubert_soft(path, read)[0])
     elif "W" in entries or any(str(key).startswith("ssl_model.") for key in entries):
         report.files.append(inspect_soft_content(name, checkpoint))
-        _try_import(report, "SSL-SAS soft content model", lambda: {
+        try_import(report, "SSL-SAS soft content model", lambda: {
             "content": soft_content_from_state(checkpoint, name).state_dict()})
     elif "blocks.0.conv.conv.weight" in entries:
         report.files.append(_inspect_ecapa_state(name, checkpoint))
-        _try_import(report, "speechbrain ECAPA_TDNN", lambda: {
+        try_import(report, "speechbrain ECAPA_TDNN", lambda: {
             "speaker": ecapa_from_state(checkpoint, name).embedding_model.state_dict()})
     elif "base_model_state_dict" in entries:
         report.files.append(inspect_sa_toolkit(name, checkpoint))
-        _try_import(report, f"voxanon models import sa-toolkit {path}", lambda: import_sa_toolkit(path, read)[0])
+        try_import(report, f"voxanon models import sa-toolkit {path}", lambda: import_sa_toolkit(path, read)[0])
     elif {"mpd", "msd"} <= entries:
         report.files.append(FileReport(name, "HiFi-GAN discriminators and optimiser states (do_*)", keyed=False,
                                        notes=["used only to resume training; the import does not read it"]))
@@ -413,38 +393,6 @@ def _named(source: str, convert, state) -> dict:
         raise CheckpointError(f"{source}: {error}") from None
 
 
-def check_installed(name: str, root: Path | None = None) -> CheckReport:
-    """An installed model set: every file against its manifest's sha256, then every component built as a run
-    builds it (:func:`component_loaders`: strictly, each key and shape against the set's config)."""
-    folder = (root or models_dir()) / name
-    report = CheckReport(folder, action="load")
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        files = dict(manifest["files"])
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        report.problems.append(f"{folder / MANIFEST}: not a readable model set manifest ({type(error).__name__}: "
-                               f"{error})")
-        return report
-    for filename, digest in sorted(files.items()):
-        path = folder / filename
-        file_report = FileReport(filename, "listed in the manifest", keyed=False)
-        if not path.is_file():
-            file_report.problems.append(f"{path}: missing")
-        elif sha256_file(path) != digest:
-            file_report.problems.append(f"{path}: does not match its manifest checksum (a partial copy or an edit)")
-        else:
-            file_report.notes.append("sha256 matches the manifest")
-        report.files.append(file_report)
-    if report.all_problems():
-        report.problems.append(f"reinstall model set {name!r} (voxanon models import ...)")
-        return report
-    model_set = load_model_set(name, root, verify=False)
-    for component, load in component_loaders(model_set).items():
-        _try_import(report, f"{component} ({model_set.weights_file(component).name})",
-                    lambda load=load, component=component: {component: load().state_dict()})
-    return report
-
-
 NAC_PARTS = {"coarse": "Bark coarse GPT (model_args, _orig_mod. model, best_val_loss)", "fine": "Bark fine GPT",
              "encodec": "EnCodec 24 kHz state dict (decoder and codebooks used)",
              "quantiser": "HuBERT quantiser (LSTM + fc, .info)", "hubert": "transformers HubertModel state dict"}
@@ -467,32 +415,5 @@ def check_nac_release(root: Path, read: OnceReader | None = None) -> CheckReport
     report.files.append(FileReport(f"{len(voices)} voice prompts (*.npz)", "Bark voices: semantic_prompt, "
                                    "coarse_prompt, fine_prompt", keyed=False, notes=[", ".join(sorted(voices)[:8])
                                                                                      + (", ..." if len(voices) > 8 else "")]))
-    _try_import(report, f"voxanon models import nac {root}", lambda: import_nac(root, read)[0])
+    try_import(report, f"voxanon models import nac {root}", lambda: import_nac(root, read)[0])
     return report
-
-
-def component_loaders(model_set) -> dict:
-    """Component name -> how a run builds it from an installed set (each loads strictly)."""
-    if model_set.config.get("release") == "nac":
-        from types import SimpleNamespace
-
-        from .nac import COMPONENTS, load_component, voices_state
-
-        loaders = {component: lambda c=component: load_component(model_set, c) for component in COMPONENTS}
-        # The voices are arrays, not a network: reported as their tensors.
-        loaders["voices"] = lambda: SimpleNamespace(state_dict=lambda: voices_state(load_component(model_set, "voices")))
-        return loaders
-    if model_set.config.get("release") == "sa-toolkit":
-        from .sa_toolkit import load_converter, load_extractor
-
-        loaders = {"extractor": lambda: load_extractor(model_set)}
-        if model_set.config.get("kind") == "converter":
-            loaders["generator"] = lambda: load_converter(model_set, cpu_plans=False)[0].generator
-        return loaders
-    from ..nets.hifigan import load_vocoder
-    from ..nets.hubert_soft import content_encoder
-    from .ecapa import ecapa_from_model_set
-
-    loaders = {"content": lambda: content_encoder(model_set), "speaker": lambda: ecapa_from_model_set(model_set),
-               "generator": lambda: load_vocoder(model_set, cpu_plans=False).generator}
-    return {component: load for component, load in loaders.items() if component in model_set.config}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,7 +43,6 @@ GENERATOR_KEY = re.compile(r"(conv_pre|conv_post|ups\.\d+|resblocks\.\d+\.convs[
 SEX_FLOW_KEY = re.compile(r"lmu|cpl\.\d+\.(mask|[st]\.\d+\.(weight|bias))")
 """Keys of the ICASSP 2023 release's ``RealNVP`` (its ``classes.py``): coupling layers ``cpl.<k>`` with
 their ``s``/``t`` networks (``s.6`` the rescale) and ``mask``, and ``lmu`` (log μ)."""
-RELEASES = ("ssl-sas", "zllr-vc")
 
 def generator_families(checkpoint, source: str, *, sex_flow: bool = False) -> dict[str, dict]:
     """A ``{'generator': state}`` checkpoint's keys by component, prefixes stripped:
@@ -170,6 +170,25 @@ SSL_SAS_VOCODER_DIR = "HiFi-GAN/libri_tts_clean_100_fbank_xv_ssl_freeze"
 ZLLR_VC_LAYOUT = {"standardise_content": True, "l2_normalise_speaker": True, "layer_norm_speaker": False}
 """The conditioning the ICASSP 2023 zLLR-VC vocoder was trained with
 (nii-yamagishilab/speaker_sex_attribute_privacy)."""
+
+
+@dataclass(frozen=True)
+class LayoutRelease:
+    """What tells apart the releases of the ``pretrained_models_anon_xv`` layout, for their import and check."""
+
+    name: str
+    title: str
+    """Its name in the source line of an imported set's manifest."""
+    sex_flow: bool
+    """Whether its ``g_*`` may hold the sex flow (``xv_dis_model.*``: :func:`split_ssl_sas_generator`)."""
+    layout: dict | None
+    """Its vocoder's conditioning (:class:`ConditioningLayout` fields; None: SSL-SAS's)."""
+    vocoder_dir: str | None
+    """The ``HiFi-GAN/<model>`` folder the import reads by default (None: the release's only one)."""
+
+
+RELEASES = {"ssl-sas": LayoutRelease("SSL-SAS", "SSL-SAS", False, None, SSL_SAS_VOCODER_DIR),
+            "zllr-vc": LayoutRelease("zLLR-VC", "ICASSP 2023 zLLR-VC", True, ZLLR_VC_LAYOUT, None)}
 
 
 def _ssl_sas_configs(size: str, layout: dict) -> dict:
@@ -327,7 +346,7 @@ def import_ssl_sas_files(generator_path: Path, *, config_path: Path, soft_model_
         raise VoxanonError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
     read = read or safe_load
     conditioning = ConditioningLayout(**(layout or {}))
-    parts = split_ssl_sas_generator(read(generator_path), str(generator_path), sex_flow=release == "zllr-vc")
+    parts = split_ssl_sas_generator(read(generator_path), str(generator_path), sex_flow=RELEASES[release].sex_flow)
     generator_config = read_vocoder_config(Path(config_path))
     if parts["content"]:
         content = soft_content_from_state(parts["content"], f"{generator_path} (latent_encoder.*)")

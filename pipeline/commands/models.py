@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from ...data_prep.errors import VoxanonError
-from ...models.checkpoints.catalogue import CATALOGUE, importable
+from ...models.checkpoints.catalogue import CATALOGUE, BundledFlow, importable
 from ...models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_TAGS
 from ..systems.recipes import available_systems, build_system, load_system_config
 
@@ -67,7 +67,8 @@ def add_parser(subparsers) -> None:
     fetching.add_argument("--url", help="download this URL instead of the catalogue's (a mirror)")
     fetching.add_argument("--sha256", metavar="HEX", help="the expected sha256 of the file (pins an unverified one)")
     fetching.add_argument("--import", dest="install", action="store_true",
-                          help="then import it as a model set (ssl-sas, zllr-vc, hubert-soft)")
+                          help="then import it as a model set (" + ", ".join(
+                              entry.name for entry in CATALOGUE.values() if entry.fetched_source) + ")")
     fetching.add_argument("--attempts", type=int, default=4, help="tries per file, each resuming the last (default 4)")
     fetching.set_defaults(run=run_fetch)
     warming = actions.add_parser("warm-up", help="compile the fast YAAPT's kernels ahead of a run",
@@ -141,7 +142,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from ...models.checkpoints.release_check import check
+    from ...models.checkpoints.model_check import check
 
     report = check(args.path)
     print("\n".join(report.lines()))
@@ -150,12 +151,15 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_fetch(args: argparse.Namespace) -> int:
     from ...models.checkpoints.catalogue import release
-    from ...models.checkpoints.fetch import downloads_dir, fetch, find_release_root
+    from ...models.checkpoints.fetch import downloads_dir, fetch
 
     entry = release(args.name)
     if args.install and not entry.model_sets:
         raise VoxanonError(f"{args.name} is not a model set, so there is nothing to --import; fetch it without "
                            "--import and use the downloaded files directly")
+    if args.install and not entry.fetched_source:
+        raise VoxanonError(f"fetch --import does not import {args.name}: fetch it without --import, then "
+                           f"voxanon models import {args.name} ...")
     if args.attempts < 1:
         raise VoxanonError(f"--attempts must be at least 1, got {args.attempts}")
     fetched = fetch(args.name, url=args.url, sha256=args.sha256, attempts=args.attempts)
@@ -165,50 +169,37 @@ def run_fetch(args: argparse.Namespace) -> int:
     for folder in fetched.folders:
         print(f"unpacked {folder}")
     if not args.install:
-        if entry.name == "ssl-sas-pool":
-            print("import the pool with: voxanon pool import FOLDER --spk2gender FILE --out NAME (the speakers' "
-                  "sexes are in the SSL-SAS repository's LibriTTS train-other-500 spk2gender)")
+        if entry.fetch_note:
+            print(entry.fetch_note)
         return 0
-    if entry.name == "nac":
-        source = downloads_dir() / entry.name
-    elif entry.name == "hubert-soft":
-        models = [p for p in fetched.files if p.suffix == ".pt"]
-        if len(models) != 1:
-            raise VoxanonError(f"expected one .pt file among {', '.join(map(str, fetched.files))}")
-        source = models[0]
-    else:
-        source = find_release_root(fetched.folders)
     hubert = downloads_dir() / "hubert-base" / "hubert_base_ls960.pt"
     use_hubert = "hubert" in entry.import_options and hubert.is_file()
-    name, path = install(entry.name, source, hubert=hubert if use_hubert else None)
+    name, path = install(entry.name, entry.fetched_source(fetched), hubert=hubert if use_hubert else None)
     print(f"installed {name} in {path}")
-    if entry.name == "zllr-vc":
-        install_release_flow(fetched.folders)
+    if entry.bundled_flow:
+        install_bundled_flow(fetched.folders, entry.bundled_flow)
     return 0
 
 
-RELEASE_FLOW_NAME = "sex"
-"""The flow the zllr recipes need (``flow:sex``)."""
-
-
-def install_release_flow(folders: tuple[Path, ...]) -> None:
-    """Import the zLLR-VC release's pickled sex flow as the ``sex`` flow, unless one is installed already."""
+def install_bundled_flow(folders: tuple[Path, ...], flow: BundledFlow) -> None:
+    """Import the pickled flow a release ships (zLLR-VC's sex flow) as the flow ``flow.name``, unless one is
+    installed already."""
     from ...models.nets.flow import save_flow
     from ...models.checkpoints.zllr_flow import import_reference_flow
     from ...models.checkpoints.registry import asset_dir
 
-    pickles = sorted({p for folder in folders for p in folder.rglob("xv_disentanglement_model/*.pt")})
+    pickles = sorted({p for folder in folders for p in folder.rglob(flow.pattern)})
     if len(pickles) != 1:
-        print(f"no single xv_disentanglement_model/*.pt in the release ({len(pickles)} found): import the sex "
+        print(f"no single {flow.pattern} in the release ({len(pickles)} found): import the {flow.name} "
               "flow with voxanon zllr import --pickle FILE --out FLOW")
         return
-    target = asset_dir("flows", RELEASE_FLOW_NAME)
+    target = asset_dir("flows", flow.name)
     if target.exists():
         print(f"{target} exists and is kept; to use the release's flow instead: voxanon zllr import --pickle "
               f"{pickles[0]} --out DIR")
         return
     save_flow(import_reference_flow(pickles[0]), target)
-    print(f"installed the release's sex flow ({pickles[0]}) as flow {RELEASE_FLOW_NAME!r} in {target}")
+    print(f"installed the release's {flow.name} flow ({pickles[0]}) as flow {flow.name!r} in {target}")
 
 
 def run_warm_up(args: argparse.Namespace) -> int:

@@ -128,7 +128,9 @@ def add_parser(subparsers) -> None:
 
 
 def run_vocoder(args: argparse.Namespace) -> int:
-    from ..training.vocoder import VocoderTrainingOptions, install_trained_generator, train_vocoder
+    from ..training.vocoder.export import install_trained_generator
+    from ..training.vocoder.run import train_vocoder
+    from ..training.vocoder.settings import VocoderTrainingOptions
 
     options = VocoderTrainingOptions(
         out=args.out, models=args.models, steps=args.steps, batch_size=args.batch_size, segment=args.segment,
@@ -166,7 +168,7 @@ KALDI_FILES = ("wav.scp", "utt2spk", "spk2utt", "text", "utt2dur", "spk2gender")
 
 def run_asv(args: argparse.Namespace) -> int:
     from ...data_prep.corpus import read_data_dir
-    from ..training.asv import TRAINING_FILE, train_asv
+    from ..training.asv.run import TRAINING_FILE, train_asv
 
     # A folder with any Kaldi file is read as a data directory, so that a missing one is named.
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) if any((path / name).is_file() for name in KALDI_FILES)

@@ -8,9 +8,9 @@ from pathlib import Path
 from ...data_prep.corpus import DataDir
 from ...data_prep.errors import VoxanonError
 from .sets import EvaluationSet
-from ..training.asv_export import HYPERPARAMS_FILE
-from ..training.asv_settings import TRAINING_FILE
-from ..training.asv_trainer import schedule_reach
+from ..training.asv.export import HYPERPARAMS_FILE
+from ..training.asv.settings import TRAINING_FILE
+from ..training.asv.trainer import schedule_reach
 
 
 @dataclass
@@ -25,7 +25,7 @@ class SemiInformed:
 
 def attacker_training_summary(training: dict | Path | None) -> dict | None:
     """How far the attacker trained, from its ``training.json`` (a record, or the model folder): optimiser steps,
-    the learning rate reached (:func:`~voxanon.pipeline.training.asv_trainer.schedule_reach`, also for records written
+    the learning rate reached (:func:`~voxanon.pipeline.training.asv.trainer.schedule_reach`, also for records written
     before it was stored), the last epoch's accuracies, and a line saying so. None without a usable record."""
     import json
 
@@ -51,7 +51,7 @@ def attacker_training_summary(training: dict | Path | None) -> dict | None:
 
 
 def undertrained_warning(model_dir: Path, summary: dict) -> str:
-    from ..training.asv_trainer import reference_schedule
+    from ..training.asv.trainer import reference_schedule
 
     reference = reference_schedule()
     return (f"{model_dir} hardly trained ({summary['line']}; the challenge's configuration reaches lr "

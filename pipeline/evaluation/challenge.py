@@ -154,11 +154,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     """Run (or resume, or find done) every stage; write results.json/.csv/.md and report.html into ``inputs.out``."""
     from .attackers import attacker_training_summary
     from ..model_service import torch_device
-    from ..training.asv import train_asv
-    from ..training.asv_data import data_identity, prepare_training_data, read_training_sets
-    from ..training.asv_export import attacker_identity
-    from ..training.asv_loader import check_cpu_memory
-    from ..training.asv_settings import resolve_hparams
+    from ..training.asv.run import plan_training, train_planned
     from .outputs import attacker_notes, write_outputs
     from .computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
     from .evaluate import evaluate_sets
@@ -174,7 +170,10 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     system = config["name"]
     protocol = _protocol(inputs)
     asv = protocol.get("asv", {})
-    hparams = resolve_hparams(None, inputs.train_overrides, TRAIN_OPTION)
+    # The attacker's training on the original sets, planned for its checks: settings now, the data below.
+    original_plan = plan_training(inputs.train, set_options=inputs.train_overrides, device=inputs.device,
+                                  progress=False, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing,
+                                  option=TRAIN_OPTION, prepare=False)
     cache = inputs.cache if inputs.cache is not None else ContentCache(None)
     if cache.root is not None:
         ensure_writable_folder(cache.root, "--cache")
@@ -182,7 +181,7 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     digest = FileDigests(cache.root)
     embedder = make_embedder(asv, device=inputs.device, digest=digest)
     transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device)
-    train_sets = read_training_sets(inputs.train, inputs.allow_pipes, inputs.allow_missing)
+    train_sets = original_plan.sets
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]
     classifiers = _check_ser(iemocap_sets, inputs)
@@ -190,14 +189,11 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
 
     anonymise = _Anonymiser(inputs, config)
     anonymise.check_targets([*train_sets, *(d for s in eval_sets for d in (s.enroll, s.trials)), *iemocap_sets])
-    if not _attacker_possibly_done(out, system, hparams, [anonymise.target(d) for d in train_sets]):
-        # train_asv's checks on the data (speakers, chunk lengths) hold for the originals, since anonymisation
-        # keeps every utterance's length; running them here fails before anything is anonymised. Its warnings
-        # wait for train_asv, which gives them once.
-        data = prepare_training_data(train_sets, hparams, inputs.allow_pipes, progress=False,
-                                     allow_missing=inputs.allow_missing, option=TRAIN_OPTION, warn=False)
-        if torch_device(inputs.device).type == "cpu":
-            check_cpu_memory(hparams, len(data.train), TRAIN_OPTION)
+    if not _attacker_possibly_done(out, system, inputs, [anonymise.target(d) for d in train_sets]):
+        # The training's checks on the data (speakers, chunk lengths, memory) hold for the originals, since
+        # anonymisation keeps every utterance's length; running them here fails before anything is anonymised.
+        # Their warnings wait for the training, which gives them once.
+        original_plan.prepared(progress=False, warn=False)
     ensure_writable_folder(out, "--out")   # last: a run refused for any other input leaves --out untouched
 
     # 1. Anonymise the training sets.
@@ -207,11 +203,9 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
 
     # 2. The semi-informed attacker.
     stage_start = time.monotonic()
-    identities = [data_identity(d) for d in anonymised_train]
-    model_dir = out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}"
-    attacker = train_asv(anonymised_train, model_dir, set_options=inputs.train_overrides, device=inputs.device,
-                         progress=inputs.progress, allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing,
-                         option=TRAIN_OPTION)
+    plan = _attacker_plan(out, system, inputs, anonymised_train, progress=inputs.progress)
+    identities, model_dir = plan.identities, plan.out_dir
+    attacker = train_planned(plan, progress=inputs.progress)
     stages["train attacker"] = {"model": str(model_dir), "trained": attacker.trained,
                                 "training": attacker_training_summary(model_dir)}
     stages["train attacker"]["seconds"] = _since(stage_start)
@@ -256,20 +250,27 @@ def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
-def _attacker_possibly_done(out: Path, system: str, hparams: dict, anonymised: list[Path]) -> bool:
-    """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
-    settings (then their data passed train_asv's checks when it was trained)."""
-    from ..training.asv_data import data_identity
-    from ..training.asv_export import attacker_identity, finished_attacker
+def _attacker_plan(out: Path, system: str, inputs: ChallengeInputs, anonymised: list, progress: bool = False,
+                   prepare: bool = True):
+    """The semi-informed attacker's training on the ``anonymised`` training sets, in its folder under ``out``
+    (named by the system and the training's identity)."""
+    from ..training.asv.run import plan_training
 
+    return plan_training(anonymised, lambda identity: out / ATTACKER_DIR / f"{system}-{identity}",
+                         set_options=inputs.train_overrides, device=inputs.device, progress=progress,
+                         allow_pipes=inputs.allow_pipes, allow_missing=inputs.allow_missing, option=TRAIN_OPTION,
+                         prepare=prepare)
+
+
+def _attacker_possibly_done(out: Path, system: str, inputs: ChallengeInputs, anonymised: list[Path]) -> bool:
+    """Whether the anonymised training sets of an earlier run exist and name a complete attacker for these
+    settings (then their data passed the training's checks when it was trained)."""
     if not all((p / "wav.scp").is_file() for p in anonymised):
         return False
     try:
-        identities = [data_identity(read_data_dir(p)) for p in anonymised]
+        return _attacker_plan(out, system, inputs, anonymised, prepare=False).done
     except VoxanonError:
         return False
-    return finished_attacker(out / ATTACKER_DIR / f"{system}-{attacker_identity(hparams, identities)}", hparams,
-                             identities)
 
 
 def _check_ser(iemocap_sets: list[DataDir], inputs: ChallengeInputs):

@@ -10,28 +10,10 @@ from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, process_jobs
-from .workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread, worker_process
+from .planning import parallel_batches
+from .workers import HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread, worker_process
 from ..systems.stage import RunFault, one_line
 from ..systems.recipes import System
-
-
-def batch_invariant(config: dict) -> bool:
-    """Whether the system's output is the same however its utterances are batched: on the CPU every stage
-    processes an utterance on its own; on another device the neural stages run padded batches, equal to
-    one at a time only to float rounding."""
-    return all(str((config.get(stage) or {}).get("device", "cpu")) == "cpu" for stage in config.get("stages", []))
-
-
-def parallel_batches(batches: list[list[Job]], workers: int, config: dict) -> list[list[Job]]:
-    """The batches split so that each worker gets at least eight: a small set's last batch must not run
-    alone while the other workers idle (20 utterances in batches of 4 on 2 workers: 3 batches for one,
-    2 for the other, which then idled a third of the run). Only where the output does not depend on the
-    batching (:func:`batch_invariant`), so that it never depends on the worker count or the backend."""
-    if not batch_invariant(config):
-        return batches
-    jobs = [job for batch in batches for job in batch]
-    size = max(1, min(max(map(len, batches), default=1), len(jobs) // (8 * workers)))
-    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
 def fork_safe() -> bool:
@@ -59,7 +41,7 @@ class _PoolRun:
     ``head_start`` has prepared of it by then."""
 
     def __init__(self, pool: ProcessPoolExecutor, batches: list[list[Job]], workers: int,
-                 head_start: _HeadStart | None = None):
+                 head_start: HeadStart | None = None):
         self._pool, self._head_start, self._queue = pool, head_start, iter(batches)
         try:
             self._pending = {self._submit(batch) for _, batch in zip(range(workers * 3), self._queue)}

@@ -417,7 +417,7 @@ class RayBackend:
 
     def _outcomes(self, config: dict, batches: list[list], allow_pipes: bool, output_dir) -> Iterator:
         from .batches import Outcome
-        from .pool import parallel_batches
+        from .planning import parallel_batches
 
         # Split as the local pool does, so that no actor idles while another runs a small set's last batch.
         batches = parallel_batches(batches, self._worker_count(len(batches)), config)
@@ -479,7 +479,7 @@ class RayLanes:
     def __init__(self, backend: RayBackend, system, allow_pipes: bool, shared_path: str):
         import ray
 
-        from .streaming import cpu_stage_count
+        from .planning import cpu_stage_count
 
         config, stages = system.config, len(system.stages)
         self.start, self.shared_path = cpu_stage_count(system), shared_path

@@ -4,7 +4,7 @@ Selected for a run whose system has a stage on a device other than the CPU (``an
 the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the forked pool):
 
 - **CPU lane**: a pool of processes loads each utterance (read, resample) and runs the system's leading
-  model-free CPU stages on it (``ssl_sas_input``, pYAAPT's F0: :func:`cpu_stage_count`); the same pool writes
+  model-free CPU stages on it (``ssl_sas_input``, pYAAPT's F0: :func:`~voxanon.pipeline.execution.planning.cpu_stage_count`); the same pool writes
   the results (16-bit WAV encoding, the atomic write, sha256), off the device's path.
 - **Device lane**: one process per GPU (:func:`visible_gpus`; one for a stage on ``cuda:N`` or ``cpu:N``;
   one actor per GPU under Ray), each holding its GPU's only copy of the models and the only CUDA context
@@ -12,7 +12,8 @@ the default; ``--executor streaming`` forces it, ``--executor pool`` keeps the f
   batch* at a time, while a thread of its own stages the next batch and another sends the last one's results
   back (:mod:`voxanon.pipeline.execution.device_process`); a batch goes to the device process with the fewest
   batches in hand. The device processes start first, and load torch and their models while the CPU lane starts.
-- **Device batches** are planned before the run, from the job list alone (:func:`plan_batches`): the set's
+- **Device batches** are planned before the run, from the job list alone
+  (:func:`voxanon.pipeline.execution.planning.plan_batches`): the set's
   utterances, longest first (ties by id), cut into batches of at most ``batch_seconds`` of padded audio
   (the longest member's length times the member count) and at most 25 % padding, each of a row count the
   models batch without padding rows (1, 2, 3, 4, 6, 8, 12, ...). Their composition is
@@ -47,14 +48,14 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, Iterator
 
-from ...data_prep.errors import VoxanonError
 from . import batches, shared_arrays, workers
 from .batches import Batch, Job, Outcome
 from .device_process import DeviceProcess
+from .planning import DEFAULT_BATCH_SECONDS, cpu_stage_count
 from .pool import fork_safe, kill_pool
 from ..model_service import visible_gpus
 from ..systems.stage import RunFault, one_line
@@ -63,8 +64,6 @@ from ..systems.recipes import System
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SECONDS = 200.0
-MAX_PADDING = 0.25
 ATTEMPTS = 3
 
 
@@ -83,13 +82,6 @@ class StreamingOptions:
         return self.queue_seconds if self.queue_seconds is not None else 4 * self.batch_seconds
 
 
-def cpu_stage_count(system: System) -> int:
-    """How many of the system's stages, from the first, the CPU lane runs: the leading model-free stages
-    that stay on the CPU. The rest run in the device process."""
-    return next((i for i, stage in enumerate(system.stages) if not (stage.model_free and stage.device == "cpu")),
-                len(system.stages))
-
-
 def device_process_count(system: System) -> int:
     """Local device processes for ``system``: one per visible GPU where a stage asks for ``cuda`` or ``auto``
     (which GPU each process gets is its own CUDA_VISIBLE_DEVICES); one for a named device (``cuda:N``,
@@ -97,47 +89,6 @@ def device_process_count(system: System) -> int:
     if not any(stage.device in ("cuda", "auto") for stage in system.stages):
         return 1
     return max(1, len(visible_gpus()))
-
-
-def plan_batches(jobs: list[Job], batch_seconds: float, max_padding: float = MAX_PADDING) -> list[list[Job]]:
-    """``jobs`` in device batches: longest first (:attr:`Job.seconds`; ties by utterance id, so that the
-    set's order does not matter), as many as fit before the padded length (members times the longest) would
-    pass ``batch_seconds`` or padding to the longest would pass ``max_padding`` of it, cut down to a row count
-    of the models' grid (1, 2, 3, 4, 6, 8, 12, ...: :func:`voxanon.models.nets.precision.padded_rows`) so that no
-    row the device computes is padding; the rest start the next batch. A job of unknown length (a pipe) goes
-    alone, after the others, in the jobs' order. A function of its arguments only: every run over the same
-    set plans the same batches."""
-    from ...models.nets.precision import padded_rows  # torch: not for the driver's start-up
-
-    if not batch_seconds > 0:
-        raise VoxanonError(f"batch_seconds must be positive, got {batch_seconds}")
-    known = sorted((job for job in jobs if job.seconds is not None), key=lambda job: (-job.seconds, job.utt))
-    batches: list[list[Job]] = []
-    start = 0
-    while start < len(known):
-        longest = known[start].seconds
-        end = start + 1
-        while (end < len(known) and (end - start + 1) * longest <= batch_seconds
-               and known[end].seconds >= (1 - max_padding) * longest):
-            end += 1
-        count = end - start
-        batches.append(known[start:start + max(rows for rows in range(1, count + 1) if padded_rows(rows) == rows)])
-        start += len(batches[-1])
-    return batches + [[job] for job in jobs if job.seconds is None]
-
-
-def batches_to_run(plan: list[list[Job]], finished: set[str], with_companions: bool) -> list[list[Job]]:
-    """The planned batches that still have work: each with its unfinished jobs and, ``with_companions``
-    (where batching changes the output), its finished ones marked as companions."""
-    batches = []
-    for batch in plan:
-        if all(job.utt in finished for job in batch):
-            continue
-        if with_companions:
-            batches.append([replace(job, companion=True) if job.utt in finished else job for job in batch])
-        else:
-            batches.append([job for job in batch if job.utt not in finished])
-    return batches
 
 
 # --- The work of each lane: the runner's per-utterance functions, timed. -----------------------------------

@@ -86,19 +86,19 @@ def _reuse_freed_memory(single_threaded: bool = False) -> None:
 
 
 def init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] | None = None,
-                 device_models: bool = True) -> "_HeadStart | None":
+                 device_models: bool = True) -> "HeadStart | None":
     """Set up a process that runs batches (this one, a spawned pool worker, a Ray actor, or the parent of
     forked workers): ``system`` with every stage's models loaded and checked now, before any work
     (:func:`load_stage_models`; ``device_models`` false in the parent of forked workers: a CUDA context does
     not survive a fork, so each worker loads those itself).
 
     Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
-    system that opens with model-free stages and then loads models, it starts a :class:`_HeadStart`
+    system that opens with model-free stages and then loads models, it starts a :class:`HeadStart`
     on them once the model-free stages are loaded, and returns it."""
     _reuse_freed_memory()
     model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
     load_stage_models(system, system.stages[:model_free], device_models)
-    head_start = (_HeadStart(system, model_free, head_start_jobs, allow_pipes)
+    head_start = (HeadStart(system, model_free, head_start_jobs, allow_pipes)
                   if head_start_jobs and 0 < model_free < len(system.stages) else None)
     try:
         load_stage_models(system, system.stages[model_free:], device_models)
@@ -125,7 +125,7 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-class _HeadStart:
+class HeadStart:
     """A system's leading model-free stages (loading, peak normalisation, pYAAPT's F0) run over the jobs
     the pool will take last, in a process forked before the models load, while this process loads them.
 

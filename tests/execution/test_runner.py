@@ -173,6 +173,7 @@ def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
     from voxanon.data_prep.corpus import DataDir
     from voxanon.pipeline import runner
     from voxanon.pipeline.execution import local
+    from voxanon.pipeline.execution.planning import longest_first
 
     lengths = {"a": 2.0, "b": 9.0, "c": 5.0, "d": 9.0}
     for utt, seconds in lengths.items():
@@ -180,10 +181,10 @@ def test_parallel_runs_take_the_longest_utterances_first(tmp_path, monkeypatch):
     data = DataDir(name="set", wav={u: str(tmp_path / f"{u}.wav") for u in lengths} | {"p": "sox x.wav -t wav - |"},
                    utt2spk={u: "s" for u in [*lengths, "p"]})
     # From the files' headers (a pipe's length is unknown: last), ties in set order; then from utt2dur.
-    assert [job.utt for job in runner._longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
+    assert [job.utt for job in longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
         "b", "d", "c", "a", "p"]
     data.utt2dur = {"a": 7.0, "b": 1.0, "c": 3.0, "d": 2.0, "p": 4.0}
-    assert [job.utt for job in runner._longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
+    assert [job.utt for job in longest_first(runner._jobs(data, ["p", *lengths], tmp_path))] == [
         "a", "p", "c", "d", "b"]
 
     seen = []

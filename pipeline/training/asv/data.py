@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...data_prep.corpus import DataDir, DataDirError, read_data_dir
-from ...data_prep.errors import VoxanonError
-from .asv_settings import SKIPPED_FILE, TRAINING_FILE, chunk_samples, seeded_rng
+from ....data_prep.corpus import DataDir, DataDirError, read_data_dir
+from ....data_prep.errors import VoxanonError
+from .settings import SKIPPED_FILE, TRAINING_FILE, chunk_samples, seeded_rng
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _training_utterance(data: DataDir, utt: str, sample_rate: int, allow_pipes: 
     """The utterance with its length at ``sample_rate`` and its header's facts; an AudioError when unreadable."""
     import soundfile
 
-    from ...data_prep.audio import AudioError, load_audio, pcm16_data_offset
+    from ....data_prep.audio import AudioError, load_audio, pcm16_data_offset
 
     speaker = data.utt2spk[utt]
     if data.is_pipe(utt):
@@ -96,7 +96,7 @@ def scan_utterances(sets: list[DataDir], sample_rate: int, allow_pipes: bool, pr
     unreadable ones ("set/utt" -> why): an error listing them unless ``allow_missing``."""
     from tqdm import tqdm
 
-    from ...data_prep.audio import AudioError
+    from ....data_prep.audio import AudioError
 
     items, unreadable = [], {}
     total = sum(len(d.wav) for d in sets)
@@ -178,7 +178,7 @@ def data_identity(data: DataDir) -> dict:
     """Name, place and size of a set, a digest of its listing (each utterance's audio entry and speaker: edited
     data of the same size differ, without reading any audio), and the anonymisation that made it (from the
     runner's ``run.json``)."""
-    from ..runner import read_run_identity
+    from ...runner import read_run_identity
 
     anonymisation = read_run_identity(data.path) if data.path else None
     if anonymisation is not None and anonymisation["status"] != "complete":

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ...data_prep.errors import VoxanonError
+from ....data_prep.errors import VoxanonError
 
 RECIPE = "asv_ecapa"
 TRAINING_FILE = "training.json"
@@ -19,7 +19,7 @@ FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval
 
 
 def default_hparams() -> dict:
-    from ..systems.recipes import read_recipe
+    from ...systems.recipes import read_recipe
 
     return read_recipe("training", RECIPE)
 
@@ -27,7 +27,7 @@ def default_hparams() -> dict:
 def resolve_hparams(overrides: dict | None = None, set_options: list[str] = (), option: str = "--set") -> dict:
     """The recipe's settings, then ``overrides`` (key -> value), then ``key=value`` texts given with the command's
     ``option`` (``--set`` in train asv, ``--train-set`` in challenge); checked."""
-    from ..systems.recipes import apply_overrides
+    from ...systems.recipes import apply_overrides
 
     defaults = default_hparams()
     hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options), option)
@@ -82,7 +82,7 @@ def check_hparams(h: dict) -> None:
 
 
 def ecapa_config(h: dict):
-    from ...models.nets.speaker import EcapaConfig
+    from ....models.nets.speaker import EcapaConfig
 
     return EcapaConfig(channels=tuple(h["channels"]), lin_neurons=h["lin_neurons"], n_mels=h["n_mels"],
                        kernel_sizes=tuple(h["kernel_sizes"]), dilations=tuple(h["dilations"]),

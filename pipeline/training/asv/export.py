@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from ...data_prep.atomic import atomic_path, atomic_write_text
-from .asv_settings import FREE_SETTINGS, TRAINING_FILE
+from ....data_prep.atomic import atomic_path, atomic_write_text
+from .settings import FREE_SETTINGS, TRAINING_FILE
 
 HYPERPARAMS_FILE = "hyperparams.yaml"
 CLASSIFIER_FILE = "classifier.ckpt"
@@ -73,8 +73,8 @@ def export_model(model, h: dict, speakers: list[str], out_dir: Path) -> None:
     """The speechbrain model files, each written atomically."""
     from speechbrain.dataio.encoder import CategoricalEncoder
 
-    from ...models.checkpoints.safe import atomic_torch_save
-    from ...models.checkpoints.ecapa import EMBEDDING_FILE
+    from ....models.checkpoints.safe import atomic_torch_save
+    from ....models.checkpoints.ecapa import EMBEDDING_FILE
 
     for name, module in ((EMBEDDING_FILE, model.embedding_model), (CLASSIFIER_FILE, model.classifier)):
         atomic_torch_save({k: v.detach().cpu() for k, v in module.state_dict().items()}, out_dir / name)

@@ -24,12 +24,12 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.eer import rocch_eer
 from voxanon.models.checkpoints.safe import safe_load
-from voxanon.pipeline.training.asv import train_asv
-from voxanon.pipeline.training.asv_data import select_utterances
-from voxanon.pipeline.training.asv_export import CLASSIFIER_FILE, export_model
-from voxanon.pipeline.training.asv_loader import epoch_batches
-from voxanon.pipeline.training.asv_settings import TRAINING_FILE, default_hparams, resolve_hparams
-from voxanon.pipeline.training.asv_trainer import batches_per_epoch, reference_schedule, schedule_advice, schedule_reach
+from voxanon.pipeline.training.asv.run import train_asv
+from voxanon.pipeline.training.asv.data import select_utterances
+from voxanon.pipeline.training.asv.export import CLASSIFIER_FILE, export_model
+from voxanon.pipeline.training.asv.loader import epoch_batches
+from voxanon.pipeline.training.asv.settings import TRAINING_FILE, default_hparams, resolve_hparams
+from voxanon.pipeline.training.asv.trainer import batches_per_epoch, reference_schedule, schedule_advice, schedule_reach
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.evaluation.computations import speaker_encoder_factory
 from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enrolment
@@ -145,7 +145,7 @@ def test_challenge_sized_model_is_saved_key_for_key(tmp_path):
     from voxanon.models.nets.asv_model import SpeakerClassifier
     from voxanon.models.checkpoints.ecapa import ecapa_config_from_state
     from voxanon.models.nets.speaker import SSL_SAS_ECAPA
-    from voxanon.pipeline.training.asv_settings import ecapa_config
+    from voxanon.pipeline.training.asv.settings import ecapa_config
 
     hparams = default_hparams()
     speakers = [f"s{i:03d}" for i in range(921)]
@@ -297,7 +297,7 @@ def test_cyclic_learning_rate_is_speechbrains():
 
 
 def test_epoch_order_depends_on_seed_and_epoch_only_and_never_leaves_one_utterance_alone():
-    from voxanon.pipeline.training.asv_loader import epoch_batches
+    from voxanon.pipeline.training.asv.loader import epoch_batches
 
     choices = np.full(33, 1000.0)
     batches = epoch_batches(33, choices, 16, seed=5, epoch=2)
@@ -314,7 +314,7 @@ def test_non_standard_kernels_and_dilations_load_as_speechbrain_builds_them(tmp_
     from speechbrain.inference.speaker import EncoderClassifier
 
     from voxanon.models.nets.asv_model import SpeakerClassifier
-    from voxanon.pipeline.training.asv_settings import ecapa_config
+    from voxanon.pipeline.training.asv.settings import ecapa_config
 
     hparams = resolve_hparams({**TINY, "kernel_sizes": [3, 5, 3, 1, 1], "dilations": [1, 3, 2, 1, 1]})
     torch.manual_seed(0)

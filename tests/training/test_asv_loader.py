@@ -13,11 +13,11 @@ import torch
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import DataDir
 from voxanon.models.checkpoints.safe import safe_load
-from voxanon.pipeline.training.asv import train_asv
-from voxanon.pipeline.training.asv_data import prepare_training_data, read_training_sets
-from voxanon.pipeline.training.asv_loader import ChunkBatches, float_waves
-from voxanon.pipeline.training.asv_settings import TRAINING_FILE, resolve_hparams
-from voxanon.pipeline.training.asv_trainer import AsvTrainer
+from voxanon.pipeline.training.asv.run import train_asv
+from voxanon.pipeline.training.asv.data import prepare_training_data, read_training_sets
+from voxanon.pipeline.training.asv.loader import ChunkBatches, float_waves
+from voxanon.pipeline.training.asv.settings import TRAINING_FILE, resolve_hparams
+from voxanon.pipeline.training.asv.trainer import AsvTrainer
 
 from tests.helpers.corpora import make_corpus
 

@@ -16,9 +16,9 @@ import soundfile
 
 from voxanon.data_prep.corpus import write_data_dir
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.training.asv import train_asv
-from voxanon.pipeline.training.asv_data import validation_counts
-from voxanon.pipeline.training.asv_settings import SKIPPED_FILE, TRAINING_FILE, resolve_hparams
+from voxanon.pipeline.training.asv.run import train_asv
+from voxanon.pipeline.training.asv.data import validation_counts
+from voxanon.pipeline.training.asv.settings import SKIPPED_FILE, TRAINING_FILE, resolve_hparams
 
 from tests.helpers.corpora import make_corpus
 
@@ -243,7 +243,7 @@ def test_a_schedule_that_hardly_starts_is_warned_once_before_training_and_record
 def test_epoch_progress_shows_the_utterance_rate_of_the_log_line(tmp_path, capsys, monkeypatch):
     """The progress bar said 0.0 utt/s (the time was counted after the postfix was made) while the log said 2.8:
     with one batch per epoch, as in the issue, its only postfix came before any time was counted."""
-    from voxanon.pipeline.training import asv_trainer
+    from voxanon.pipeline.training.asv import trainer as asv_trainer
 
     monkeypatch.setattr(asv_trainer, "POSTFIX_SECONDS", 0.0)
     corpus = make_corpus(tmp_path, n_speakers=2, n_utts=3, seconds=2.0)
@@ -272,7 +272,7 @@ def _one_utterance_speakers(root, n_speakers: int, seconds: float):
 def test_a_cpu_run_that_will_not_fit_in_memory_is_refused_before_training(tmp_path, capsys, monkeypatch):
     """243 utterances at the default batch size 256 (one batch of 243 chunks of 3 s: about 13 GB measured) on a
     machine of 8 GB: refused before anything is written, with what it needs and a batch size that fits."""
-    from voxanon.pipeline.training import asv_loader
+    from voxanon.pipeline.training.asv import loader as asv_loader
 
     data = _one_utterance_speakers(tmp_path, 243, 3.5)
     monkeypatch.setattr(asv_loader, "available_memory", lambda: 8_000_000_000 - asv_loader._resident_bytes())

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...data_prep.errors import VoxanonError
-from ..model_service import torch_device
-from .asv_data import TrainingData, validation_counts
-from .asv_loader import BatchKeys, ChunkBatches, default_workers, epoch_batches, float_waves
-from .asv_settings import FREE_SETTINGS, chunk_samples, default_hparams, ecapa_config, seeded_rng
-from .checkpointing import autocast_dtype, resolve_precision, restore_rng_state, rng_state
+from ....data_prep.errors import VoxanonError
+from ...model_service import torch_device
+from .data import TrainingData, validation_counts
+from .loader import BatchKeys, ChunkBatches, default_workers, epoch_batches, float_waves
+from .settings import FREE_SETTINGS, chunk_samples, default_hparams, ecapa_config, seeded_rng
+from ..checkpointing import autocast_dtype, resolve_precision, restore_rng_state, rng_state
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class AsvTrainer:
                  workers: int | None = None, allow_pipes: bool = False, progress: bool = True):
         import torch
 
-        from ...models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
+        from ....models.nets.asv_model import SpeakerClassifier, aam_softmax_loss
 
         self.h, self.data, self.out_dir = h, data, Path(out_dir)
         self.device = torch_device(device)
@@ -74,7 +74,7 @@ class AsvTrainer:
         return sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
 
     def save_checkpoint(self) -> Path:
-        from ...models.checkpoints.safe import atomic_torch_save
+        from ....models.checkpoints.safe import atomic_torch_save
 
         state = {"format": CHECKPOINT_FORMAT, "settings": json.dumps(self.settings(), sort_keys=True),
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -89,7 +89,7 @@ class AsvTrainer:
         return target
 
     def resume(self) -> bool:
-        from ...models.checkpoints.safe import safe_load
+        from ....models.checkpoints.safe import safe_load
 
         paths = self.checkpoint_paths()
         if not paths:
@@ -121,7 +121,7 @@ class AsvTrainer:
     # Work --------------------------------------------------------------------------------------
 
     def learning_rate(self, step: int) -> float:
-        from ...models.nets.asv_model import cyclic_learning_rate
+        from ....models.nets.asv_model import cyclic_learning_rate
 
         return cyclic_learning_rate(step, self.h["base_lr"], self.h["lr"], self.h["step_size"])
 
@@ -243,7 +243,7 @@ def batches_per_epoch(n_train: int, batch_size: int) -> int:
 
 
 def _peak_learning_rate(h: dict, steps: int) -> float:
-    from ...models.nets.asv_model import cyclic_learning_rate
+    from ....models.nets.asv_model import cyclic_learning_rate
 
     # The triangular schedule rises for step_size steps, to lr, then falls.
     return h["lr"] if steps >= h["step_size"] else cyclic_learning_rate(steps, h["base_lr"], h["lr"], h["step_size"])
@@ -251,7 +251,7 @@ def _peak_learning_rate(h: dict, steps: int) -> float:
 
 def reference_schedule() -> dict:
     """Steps and learning rate the challenge's configuration reaches on train-clean-360 (see above)."""
-    from ...models.nets.asv_model import cyclic_learning_rate
+    from ....models.nets.asv_model import cyclic_learning_rate
 
     h = default_hparams()
     held_out = sum(validation_counts({"all": TRAIN_CLEAN_360_UTTERANCES}, h["valid_ratio"], h["seed"]).values())
@@ -264,7 +264,7 @@ def schedule_reach(h: dict, steps: int) -> dict:
     """How far ``steps`` optimiser steps take the cyclic schedule of settings ``h``, against the challenge's
     configuration on train-clean-360 (:func:`reference_schedule`): ``undertrained`` when the highest learning
     rate reached is under :data:`UNDERTRAINED_SHARE` of the one it reaches."""
-    from ...models.nets.asv_model import cyclic_learning_rate
+    from ....models.nets.asv_model import cyclic_learning_rate
 
     reference = reference_schedule()
     peak = _peak_learning_rate(h, steps)

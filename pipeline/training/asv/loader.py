@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from ...data_prep.errors import VoxanonError
-from ...data_prep.memory import available_memory
-from .asv_data import TrainingUtterance
+from ....data_prep.errors import VoxanonError
+from ....data_prep.memory import available_memory
+from .data import TrainingUtterance
 
 # The largest exact float32 scale of 16-bit PCM (libsndfile's): int16 / 32768 is every float32 read of such a file.
 PCM16_SCALE = 1.0 / 32768
@@ -23,7 +23,7 @@ def read_chunk_into(row: np.ndarray, item: TrainingUtterance, start: int, sample
     (a resampled length can fall a sample short of the header's estimate) are zero."""
     import soundfile
 
-    from ...data_prep.audio import load_audio
+    from ....data_prep.audio import load_audio
 
     if item.data_offset >= 0 and row.dtype == np.int16:
         with open(item.source, "rb", buffering=0) as stream:

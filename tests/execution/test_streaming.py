@@ -26,7 +26,7 @@ from tests.helpers.demo_sets import SMALL_POOL
 from voxanon.pipeline.execution import batches, streaming, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
-from voxanon.pipeline.execution.batches import Job
+from voxanon.pipeline.execution.planning import cpu_stage_count
 from voxanon.pipeline.systems.recipes import device_overrides, load_system_config
 
 RUN_FILES = (JOURNAL, RUN_MANIFEST)
@@ -67,25 +67,6 @@ def home(installed_home, monkeypatch):  # noqa: F811  (the imported fixture)
     return home, data
 
 
-def test_device_batches_are_planned_from_the_job_list_alone():
-    seconds = {"a": 4.0, "b": 3.9, "c": 3.0, "d": 2.9, "e": 2.9, "f": 1.0, "g": 4.0}
-    jobs = [Job(utt, "s", None, f"{utt}.wav", f"out/{utt}.wav", length) for utt, length in seconds.items()]
-    jobs.append(Job("pipe", "s", None, "sox x.wav -t wav - |", "out/pipe.wav"))
-    plan = streaming.plan_batches(jobs, batch_seconds=9.0)
-    assert [[job.utt for job in batch] for batch in plan] == [["a", "g"], ["b", "c"], ["d", "e"], ["f"], ["pipe"]]
-    for batch in plan:   # within the budget (padded) and 25 % of padding, or alone
-        assert len(batch) == 1 or (len(batch) * batch[0].seconds <= 9.0
-                                   and batch[-1].seconds >= 0.75 * batch[0].seconds)
-    shuffled = [jobs[i] for i in np.random.default_rng(0).permutation(len(jobs) - 1)] + [jobs[-1]]
-    assert streaming.plan_batches(shuffled, 9.0) == plan
-    # A resumed run keeps a partly finished batch whole, its finished members as companions, where batching
-    # changes the output; elsewhere it drops them. A finished batch is not run again.
-    again = streaming.batches_to_run(plan, {"a", "g", "c"}, with_companions=True)
-    assert [[(job.utt, job.companion) for job in batch] for batch in again] == [
-        [("b", False), ("c", True)], [("d", False), ("e", False)], [("f", False)], [("pipe", False)]]
-    assert [[job.utt for job in batch] for batch in streaming.batches_to_run(plan, {"c"}, False)][1] == ["b"]
-
-
 def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
     import pickle
 
@@ -120,29 +101,6 @@ def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
     shared_arrays.remove_leftovers(os.getpid())
     assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{os.getpid()}-*"))
     assert not list(shared_arrays.shared_folder().glob(f"{shared_arrays.PREFIX}-{gone.stdout.strip()}-*"))
-
-
-def test_device_batches_hold_a_row_count_of_the_models_grid():
-    """Padding rows are GPU work for nothing: on the 10 h benchmark set (``benchmarks/gpu_pipeline.py``: the demo
-    corpus replicated 78 times) the planner cut 200 s batches that the models padded by 21 % of their rows."""
-    from voxanon.data_prep.corpus import read_data_dir
-    from voxanon.data_prep.demo_corpus import demo_corpus_dir
-    from voxanon.models.nets.precision import padded_rows
-
-    demo = read_data_dir(demo_corpus_dir())
-    copies = int(-(-36000 // sum(demo.utt2dur.values())))
-    jobs = [Job(f"{utt}-x{copy:03d}", "s", None, f"{utt}.wav", f"out/{utt}-{copy}.wav", demo.utt2dur[utt])
-            for copy in range(copies) for utt in demo.utterances]
-    plan = streaming.plan_batches(jobs, streaming.DEFAULT_BATCH_SECONDS)
-    assert sorted(job.utt for batch in plan for job in batch) == sorted(job.utt for job in jobs)
-    rows = sum(padded_rows(len(batch)) for batch in plan)
-    assert (rows - len(jobs)) / rows <= 0.05
-    for batch in plan:
-        assert len(batch) * batch[0].seconds <= streaming.DEFAULT_BATCH_SECONDS or len(batch) == 1
-        assert batch[-1].seconds >= 0.75 * batch[0].seconds
-    # Eleven 1 s jobs within a 12 s budget: 8 and 3 rows, not 11 padded to 12.
-    ones = [Job(f"u{i:02d}", "s", None, "a.wav", f"out/{i}.wav", 1.0) for i in range(11)]
-    assert [len(batch) for batch in streaming.plan_batches(ones, 12.0)] == [8, 3]
 
 
 @pytest.mark.parametrize("system, worker_counts", [
@@ -263,7 +221,7 @@ def _slow_device_process(*args):
     run_stages = batches.run_stages
 
     def slow(system, batch, start=0, stop=None):
-        if start == streaming.cpu_stage_count(system) > 0:  # once per device batch
+        if start == cpu_stage_count(system) > 0:  # once per device batch
             time.sleep(0.25)
         return run_stages(system, batch, start, stop)
 

@@ -15,7 +15,7 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
 * validation: ``round(valid_ratio * total)`` whole utterances are held out, as the challenge's
   90/10 split of its shuffled list, but shared over the speakers in proportion to their
   utterances (largest remainders, ties in a seeded order) and never a speaker's last one, so that
-  every held-out utterance is one of a trained speaker (:func:`~.asv_data.validation_counts`); each epoch
+  every held-out utterance is one of a trained speaker (:func:`~.data.validation_counts`); each epoch
   reports their classification loss and accuracy. With few utterances per speaker this still
   holds some out (rounding each speaker's share would hold out none); where it cannot give what
   ``valid_ratio`` asks (speakers of a single utterance), a warning says so and ``training.json``'s
@@ -35,9 +35,9 @@ overridable). How the data are used, following the challenge's ``libri_prepare.p
   an epoch may be smaller, as speechbrain's loader keeps it; a last batch of one utterance joins
   the one before, since ECAPA's batch norm after pooling cannot train on a single item). A run whose
   schedule will hardly start (its learning rate under a tenth of what the challenge's configuration
-  reaches on train-clean-360, :func:`~.asv_trainer.schedule_reach`) is warned about before training, with the remedies;
+  reaches on train-clean-360, :func:`~.trainer.schedule_reach`) is warned about before training, with the remedies;
   ``training.json``'s ``schedule`` records how far it got;
-* memory: on the CPU a batch whose estimated peak (:func:`~.asv_loader.training_memory_estimate`) will not fit in the
+* memory: on the CPU a batch whose estimated peak (:func:`~.loader.training_memory_estimate`) will not fit in the
   memory left is refused before training, with the batch size that fits (docs/training.md).
 
 Loading keeps up with a GPU step (``benchmarks/train_asv.py``): each audio header is read once, at
@@ -54,7 +54,7 @@ for), ``training.json`` (settings, the training data's identity including each s
 anonymisation system and ``config_hash`` from its ``run.json``, selection counts, per-epoch
 metrics; ``"status": "complete"`` once the model files are final), ``train_log.txt``,
 ``skipped.txt`` and ``checkpoints/``. A folder that already holds the finished model for the same
-settings and data is left as it is (:func:`~.asv_export.finished_attacker`), before any audio is read.
+settings and data is left as it is (:func:`~.export.finished_attacker`), before any audio is read.
 
 Checkpoints (one file, written atomically, the previous one removed afterwards) hold the
 network, optimiser, gradient scaler, step and epoch counters, the position in the epoch, the
@@ -67,18 +67,19 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
-from ...data_prep.atomic import atomic_write_text
-from ...data_prep.corpus import DataDir
-from ...data_prep.errors import VoxanonError
-from ..model_service import torch_device
-from .asv_data import data_identity, prepare_training_data, read_training_sets
-from .asv_export import export_model, finished_attacker
-from .asv_loader import check_cpu_memory
-from .asv_settings import SKIPPED_FILE, TRAINING_FILE, resolve_hparams
-from .asv_trainer import CHECKPOINT_FORMAT, AsvTrainer, batches_per_epoch, schedule_advice, schedule_reach
+from ....data_prep.atomic import atomic_write_text
+from ....data_prep.corpus import DataDir
+from ....data_prep.errors import VoxanonError
+from ...model_service import torch_device
+from .data import TrainingData, data_identity, prepare_training_data, read_training_sets
+from .export import attacker_identity, export_model, finished_attacker
+from .loader import check_cpu_memory
+from .settings import SKIPPED_FILE, TRAINING_FILE, resolve_hparams
+from .trainer import CHECKPOINT_FORMAT, AsvTrainer, batches_per_epoch, schedule_advice, schedule_reach
 
 log = logging.getLogger(__name__)
 
@@ -91,39 +92,100 @@ class AsvTrainingRun:
     trained: bool      # False: the folder already held the finished model for these settings and data
 
 
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What training the attacker on some data will do, every check on its inputs done before anything is written:
+    its settings, the sets and their identities (:func:`~.data.data_identity`), the folder it trains in, whether
+    that folder holds the finished model already, and (unless it does, or the plan was made without ``prepare``)
+    the selected, measured and split data, whose batches fit in memory on the CPU."""
+
+    hparams: dict
+    sets: list[DataDir]
+    identities: list[dict]
+    out_dir: Path | None
+    done: bool
+    data: TrainingData | None
+    device: str
+    option: str
+    allow_pipes: bool
+    allow_missing: bool
+
+    @property
+    def identity(self) -> str:
+        """A name part for its model folder (:func:`~.export.attacker_identity`)."""
+        return attacker_identity(self.hparams, self.identities)
+
+    def prepared(self, progress: bool = True, warn: bool = True) -> "TrainingPlan":
+        """This plan with its data selected, measured and split (:func:`~.data.prepare_training_data`) and, on the
+        CPU, the batches' memory checked (:func:`~.loader.check_cpu_memory`); as it is when done or prepared.
+        ``warn``: log the warnings on the data (a check ahead of the training, which warns itself, passes False)."""
+        if self.done or self.data is not None:
+            return self
+        data = prepare_training_data(self.sets, self.hparams, self.allow_pipes, progress,
+                                     allow_missing=self.allow_missing, identities=self.identities, option=self.option,
+                                     warn=warn)
+        if torch_device(self.device).type == "cpu":
+            check_cpu_memory(self.hparams, len(data.train), self.option)
+        return replace(self, data=data)
+
+
+def plan_training(data_dirs: list[Path | DataDir], out_dir: Path | Callable[[str], Path] | None = None, *,
+                  hparams: dict | None = None, set_options: list[str] = (), device: str = "auto",
+                  progress: bool = True, allow_pipes: bool = False, allow_missing: bool = False,
+                  option: str = "--set", prepare: bool = True, warn: bool = True) -> TrainingPlan:
+    """The plan of training the ASV model on ``data_dirs`` in ``out_dir`` (a folder; a function of the training's
+    :attr:`TrainingPlan.identity` that names it, as the challenge names its attacker's; or None: no folder, for
+    the checks alone).
+
+    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts given with the
+    command's ``option`` (named in messages: ``--set`` in train asv, ``--train-set`` in challenge).
+    ``allow_missing`` trains without listed utterances whose audio is missing or unreadable. A folder that holds
+    the finished model for these settings and data (:func:`~.export.finished_attacker`) makes the plan ``done``,
+    before any audio is read; otherwise, with ``prepare``, the data are read and checked
+    (:meth:`TrainingPlan.prepared`).
+    """
+    h = resolve_hparams(hparams, set_options, option)
+    sets = read_training_sets(data_dirs, allow_pipes, allow_missing)
+    identities = [data_identity(d) for d in sets]
+    if callable(out_dir):
+        out_dir = out_dir(attacker_identity(h, identities))
+    out_dir = Path(out_dir) if out_dir is not None else None
+    done = out_dir is not None and finished_attacker(out_dir, h, identities, allow_missing)
+    plan = TrainingPlan(h, sets, identities, out_dir, done, None, device, option, allow_pipes, allow_missing)
+    return plan.prepared(progress, warn) if prepare else plan
+
+
+def train_planned(plan: TrainingPlan, *, precision: str = "auto", workers: int | None = None,
+                  progress: bool = True) -> AsvTrainingRun:
+    """Train (or resume) the ASV model as ``plan`` (:func:`plan_training`) says, or leave a finished one as it is.
+    A schedule that will hardly start (:func:`~.trainer.schedule_reach`) is warned about before training."""
+    if plan.out_dir is None:
+        raise ValueError("a training plan made without a folder only checks its inputs")
+    if plan.done:
+        log.info("train asv: %s is complete for these settings and data; not retrained", plan.out_dir)
+        return AsvTrainingRun(plan.out_dir, trained=False)
+    plan = plan.prepared(progress)
+    h, data = plan.hparams, plan.data
+    trainer = AsvTrainer(h, data, plan.out_dir, plan.device, precision, workers, plan.allow_pipes, progress)
+    try:
+        reach = schedule_reach(h, h["number_of_epochs"] * batches_per_epoch(len(data.train), h["batch_size"]))
+        if reach["undertrained"]:
+            log.warning("%s", schedule_advice(reach, h, plan.option))
+        _train(trainer, plan.out_dir)
+    finally:
+        trainer.close()
+    return AsvTrainingRun(plan.out_dir, trained=True)
+
+
 def train_asv(data_dirs: list[Path | DataDir], out_dir: Path, hparams: dict | None = None, device: str = "auto",
               progress: bool = True, *, set_options: list[str] = (), precision: str = "auto",
               workers: int | None = None, allow_pipes: bool = False, allow_missing: bool = False,
               option: str = "--set") -> AsvTrainingRun:
-    """Train (or resume, or find finished) the ASV model in ``out_dir``.
-
-    ``hparams`` overrides the recipe's settings by key, ``set_options`` by ``key=value`` texts given with the
-    command's ``option`` (named in messages: ``--set`` in train asv, ``--train-set`` in challenge). A folder that
-    holds the finished model for these settings and data (:func:`~.asv_export.finished_attacker`) is left as it is, before
-    any audio is read. ``allow_missing`` trains without listed utterances whose audio is missing or unreadable.
-    Every check on the settings, data and memory runs before anything is written; a schedule that will hardly
-    start (:func:`~.asv_trainer.schedule_reach`) is warned about before training.
-    """
-    out_dir = Path(out_dir)
-    h = resolve_hparams(hparams, set_options, option)
-    sets = read_training_sets(data_dirs, allow_pipes, allow_missing)
-    identities = [data_identity(d) for d in sets]
-    if finished_attacker(out_dir, h, identities, allow_missing):
-        log.info("train asv: %s is complete for these settings and data; not retrained", out_dir)
-        return AsvTrainingRun(out_dir, trained=False)
-    data = prepare_training_data(sets, h, allow_pipes, progress, allow_missing=allow_missing, identities=identities,
-                                 option=option)
-    if torch_device(device).type == "cpu":
-        check_cpu_memory(h, len(data.train), option)
-    trainer = AsvTrainer(h, data, out_dir, device, precision, workers, allow_pipes, progress)
-    try:
-        reach = schedule_reach(h, h["number_of_epochs"] * batches_per_epoch(len(data.train), h["batch_size"]))
-        if reach["undertrained"]:
-            log.warning("%s", schedule_advice(reach, h, option))
-        _train(trainer, out_dir)
-    finally:
-        trainer.close()
-    return AsvTrainingRun(out_dir, trained=True)
+    """Train (or resume, or find finished) the ASV model in ``out_dir``: :func:`plan_training`, then
+    :func:`train_planned`. Every check on the settings, data and memory runs before anything is written."""
+    plan = plan_training(data_dirs, out_dir, hparams=hparams, set_options=set_options, device=device,
+                         progress=progress, allow_pipes=allow_pipes, allow_missing=allow_missing, option=option)
+    return train_planned(plan, precision=precision, workers=workers, progress=progress)
 
 
 def _train(trainer: AsvTrainer, out_dir: Path) -> None:

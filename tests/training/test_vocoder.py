@@ -20,7 +20,8 @@ from voxanon.models.nets.hifigan_training import (FEATURE_MATCHING_WEIGHT, LossM
                                                   feature_loss, generator_loss, to_jik876_generator_state,
                                                   xvector_consistency_loss)
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.training.vocoder import SegmentSampler, checkpoint_pairs
+from voxanon.pipeline.training.vocoder.sampler import SegmentSampler
+from voxanon.pipeline.training.vocoder.trainer import checkpoint_pairs
 
 TINY_RUN = ["--batch-size", "2", "--segment", "1280", "--discriminator-divisor", "8", "--log-interval", "1",
             "--workers", "1", "--quiet"]
@@ -339,7 +340,9 @@ def test_installed_set_synthesises_with_the_trained_generator(trained, tmp_path)
 
 def test_xvector_loss_trains_through_the_frozen_ecapa(trained, tmp_path):
     from voxanon.data_prep.corpus import load_corpus
-    from voxanon.pipeline.training.vocoder import VocoderTrainer, VocoderTrainingOptions, prepare_features
+    from voxanon.pipeline.training.vocoder.features import prepare_features
+    from voxanon.pipeline.training.vocoder.settings import VocoderTrainingOptions
+    from voxanon.pipeline.training.vocoder.trainer import VocoderTrainer
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VOXANON_HOME", str(trained.root / "home"))
@@ -367,7 +370,7 @@ def test_xvector_loss_trains_through_the_frozen_ecapa(trained, tmp_path):
 @pytest.mark.slow
 def test_parallel_feature_extraction_matches_the_cached_features(trained, tmp_path):
     from voxanon.data_prep.corpus import load_corpus
-    from voxanon.pipeline.training.vocoder import prepare_features
+    from voxanon.pipeline.training.vocoder.features import prepare_features
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VOXANON_HOME", str(trained.root / "home"))
