@@ -251,6 +251,35 @@ def test_check_reports_a_broken_release_and_fails(tmp_path, capsys):
     assert "import would FAIL" in out
 
 
+@pytest.mark.parametrize("claim", [
+    {"upsample_rates": [2] * 100_000, "upsample_kernel_sizes": [4] * 100_000},
+    {"upsample_initial_channel": 10**9},
+    {"resblock_kernel_sizes": [3] * 100_000, "resblock_dilation_sizes": [[1, 3, 5]] * 100_000},
+    {"upsample_initial_channel": 16},  # halved 5 times: no channel left
+])
+def test_a_config_claiming_absurd_sizes_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch, claim):
+    """Issue 37: a config.json claiming 100,000 layers made models check build them for 110 s before the key
+    check failed. The declared sizes are checked first: one line naming the file, exit 2, in well under a second
+    on a quiet machine (up to 1.5 s on the loaded 2-core one; the bound leaves room; the modules are imported
+    first, as their import is not the check's time)."""
+    import time
+
+    import voxanon.models.checkpoints.release_check  # noqa: F401  (the import is not the check's time)
+
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    write_release(tmp_path)
+    config = tmp_path / "HiFi-GAN" / SSL_SAS_VOCODER / "config.json"
+    config.write_text(json.dumps({**RELEASE_CONFIG, **claim}))
+    for command in (["models", "check", str(tmp_path)], ["models", "check", str(config.parent / "g_00100000")],
+                    ["models", "import", "ssl-sas", str(tmp_path)]):
+        start = time.perf_counter()
+        assert main(command) == 2, command
+        assert time.perf_counter() - start < 5.0, command
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+        assert f"{config}: " in captured.err and ("HiFi-GAN generator" in captured.err or "halved" in captured.err)
+
+
 def test_check_of_single_files(tmp_path, capsys, monkeypatch):
     write_release(tmp_path, config=ZLLR_CONFIG, vocoder=ZLLR_VOCODER, sex_flow=True)
     assert main(["models", "check", str(tmp_path / "HiFi-GAN" / ZLLR_VOCODER / "g_00100000")]) == 0
