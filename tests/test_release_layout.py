@@ -360,3 +360,31 @@ def test_check_names_the_file_and_keys_of_an_installed_set_that_does_not_load(tm
 
     with pytest.raises(CheckpointError, match=r"generator\.safetensors: .*shapes differ:.*conv_pre\.weight"):
         load_vocoder(load_model_set("ssl-sas"))
+
+
+def test_an_installed_set_whose_config_claims_absurd_sizes_is_refused_before_building(tmp_path, monkeypatch, capsys):
+    """The same for an installed set (checksums re-made, as a hand edit would): its config.json claiming 100,000
+    upsampling layers is named in the check's load line, and a run's load raises it in one line, in well under a
+    second, instead of building them."""
+    import time
+
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.checkpoints.registry import CONFIG, MANIFEST
+    from voxanon.models.nets.hifigan import GeneratorSizeError, load_vocoder
+
+    folder = _install_random_set(tmp_path, monkeypatch)
+    config = json.loads((folder / CONFIG).read_text())
+    config["generator"].update(upsample_rates=[2] * 100_000, upsample_kernel_sizes=[4] * 100_000)
+    (folder / CONFIG).write_text(json.dumps(config))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"][CONFIG] = sha256_file(folder / CONFIG)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    capsys.readouterr()
+    start = time.perf_counter()
+    assert main(["models", "check", "ssl-sas"]) == 1
+    assert time.perf_counter() - start < 5.0
+    out = capsys.readouterr().out
+    assert (f"generator (generator.safetensors): load would FAIL: {folder / CONFIG}: upsample_rates declares 100000; "
+            "a HiFi-GAN generator has 1 to 8 upsampling layers") in out
+    with pytest.raises(GeneratorSizeError, match=rf"{folder / CONFIG}: upsample_rates declares 100000"):
+        load_vocoder(load_model_set("ssl-sas"))

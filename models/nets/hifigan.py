@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...data_prep.errors import VoxanonError
 from .spectral import WeightsPlan, cpu_inference, current_plan
 
 LRELU_SLOPE = 0.1
@@ -61,7 +62,7 @@ frames (9 % overlap at the receptive field's 23 frames a side) beat windows up t
 were slower than both."""
 
 
-class GeneratorSizeError(ValueError):
+class GeneratorSizeError(VoxanonError, ValueError):
     """A generator config declares sizes beyond :data:`GENERATOR_LIMITS`: no HiFi-GAN, and a network that would
     take minutes and gigabytes to build before its weights could be compared with it."""
 
@@ -668,11 +669,20 @@ class Vocoder:
         return wave
 
 
+def generator_config_of(model_set) -> GeneratorConfig:
+    """An installed set's generator config; sizes beyond :data:`GENERATOR_LIMITS` name the set's config.json
+    (one line, before anything is built)."""
+    try:
+        return GeneratorConfig.from_dict(model_set.config["generator"])
+    except GeneratorSizeError as error:
+        raise GeneratorSizeError(f"{model_set.path / 'config.json'}: {error}") from None
+
+
 def load_vocoder(model_set, cpu_plans: bool = True) -> Vocoder:
     """An installed SSL-SAS-layout set's vocoder: its generator, loaded strictly, with the conditioning layout it
     was trained on; ``cpu_plans``: the spectral convolutions of CPU synthesis planned here (once, before a
     runner forks its workers, which share them)."""
-    config = GeneratorConfig.from_dict(model_set.config["generator"])
+    config = generator_config_of(model_set)
     generator = model_set.build("generator", lambda: HifiganGenerator(config))
     if cpu_plans:
         plan_spectral_convolutions(generator)
