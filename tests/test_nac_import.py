@@ -157,6 +157,14 @@ def _retouch(path, change):
                                                    c["model"]["_orig_mod.lm_heads.2.weight"].clone() + 1),
      r"fine_2.pt: key lm_heads.2.weight differs from transformer.wtes.3.weight"),
     ("fine_2.pt", lambda c: c["model_args"].__setitem__("n_codes_total", 4), r"fine_2.pt: model_args n_codes_total 4"),
+    # Sizes model_args declares are compared with the tensors before any network is built (100,000 layers took
+    # minutes to build before the key check refused them).
+    ("coarse_2.pt", lambda c: c["model_args"].__setitem__("n_layer", 100_000),
+     r"coarse_2.pt: model_args n_layer 100000, but model holds 2 layers"),
+    ("fine_2.pt", lambda c: c["model_args"].__setitem__("n_embd", 10**9),
+     r"fine_2.pt: model_args n_embd 1000000000, but model holds 32 wide embeddings"),
+    ("coarse_2.pt", lambda c: c["model_args"].__setitem__("block_size", 10**7),
+     r"coarse_2.pt: model_args block_size 10000000, but model holds 1024 positions"),
     ("coarse_2.pt", lambda c: c.__setitem__("optimizer", {}), r"coarse_2.pt: optimizer is not an optimizer's state"),
     ("coarse_2.pt", lambda c: c["optimizer"]["state"].__setitem__("0", {}), r"coarse_2.pt: optimizer is not"),
     ("fine_2.pt", lambda c: c["optimizer"]["param_groups"][0].pop("params"), r"fine_2.pt: optimizer is not"),

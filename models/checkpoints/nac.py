@@ -155,6 +155,23 @@ def _gpt_config(args, path: Path, fine: bool) -> GptConfig:
     return config
 
 
+def _check_declared_sizes(config: GptConfig, state: dict, path: Path, fine: bool) -> None:
+    """``model_args``' sizes against the tensors ``model`` holds, before a network is built from them: a
+    ``model_args`` claiming 100,000 layers took minutes to build only to fail the key check."""
+    layers = {int(match.group(1)) for key in state if (match := re.match(r"transformer\.h\.(\d+)\.", key))}
+    embedding = state.get("transformer.wtes.0.weight" if fine else "transformer.wte.weight")
+    positions = state.get("transformer.wpe.weight")
+    declared = {"n_layer": (config.n_layer, len(layers), "layers (transformer.h.N)")}
+    if isinstance(embedding, torch.Tensor) and embedding.ndim == 2:
+        declared["n_embd"] = (config.n_embd, embedding.shape[1], "wide embeddings")
+        declared["input_vocab_size"] = (config.input_vocab_size, embedding.shape[0], "embedding rows")
+    if isinstance(positions, torch.Tensor) and positions.ndim == 2:
+        declared["block_size"] = (config.block_size, positions.shape[0], "positions (transformer.wpe)")
+    for name, (value, held, what) in declared.items():
+        if value != held:
+            raise CheckpointError(f"{path}: model_args {name} {value}, but model holds {held} {what}")
+
+
 def convert_bark(checkpoint: dict, path: Path, fine: bool) -> tuple[dict, GptConfig]:
     """(state dict for :class:`~voxanon.models.nets.nac.bark.CoarseGPT` / :class:`~voxanon.models.nets.nac.bark.FineGPT`, config)."""
     config = _gpt_config(checkpoint["model_args"], path, fine)
@@ -165,6 +182,7 @@ def convert_bark(checkpoint: dict, path: Path, fine: bool) -> tuple[dict, GptCon
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: model is a {type(state).__name__}, not a state dict")
     state = {(key[len(ORIG_MOD):] if key.startswith(ORIG_MOD) else key): value for key, value in state.items()}
+    _check_declared_sizes(config, state, path, fine)
     for key in [key for key in state if re.fullmatch(r"transformer\.h\.\d+\.attn\.bias", key)]:
         mask = state.pop(key)
         size = config.block_size

@@ -20,7 +20,7 @@ from pathlib import Path
 from ...data_prep.errors import VoxanonError
 from .ssl_sas import RELEASES, SEX_FLOW_PREFIX, ecapa_from_state, front_end_problems, generator_families, import_ssl_sas_files, read_vocoder_config, soft_content_from_state, speaker_input_size
 from .keymaps import FAIRSEQ_PRETRAINING_ONLY, fairseq_hubert_to_hf, is_fairseq_hubert_key, unknown_soft_content_keys
-from .safe import CheckpointError, key_list, safe_load
+from .safe import CheckpointError, ImplausibleConfigError, key_list, safe_load
 from .sa_toolkit import import_sa_toolkit
 
 SOFT_MODEL = Path("HuBERT_soft") / "soft_model.pt"
@@ -242,6 +242,7 @@ def check_release(root: Path, read: OnceReader | None = None) -> CheckReport:
         generators = sorted(folder.glob("g_*"))
         g_path, relative = generators[-1], folder.relative_to(root)
         config_path = folder / "config.json"
+        _refuse_implausible_config(config_path)
         config_report = summarise_config(str(relative / "config.json"), config_path) if config_path.is_file() else None
         try:
             config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
@@ -289,6 +290,17 @@ def check_release(root: Path, read: OnceReader | None = None) -> CheckReport:
     return report
 
 
+def _refuse_implausible_config(config_path: Path) -> None:
+    """Sizes no generator has (:class:`~voxanon.models.checkpoints.safe.ImplausibleConfigError`) end the check
+    with that one line; any other fault of the config is reported with its summary."""
+    try:
+        read_vocoder_config(config_path)
+    except ImplausibleConfigError:
+        raise
+    except CheckpointError:
+        pass
+
+
 def _unreadable(report: FileReport) -> FileReport:
     report.kind, report.keyed = "unreadable", False
     return report
@@ -321,6 +333,7 @@ def check_file(path: Path, read: OnceReader | None = None) -> CheckReport:
     entries = set(checkpoint) if isinstance(checkpoint, dict) else set()
     if "generator" in entries:
         config_path = path.parent / "config.json"
+        _refuse_implausible_config(config_path)
         try:
             config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
         except (ValueError, UnicodeDecodeError):

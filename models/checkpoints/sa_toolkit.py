@@ -517,13 +517,13 @@ def load_converter(model_set, cpu_plans: bool = True):
     """(the set's :class:`~voxanon.models.nets.hifigan.Vocoder` with a :class:`~voxanon.models.nets.asrbn.core_hifigan.CoreHifiGan`,
     its sorted target speakers); ``cpu_plans``: the spectral convolutions of CPU synthesis planned here."""
     from ..nets.asrbn.core_hifigan import CoreHifiGan, conditioning_layout
-    from ..nets.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
+    from ..nets.hifigan import Vocoder, generator_config_of, plan_spectral_convolutions
 
     _require_release(model_set)
     if model_set.config.get("kind") != "converter":
         raise VoxanonError(f"model set {model_set.name!r} is an SA-toolkit BN extractor ({model_set.config.get('kind')})"
                            ", not an anonymisation model: import a hifigan_bn_* tag")
-    settings = GeneratorConfig.from_dict(model_set.config["generator"])
+    settings = generator_config_of(model_set)
     generator = model_set.build("generator", lambda: CoreHifiGan(settings))
     if cpu_plans:
         plan_spectral_convolutions(generator)  # here, so that forked workers share them

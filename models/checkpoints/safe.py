@@ -29,6 +29,11 @@ class CheckpointError(VoxanonError):
     """A checkpoint file is missing, unreadable or not in the expected layout."""
 
 
+class ImplausibleConfigError(CheckpointError):
+    """A configuration declares sizes no network of its kind has: refused before anything is read or built (it
+    would take minutes and gigabytes), by ``models check`` too, which otherwise reports what it finds."""
+
+
 class UnsafeCheckpointError(CheckpointError):
     """A checkpoint's pickle refers to code outside the allow-list."""
 

@@ -22,8 +22,8 @@ from ...data_prep.errors import VoxanonError
 
 from .keymaps import fairseq_hubert_to_hf, unknown_soft_content_keys
 from .ecapa import ecapa_config_from_state, ecapa_with_weights
-from .safe import CheckpointError, built_with_weights, fold_weight_norm, key_list, safe_load, strip_prefix
-from ..nets.hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, Vocoder
+from .safe import CheckpointError, ImplausibleConfigError, built_with_weights, fold_weight_norm, key_list, safe_load, strip_prefix
+from ..nets.hifigan import ConditioningLayout, GeneratorConfig, GeneratorSizeError, HifiganGenerator, Vocoder
 from ..nets.hubert import SoftContentConfig, SoftContentEncoder
 from ..nets.speaker import SSL_SAS_ECAPA, EcapaConfig, EcapaEncoder, ecapa_front_end
 
@@ -246,6 +246,8 @@ def read_vocoder_config(path: Path):
         if not {"in_channels", "model_in_dim", "num_mels"} & set(published):
             published["in_channels"] = GeneratorConfig().in_channels
         return GeneratorConfig.from_dict({**defaults, **published})
+    except GeneratorSizeError as error:
+        raise ImplausibleConfigError(f"{path}: {error}") from None
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path}: not a usable vocoder config ({type(error).__name__}: {error})") from None
 

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...data_prep.errors import VoxanonError
 from .spectral import WeightsPlan, cpu_inference, current_plan
 
 LRELU_SLOPE = 0.1
@@ -59,6 +60,18 @@ than windows (their activations leave the caches). With the spectral convolution
 frames (9 % overlap at the receptive field's 23 frames a side) beat windows up to 256 (18 %) by about
 7 % over 6-10 s utterances on one core (0.218 against 0.233 s per second of audio); windows up to 768
 were slower than both."""
+
+
+class GeneratorSizeError(VoxanonError, ValueError):
+    """A generator config declares sizes beyond :data:`GENERATOR_LIMITS`: no HiFi-GAN, and a network that would
+    take minutes and gigabytes to build before its weights could be compared with it."""
+
+
+GENERATOR_LIMITS = {"upsampling layers": 8, "residual kernels": 8, "dilations per kernel": 8, "kernel size": 64,
+                    "upsample rate": 64, "dilation": 64, "channels": 8192}
+"""Upper bounds (the lower is 1) well above every published jik876-style generator (HiFi-GAN V1-V3: 3 or 4 upsampling layers of rates
+up to 8 and kernels up to 16, 3 residual kernels up to 11 wide with 3 dilations up to 5, 512 channels; SSL-SAS: 5
+layers, 393 inputs)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ class GeneratorConfig:
     resblock_dilation_sizes: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
 
     def __post_init__(self):
+        self._check_limits()
         if self.resblock not in ("1", "2"):
             raise ValueError(f"resblock must be '1' or '2', got {self.resblock!r}")
         if len(self.upsample_rates) != len(self.upsample_kernel_sizes):
@@ -84,6 +98,26 @@ class GeneratorConfig:
                                  "for the output to be exactly rate times the input")
         if len(self.resblock_kernel_sizes) != len(self.resblock_dilation_sizes):
             raise ValueError("resblock_kernel_sizes and resblock_dilation_sizes differ in length")
+
+    def _check_limits(self) -> None:
+        """Each declared size within :data:`GENERATOR_LIMITS` (and at least 1), before anything is built."""
+        def check(what: str, values, name: str) -> None:
+            outside = [value for value in values if not 1 <= value <= GENERATOR_LIMITS[what]]
+            if outside:
+                raise GeneratorSizeError(f"{name} {outside[0]}; a HiFi-GAN generator has 1 to "
+                                         f"{GENERATOR_LIMITS[what]} {what}")
+
+        check("upsampling layers", [len(self.upsample_rates)], "upsample_rates declares")
+        check("residual kernels", [len(self.resblock_kernel_sizes)], "resblock_kernel_sizes declares")
+        check("dilations per kernel", [len(ds) for ds in self.resblock_dilation_sizes],
+              "resblock_dilation_sizes declares")
+        check("upsample rate", self.upsample_rates, "upsample_rates holds")
+        check("kernel size", [*self.upsample_kernel_sizes, *self.resblock_kernel_sizes], "a kernel size is")
+        check("dilation", [d for ds in self.resblock_dilation_sizes for d in ds], "resblock_dilation_sizes holds")
+        check("channels", [self.in_channels, self.upsample_initial_channel], "a channel count is")
+        if self.upsample_initial_channel < 2 ** len(self.upsample_rates):
+            raise GeneratorSizeError(f"upsample_initial_channel {self.upsample_initial_channel} cannot be halved "
+                                     f"{len(self.upsample_rates)} times (once per upsampling layer)")
 
     @property
     def hop_length(self) -> int:
@@ -635,11 +669,20 @@ class Vocoder:
         return wave
 
 
+def generator_config_of(model_set) -> GeneratorConfig:
+    """An installed set's generator config; sizes beyond :data:`GENERATOR_LIMITS` name the set's config.json
+    (one line, before anything is built)."""
+    try:
+        return GeneratorConfig.from_dict(model_set.config["generator"])
+    except GeneratorSizeError as error:
+        raise GeneratorSizeError(f"{model_set.path / 'config.json'}: {error}") from None
+
+
 def load_vocoder(model_set, cpu_plans: bool = True) -> Vocoder:
     """An installed SSL-SAS-layout set's vocoder: its generator, loaded strictly, with the conditioning layout it
     was trained on; ``cpu_plans``: the spectral convolutions of CPU synthesis planned here (once, before a
     runner forks its workers, which share them)."""
-    config = GeneratorConfig.from_dict(model_set.config["generator"])
+    config = generator_config_of(model_set)
     generator = model_set.build("generator", lambda: HifiganGenerator(config))
     if cpu_plans:
         plan_spectral_convolutions(generator)

@@ -251,6 +251,35 @@ def test_check_reports_a_broken_release_and_fails(tmp_path, capsys):
     assert "import would FAIL" in out
 
 
+@pytest.mark.parametrize("claim", [
+    {"upsample_rates": [2] * 100_000, "upsample_kernel_sizes": [4] * 100_000},
+    {"upsample_initial_channel": 10**9},
+    {"resblock_kernel_sizes": [3] * 100_000, "resblock_dilation_sizes": [[1, 3, 5]] * 100_000},
+    {"upsample_initial_channel": 16},  # halved 5 times: no channel left
+])
+def test_a_config_claiming_absurd_sizes_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch, claim):
+    """Issue 37: a config.json claiming 100,000 layers made models check build them for 110 s before the key
+    check failed. The declared sizes are checked first: one line naming the file, exit 2, in well under a second
+    on a quiet machine (up to 1.5 s on the loaded 2-core one; the bound leaves room; the modules are imported
+    first, as their import is not the check's time)."""
+    import time
+
+    import voxanon.models.checkpoints.release_check  # noqa: F401  (the import is not the check's time)
+
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
+    write_release(tmp_path)
+    config = tmp_path / "HiFi-GAN" / SSL_SAS_VOCODER / "config.json"
+    config.write_text(json.dumps({**RELEASE_CONFIG, **claim}))
+    for command in (["models", "check", str(tmp_path)], ["models", "check", str(config.parent / "g_00100000")],
+                    ["models", "import", "ssl-sas", str(tmp_path)]):
+        start = time.perf_counter()
+        assert main(command) == 2, command
+        assert time.perf_counter() - start < 5.0, command
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+        assert f"{config}: " in captured.err and ("HiFi-GAN generator" in captured.err or "halved" in captured.err)
+
+
 def test_check_of_single_files(tmp_path, capsys, monkeypatch):
     write_release(tmp_path, config=ZLLR_CONFIG, vocoder=ZLLR_VOCODER, sex_flow=True)
     assert main(["models", "check", str(tmp_path / "HiFi-GAN" / ZLLR_VOCODER / "g_00100000")]) == 0
@@ -330,4 +359,32 @@ def test_check_names_the_file_and_keys_of_an_installed_set_that_does_not_load(tm
     from voxanon.models.nets.hifigan import load_vocoder
 
     with pytest.raises(CheckpointError, match=r"generator\.safetensors: .*shapes differ:.*conv_pre\.weight"):
+        load_vocoder(load_model_set("ssl-sas"))
+
+
+def test_an_installed_set_whose_config_claims_absurd_sizes_is_refused_before_building(tmp_path, monkeypatch, capsys):
+    """The same for an installed set (checksums re-made, as a hand edit would): its config.json claiming 100,000
+    upsampling layers is named in the check's load line, and a run's load raises it in one line, in well under a
+    second, instead of building them."""
+    import time
+
+    from voxanon.data_prep.digest import sha256_file
+    from voxanon.models.checkpoints.registry import CONFIG, MANIFEST
+    from voxanon.models.nets.hifigan import GeneratorSizeError, load_vocoder
+
+    folder = _install_random_set(tmp_path, monkeypatch)
+    config = json.loads((folder / CONFIG).read_text())
+    config["generator"].update(upsample_rates=[2] * 100_000, upsample_kernel_sizes=[4] * 100_000)
+    (folder / CONFIG).write_text(json.dumps(config))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"][CONFIG] = sha256_file(folder / CONFIG)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    capsys.readouterr()
+    start = time.perf_counter()
+    assert main(["models", "check", "ssl-sas"]) == 1
+    assert time.perf_counter() - start < 5.0
+    out = capsys.readouterr().out
+    assert (f"generator (generator.safetensors): load would FAIL: {folder / CONFIG}: upsample_rates declares 100000; "
+            "a HiFi-GAN generator has 1 to 8 upsampling layers") in out
+    with pytest.raises(GeneratorSizeError, match=rf"{folder / CONFIG}: upsample_rates declares 100000"):
         load_vocoder(load_model_set("ssl-sas"))
