@@ -26,7 +26,7 @@ from voxanon.pipeline.evaluation.evaluate import evaluate_sets
 from voxanon.pipeline.evaluation.sets import discover_sets
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 
 def timed_evaluation(sets, protocol, cache: ContentCache) -> tuple[float, int]:

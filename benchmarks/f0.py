@@ -112,7 +112,7 @@ def resynth_snr(speech: dict[str, np.ndarray], size: str) -> list[float]:
 
     from benchmarks.gpu import random_model_home
     from benchmarks.stage_timing import stage_seconds, utterance_batches
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     torch.set_num_threads(1)
     waves = list(speech.values())

@@ -106,7 +106,7 @@ def random_model_home(size: str = "full", systems: tuple[str, ...] = ("resynth",
 def cpu_stages(name: str, wave: np.ndarray) -> tuple[np.ndarray, dict, float]:
     """System ``name``'s leading CPU stages on one utterance: its audio, its features and the seconds they
     took (one core)."""
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     system = build_system(load_system_config(name))
     utt = system.new_utterance("u", "spk", None, wave)
@@ -187,7 +187,7 @@ def benchmark_system(name: str, prepared: list[tuple[np.ndarray, dict, float]], 
     import torch
     from benchmarks.stage_timing import stage_seconds, utterance_batches
 
-    from voxanon.pipeline.systems import build_system, device_overrides, load_system_config, precision_overrides
+    from voxanon.pipeline.systems.recipes import build_system, device_overrides, load_system_config, precision_overrides
 
     started = time.perf_counter()
     device = args.device

@@ -49,7 +49,7 @@ def install_null_models(log_path: str) -> None:
     """The device stages as identities and the lanes' tasks timed into ``log_path`` (one JSON line per task), in
     this process and in those it forks; a spawned device process runs this module's top level (as
     ``__mp_main__``) and installs them itself."""
-    from voxanon.pipeline import neural_stages
+    from voxanon.pipeline.systems.ssl_sas import chain
     from voxanon.pipeline.execution import streaming
 
     def content(self, batch):
@@ -64,8 +64,8 @@ def install_null_models(log_path: str) -> None:
         for utt in batch:
             utt.audio = np.asarray(utt.audio, dtype=np.float32)
 
-    for stage, process in ((neural_stages.ContentStage, content), (neural_stages.SpeakerStage, speaker),
-                           (neural_stages.VocoderStage, vocoder)):
+    for stage, process in ((chain.ContentStage, content), (chain.SpeakerStage, speaker),
+                           (chain.VocoderStage, vocoder)):
         stage.process_batch = process
         stage.load_device_models = stage.load_models = lambda self: None
         stage.needs = lambda self: []
@@ -101,7 +101,7 @@ def measure(copies: int, workers: int, batch_seconds: float) -> dict:
 
     from voxanon.data_prep.demo_corpus import demo_corpus_dir
     from voxanon.pipeline.runner import anonymise_set
-    from voxanon.pipeline.systems import load_system_config
+    from voxanon.pipeline.systems.recipes import load_system_config
 
     work = Path(tempfile.mkdtemp(prefix="voxanon-null-model-"))
     log = work / "tasks.jsonl"

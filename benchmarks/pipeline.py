@@ -182,7 +182,7 @@ def reference_models() -> dict:
         from tests.reference.hifigan import Generator
         from tests.reference.hubert import transformers_hubert
         from voxanon.models.nets.speaker import ecapa_front_end, speechbrain_ecapa_tdnn
-        from voxanon.pipeline.neural_stages import load_ssl_sas_models
+        from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 
         content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
         hubert = transformers_hubert(content.config)
@@ -257,7 +257,7 @@ def asrbn_stage_table(size: str, waves: list[np.ndarray]) -> None:
     """Part 4: each stage of ``b5`` and ``b6`` in one process, random weights in their tags' layouts."""
     import torch
 
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     seconds = sum(len(w) for w in waves) / 16000
     print(f"\n4. B5/B6 stage real-time factors in one process ({torch.get_num_threads()} torch threads), {size} random "
@@ -452,7 +452,7 @@ def main() -> None:
     from voxanon.data_prep.audio import write_wav
     from voxanon.pipeline.execution.workers import worker_process
     from voxanon.pipeline.execution.batches import Job, process_jobs
-    from voxanon.pipeline.systems import build_system, load_system_config, precision_overrides
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config, precision_overrides
 
     install_random_ssl_sas(args.size)
     # Separate utterances for the table and for each round: every run meets each utterance

@@ -54,8 +54,8 @@ from ..data_prep.run_lock import run_lock
 from .execution.batches import Job, Outcome, sha256_or_none
 from .execution.local import EXECUTORS, LocalBackend
 from .execution.pool import NoWork, batch_invariant
-from .stages import RunFault, one_line
-from .systems import System, build_system, check_needs, config_hash
+from .systems.stage import RunFault, one_line
+from .systems.recipes import System, build_system, check_needs, config_hash
 
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@ stage's constructor converts and checks its values through these declarations, s
 out-of-range value is refused in our wording, naming ``stage.setting``, before any utterance is read.
 
 Settings whose valid range depends on the system's sample rate (a window in samples, a frequency below
-Nyquist) are checked by the stage's :meth:`~voxanon.pipeline.stages.Stage.check_sample_rate`, which
-:func:`voxanon.pipeline.systems.build_system` calls with the system's rate.
+Nyquist) are checked by the stage's :meth:`~voxanon.pipeline.systems.stage.Stage.check_sample_rate`, which
+:func:`voxanon.pipeline.systems.recipes.build_system` calls with the system's rate.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def collect(work: Path, systems: set[str] | None = None) -> dict[str, str]:
     from voxanon.data_prep.corpus import read_data_dir
     from voxanon.data_prep.demo_corpus import demo_corpus_dir
     from voxanon.pipeline.cli import main
-    from voxanon.pipeline.systems import available_systems, load_system_config
+    from voxanon.pipeline.systems.recipes import available_systems, load_system_config
 
     demo = read_data_dir(demo_corpus_dir())
     speakers = ["de1", "de3", "slt", "us1", "awb", "joe", "kal", "ked"]

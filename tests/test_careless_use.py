@@ -17,7 +17,7 @@ from voxanon.pipeline import runner
 from voxanon.pipeline.execution import pool, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, RUN_MANIFEST, anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 
 def _anonymise(data_path: Path, *options: str) -> int:

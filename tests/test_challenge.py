@@ -23,7 +23,7 @@ from voxanon.eval.results import Result, from_json
 from voxanon.models.checkpoints.safe import safe_load
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 from tests.helpers.corpora import make_corpus
 

@@ -6,7 +6,7 @@ import pytest
 from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.cli import build_parser, main
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 
 def _subcommands():

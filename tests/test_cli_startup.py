@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from voxanon.pipeline.stages import Stage
-from voxanon.pipeline.systems import STAGES
+from voxanon.pipeline.systems.stage import Stage
+from voxanon.pipeline.systems.recipes import STAGES
 
 # NumPy and the libraries built on it may load for `voxanon systems` (its stages hold arrays), not for a help.
 NUMERIC = ("numpy", "soundfile", "kaldiio", "tqdm")
@@ -134,7 +134,7 @@ def test_help_takes_under_half_a_second_of_cpu_and_the_benchmark_prints_each_com
 
 def test_vocoder_layout_override_is_checked_when_the_set_is_prepared(tmp_path):
     from voxanon.data_prep.errors import VoxanonError
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     system = build_system(load_system_config("resynth", ["vocoder.layout.not_a_field=true"]))
     vocoder = system.stages[-1]

@@ -165,7 +165,7 @@ def test_speaker_stage_loads_and_embeds_without_speechbrain(voxanon_home):
     code = """
 import sys
 import numpy as np
-from voxanon.pipeline.neural_stages import load_model
+from voxanon.pipeline.systems.ssl_sas.loader import load_model
 vectors = load_model("ssl-sas", "speaker").embed([np.full(16000, 0.01, dtype=np.float32)])
 assert vectors.shape == (1, 192) and np.isfinite(vectors).all()
 print(sorted(name for name in sys.modules if name.split(".")[0] == "speechbrain"))

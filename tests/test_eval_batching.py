@@ -196,7 +196,7 @@ def test_benchmark_and_challenge_move_a_systems_models_only_where_they_are_not()
     """--device reaches the systems they anonymise with, without touching a CPU run's configuration (its hash
     names the finished outputs and the attacker trained on them)."""
     from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides
-    from voxanon.pipeline.systems import load_system_config
+    from voxanon.pipeline.systems.recipes import load_system_config
 
     resynth = load_system_config("resynth")
     assert anonymisation_device_overrides(load_system_config("b2"), "cuda") == []    # McAdams: no models

@@ -13,7 +13,7 @@ from voxanon.data_prep.corpus import DataDir, write_data_dir
 from voxanon.models.f0.extract import F0Cache, yaapt_f0
 from voxanon.models.f0.params import SSL_SAS_YAAPT
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.f0_targets import read_f0_targets
+from voxanon.pipeline.systems.ssl_sas.f0_targets import read_f0_targets
 
 # Three female speakers with 1, 2 and 4 utterances, one male speaker with 2: the pooled mean is
 # pulled towards the talkative female speaker and towards the larger sex.

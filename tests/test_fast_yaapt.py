@@ -19,7 +19,7 @@ from tests.helpers.yaapt_parity import agreement, demo_speech, synthetic_speech
 from voxanon.models.f0 import yaapt
 from voxanon.models.f0.extract import F0Cache, yaapt_f0, yaapt_f0_batch
 from voxanon.models.f0.params import MIN_SAMPLES, SSL_SAS_YAAPT, YaaptParams
-from voxanon.pipeline.stages import Utterance
+from voxanon.pipeline.systems.stage import Utterance
 
 
 def tracks(speech: dict[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
@@ -224,16 +224,16 @@ def utterances(audios: list[np.ndarray]) -> list[Utterance]:
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_f0_stage_hands_whole_batches_to_the_device_version(demo_subset, monkeypatch, tmp_path):
-    from voxanon.pipeline import neural_stages
-    from voxanon.pipeline.neural_stages import F0Stage
+    from voxanon.pipeline.systems import f0 as f0_module
+    from voxanon.pipeline.systems.f0 import F0Stage
 
     stage = F0Stage(cache_dir=str(tmp_path / "f0"), device="cuda")
     assert stage.device == "cuda" and not stage.model_free
     assert F0Stage().model_free and F0Stage().backend == "fast"
-    monkeypatch.setattr(neural_stages, "resolve_device", lambda device: "cpu:0")  # the batch path, on the CPU
+    monkeypatch.setattr(f0_module, "resolve_device", lambda device: "cpu:0")  # the batch path, on the CPU
     calls = []
-    original = neural_stages.F0Stage.process
-    monkeypatch.setattr(neural_stages.F0Stage, "process", lambda self, utt: calls.append(utt) or original(self, utt))
+    original = f0_module.F0Stage.process
+    monkeypatch.setattr(f0_module.F0Stage, "process", lambda self, utt: calls.append(utt) or original(self, utt))
     audios = list(demo_subset.values())[:3] + [np.zeros(3200, dtype=np.float32)]
     batch = utterances(audios)
     stage.process_batch(batch)
@@ -253,7 +253,7 @@ def test_f0_stage_hands_whole_batches_to_the_device_version(demo_subset, monkeyp
 
 
 def test_f0_stage_options_are_checked():
-    from voxanon.pipeline.neural_stages import F0Stage
+    from voxanon.pipeline.systems.f0 import F0Stage
 
     with pytest.raises(ValueError, match="backend"):
         F0Stage(backend="crepe")
@@ -264,7 +264,7 @@ def test_f0_stage_options_are_checked():
 
 
 def test_f0_stage_backends_on_the_cpu(demo_subset):
-    from voxanon.pipeline.neural_stages import F0Stage
+    from voxanon.pipeline.systems.f0 import F0Stage
 
     audio = next(iter(demo_subset.values()))
     for backend in ("fast", "pyaapt"):
@@ -274,8 +274,8 @@ def test_f0_stage_backends_on_the_cpu(demo_subset):
 
 
 def test_every_system_recipe_names_the_backend():
-    from voxanon.pipeline.neural_stages import F0Stage
-    from voxanon.pipeline.systems import available_systems, load_system_config
+    from voxanon.pipeline.systems.f0 import F0Stage
+    from voxanon.pipeline.systems.recipes import available_systems, load_system_config
 
     with_f0 = [name for name in available_systems() if "f0" in load_system_config(name).get("stages", [])]
     assert len(with_f0) >= 6

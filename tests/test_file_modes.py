@@ -15,7 +15,7 @@ from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 from voxanon.models.checkpoints.fetch import extract
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 UMASKS = [0o022, 0o027]
 

@@ -115,8 +115,9 @@ def test_wrong_files_are_refused_with_the_reason(tmp_path):
 
 def test_content_stage_uses_hubert_soft_units_and_refuses_missing_components(tmp_path, monkeypatch):
     from voxanon.data_prep.errors import VoxanonError
-    from voxanon.pipeline.neural_stages import ContentStage, load_model
-    from voxanon.pipeline.stages import Utterance
+    from voxanon.pipeline.systems.ssl_sas.chain import ContentStage
+    from voxanon.pipeline.systems.ssl_sas.loader import load_model
+    from voxanon.pipeline.systems.stage import Utterance
 
     monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
     assert main(["models", "import", "hubert-soft", "--random-init", "--size", "tiny"]) == 0

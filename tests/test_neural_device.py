@@ -27,10 +27,11 @@ from voxanon.models.checkpoints.safe import built_with_weights
 from voxanon.pipeline import model_service
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.model_service import resolve_device
-from voxanon.pipeline.neural_stages import ContentStage, SpeakerStage, VocoderStage, load_model
+from voxanon.pipeline.systems.ssl_sas.chain import ContentStage, SpeakerStage, VocoderStage
+from voxanon.pipeline.systems.ssl_sas.loader import load_model
 from voxanon.pipeline.execution.pool import parallel_batches
 from voxanon.pipeline.execution.batches import Job
-from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
+from voxanon.pipeline.systems.recipes import build_system, device_overrides, load_system_config
 
 from tests.helpers.corpora import make_corpus
 from tests.helpers.device_checks import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
@@ -417,7 +418,7 @@ def test_b1_embeds_its_set_on_the_runs_device(tiny_ssl_sas, tmp_path, monkeypatc
     """B1's set embedding (its prepare_set, before the first utterance) follows --device: padded batches on the
     device instead of one utterance at a time on the CPU, the same vectors to float rounding."""
     from voxanon.models.nets.speaker import EcapaEncoder
-    from voxanon.pipeline.corpus_embeddings import embed_data_dirs
+    from voxanon.pipeline.systems.ssl_sas.corpus_embeddings import embed_data_dirs
     from voxanon.pipeline.feature_cache import ContentCache
 
     assert "pseudo_speaker.device=cuda" in device_overrides(load_system_config("b1"), "cuda")

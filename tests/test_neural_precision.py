@@ -8,8 +8,9 @@ import pytest
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.neural_stages import ContentStage, VocoderStage, load_model
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.ssl_sas.chain import ContentStage, VocoderStage
+from voxanon.pipeline.systems.ssl_sas.loader import load_model
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 from tests.helpers.corpora import make_corpus
 from tests.helpers.device_checks import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves

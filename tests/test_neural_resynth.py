@@ -10,7 +10,7 @@ import soundfile
 from tests.helpers.corpora import make_corpus
 from voxanon.models.checkpoints.registry import ModelNotInstalledError, installed, load_model_set, write_model_set
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.systems import STAGES
+from voxanon.pipeline.systems.recipes import STAGES
 
 
 def test_missing_model_set_names_file_and_install_command(voxanon_home):
@@ -83,7 +83,7 @@ def reference_chain(audio: np.ndarray) -> np.ndarray:
     import torch
 
     from voxanon.models.f0.extract import yaapt_f0
-    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+    from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 
     content, speaker, vocoder = load_ssl_sas_models("ssl-sas")
     audio = audio[:len(audio) // 320 * 320]
@@ -97,7 +97,7 @@ def reference_chain(audio: np.ndarray) -> np.ndarray:
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_batched_chain_equals_one_utterance_at_a_time(voxanon_home):
-    from voxanon.pipeline.systems import build_system, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     assert main(["models", "import", "ssl-sas", "--random-init", "--size", "tiny"]) == 0
     rng = np.random.default_rng(5)

@@ -14,7 +14,7 @@ import pytest
 import soundfile
 
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.systems import available_systems, build_system, load_system_config
+from voxanon.pipeline.systems.recipes import available_systems, build_system, load_system_config
 from tests.helpers.demo_sets import SMALL_POOL
 
 # The demo pool is tiny: worlds and regions scaled down (the recipe's 200/100 need a LibriTTS-size pool).

@@ -40,7 +40,7 @@ def test_build_writes_speaker_means_global_and_manifest_last(home, capsys):
     pool = load_pool(folder)
     utterances = pool.utterances
     # The stored utterance vectors are the set's ECAPA output on the file as read.
-    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+    from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 
     first = utterances.ids[0]
     direct = load_ssl_sas_models("ssl-sas")[1].embed([load_audio(corpus.wav[first], 16000).samples])[0]

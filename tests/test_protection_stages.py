@@ -15,9 +15,9 @@ from voxanon.models.dsp.f0_transform import NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_H
 from voxanon.models.f0.praat_pitch import praat_f0
 from voxanon.models.dsp.psola import psola_to_moments
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.protection_stages import F0NeutralStage, TdPsolaStage, ZeroLLRStage
-from voxanon.pipeline.stages import Utterance
-from voxanon.pipeline.systems import STAGES, build_system, load_system_config
+from voxanon.pipeline.systems.ssl_sas.zllr import F0NeutralStage, TdPsolaStage, ZeroLLRStage
+from voxanon.pipeline.systems.stage import Utterance
+from voxanon.pipeline.systems.recipes import STAGES, build_system, load_system_config
 
 FORMANTS = [(700.0, 80.0), (1200.0, 120.0), (2500.0, 160.0), (3500.0, 200.0)]
 

@@ -11,9 +11,9 @@ from voxanon.data_prep.vectors import Vectors, write_vectors
 from voxanon.models.speakers.pseudo_speaker import (POOL_MANIFEST, PoolError, PseudoSpeakerSelector, SelectionSettings,
                                                     SpeakerPool, cosine_affinity, load_pool, pool_from_speakers,
                                                     pool_from_utterances, save_pool)
-from voxanon.pipeline.speaker_stages import GlobalSpeakerStage, PseudoSpeakerStage
-from voxanon.pipeline.stages import Utterance
-from voxanon.pipeline.systems import STAGES
+from voxanon.pipeline.systems.ssl_sas.pseudo_speaker import GlobalSpeakerStage, PseudoSpeakerStage
+from voxanon.pipeline.systems.stage import Utterance
+from voxanon.pipeline.systems.recipes import STAGES
 
 DIM = 8
 N_PER_SEX = 300

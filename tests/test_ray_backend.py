@@ -25,7 +25,7 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.execution.ray import RayBackend, RayOptions
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 DEMO_SPEAKERS = ("slt", "us1", "kal", "rms")    # two f, two m: target and non-target trials of each sex
 UTTS_PER_SPEAKER = 6                            # four enrolment utterances, two trial utterances

@@ -15,8 +15,8 @@ import pytest
 from tests.helpers.corpora import make_corpus
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
-from voxanon.pipeline.stages import RunFault, Stage
-from voxanon.pipeline.systems import STAGES, load_system_config
+from voxanon.pipeline.systems.stage import RunFault, Stage
+from voxanon.pipeline.systems.recipes import STAGES, load_system_config
 from tests.helpers.device_checks import ON_CPU
 
 

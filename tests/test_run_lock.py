@@ -17,7 +17,7 @@ from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.run_lock import LOCK_NAME, RunLockedError, process_alive, process_start, run_lock
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 HOLDER = """
 import sys, time

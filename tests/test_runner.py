@@ -19,8 +19,8 @@ from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import JOURNAL, anonymise_set
-from voxanon.pipeline.stages import Stage, derive_seed
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.stage import Stage, derive_seed
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 
 def _outputs(out_dir: Path) -> dict[str, bytes]:
@@ -234,7 +234,7 @@ class _SlowToLoad(Stage):
 def test_the_head_start_prepares_utterances_while_the_models_load(tmp_path, monkeypatch):
     """With two workers, a process forked before the models load runs the leading model-free stages on the
     last utterances of the queue; their workers start after those stages, with the same outputs."""
-    from voxanon.pipeline.systems import STAGES
+    from voxanon.pipeline.systems.recipes import STAGES
 
     monkeypatch.setitem(STAGES, "marked", _Marked)
     monkeypatch.setitem(STAGES, "slow_to_load", _SlowToLoad)

@@ -11,9 +11,9 @@ import pytest
 
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints.registry import write_model_set
-from voxanon.pipeline.asrbn_stages import AsrBnTargetStage
-from voxanon.pipeline.stages import Utterance
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.asrbn.stages import AsrBnTargetStage
+from voxanon.pipeline.systems.stage import Utterance
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 TARGETS = sorted(f"{100 + 7 * i}" for i in range(19)) + ["6081"]
 SET = "converter"

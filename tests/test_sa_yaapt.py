@@ -206,8 +206,8 @@ def test_normalisation_of_degenerate_tracks():
 
 def test_the_f0_stage_runs_the_port_as_its_sa_toolkit_backend(tmp_path):
     from voxanon.models.f0.extract import F0Cache
-    from voxanon.pipeline.neural_stages import F0Stage
-    from voxanon.pipeline.stages import Utterance
+    from voxanon.pipeline.systems.f0 import F0Stage
+    from voxanon.pipeline.systems.stage import Utterance
 
     waves = [speech(0), speech(1)]
     stage = F0Stage(backend="sa-toolkit", cache_dir=str(tmp_path))
@@ -240,7 +240,7 @@ def test_the_batched_backend_reports_a_bad_utterance_in_its_place():
 
 def test_device_puts_sa_toolkits_f0_on_the_device_and_leaves_pyaapts_algorithm_in_the_cpu_pool():
     from voxanon.pipeline.execution.streaming import cpu_stage_count
-    from voxanon.pipeline.systems import build_system, device_overrides, load_system_config
+    from voxanon.pipeline.systems.recipes import build_system, device_overrides, load_system_config
 
     assert "f0.device=cuda" in device_overrides(load_system_config("b5"), "cuda")
     for backend in ("fast", "pyaapt"):

@@ -16,8 +16,8 @@ from voxanon.data_prep.vectors import Vectors, VectorFileError, read_vectors, wr
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.execution.batches import Job, process_jobs
-from voxanon.pipeline.stages import Stage
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.stage import Stage
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 TRAVERSAL = "s2-../../../../../../../../tmp/x"
 

@@ -51,7 +51,7 @@ def test_sex_flow_trains_saves_and_reports_held_out_cllr(tmp_path, monkeypatch, 
     assert len(held_out) == 4 and {corpus.spk2gender[s] for s in held_out} == {"f", "m"}
     training_ids = (folder / "training_vectors.ids").read_text().split()
     assert len(training_ids) == 72 and not {corpus.utt2spk[u] for u in training_ids} & set(held_out)
-    from voxanon.pipeline.neural_stages import load_ssl_sas_models
+    from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 
     utts = [u for u in corpus.utterances if corpus.utt2spk[u] in held_out]
     vectors = load_ssl_sas_models("ssl-sas")[1].embed([load_audio(corpus.wav[u], 16000).samples for u in utts])

@@ -8,7 +8,7 @@ from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.stage_settings import Interval, Number, SettingError, checked
-from voxanon.pipeline.systems import build_system, load_system_config
+from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 
 @pytest.mark.parametrize("system, override, setting", [

@@ -27,7 +27,7 @@ from voxanon.pipeline.execution import batches, streaming, workers
 from voxanon.pipeline.cli import main
 from voxanon.pipeline.runner import FAILURES, JOURNAL, RUN_MANIFEST, anonymise_set
 from voxanon.pipeline.execution.batches import Job
-from voxanon.pipeline.systems import device_overrides, load_system_config
+from voxanon.pipeline.systems.recipes import device_overrides, load_system_config
 
 RUN_FILES = (JOURNAL, RUN_MANIFEST)
 
@@ -91,7 +91,7 @@ def test_batches_travel_with_their_arrays_in_shared_memory(tmp_path):
 
     from voxanon.pipeline.execution import shared_arrays
     from voxanon.pipeline.execution.batches import Batch, Outcome, Prepared
-    from voxanon.pipeline.stages import Utterance
+    from voxanon.pipeline.systems.stage import Utterance
 
     rng = np.random.default_rng(0)
     utterances = [Utterance(f"u{i}", "s", None, rng.standard_normal(16000 * (i + 1)).astype(np.float32), 16000,
@@ -361,7 +361,7 @@ def test_one_device_process_per_gpu_sharing_the_batches(home, tmp_path, monkeypa
 def test_the_gpus_a_run_sees_are_counted_without_starting_cuda(tmp_path, monkeypatch):
     from voxanon.pipeline.model_service import visible_gpus
     from voxanon.pipeline.execution.streaming import device_process_count
-    from voxanon.pipeline.systems import build_system
+    from voxanon.pipeline.systems.recipes import build_system
 
     listing = tmp_path / "gpus"
     for address in ("0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"):

@@ -8,9 +8,9 @@ import yaml
 from tests.helpers.corpora import make_corpus
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
-from voxanon.pipeline import systems
+from voxanon.pipeline.systems import recipes
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.stages import Stage
+from voxanon.pipeline.systems.stage import Stage
 
 
 class SpeakerTagStage(Stage):
@@ -37,7 +37,7 @@ class SpeakerTagStage(Stage):
 
 @pytest.fixture
 def tag_stage(monkeypatch, tmp_path):
-    monkeypatch.setitem(systems.STAGES, "speaker_tag", SpeakerTagStage)
+    monkeypatch.setitem(recipes.STAGES, "speaker_tag", SpeakerTagStage)
     monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
     return {"name": "tag", "stages": ["speaker_tag"], "speaker_tag": {"pool": "small"}}
 
@@ -46,7 +46,7 @@ def test_missing_need_names_file_and_install_command(tag_stage, tmp_path):
     data = read_data_dir(make_corpus(tmp_path, n_speakers=2, n_utts=1).path)
     with pytest.raises(VoxanonError, match=r"pool 'small' is not installed \(.*pool.json missing\).*voxanon pool build"):
         anonymise_set(data, tag_stage, tmp_path / "out", progress=False)
-    system = systems.build_system(tag_stage)
+    system = recipes.build_system(tag_stage)
     assert system.needs == ["pool:small", "spk2gender"] and system.needs_gender
 
 
@@ -68,14 +68,14 @@ def test_prepared_options_reach_the_stage_and_vectors_are_saved(tag_stage, tmp_p
 def test_unknown_need_kind_is_refused(tag_stage, monkeypatch):
     monkeypatch.setattr(SpeakerTagStage, "needs", lambda self: ["licence:gpl"])
     with pytest.raises(VoxanonError, match="unknown need 'licence:gpl'"):
-        systems.missing_needs(systems.build_system(tag_stage))
+        recipes.missing_needs(recipes.build_system(tag_stage))
 
 
 def test_a_rebuilt_pool_changes_the_configuration_so_outputs_are_redone(tmp_path, monkeypatch):
     from voxanon.data_prep.vectors import Vectors
     from voxanon.models.speakers.pseudo_speaker import pool_from_speakers, save_pool
     from voxanon.pipeline.runner import prepare_set
-    from voxanon.pipeline.systems import config_hash
+    from voxanon.pipeline.systems.recipes import config_hash
 
     monkeypatch.setenv("VOXANON_HOME", str(tmp_path / "home"))
     data = read_data_dir(make_corpus(tmp_path, n_speakers=2, n_utts=1).path)
@@ -84,10 +84,10 @@ def test_a_rebuilt_pool_changes_the_configuration_so_outputs_are_redone(tmp_path
     for seed in (0, 1):
         vectors = Vectors(("a", "b"), np.random.default_rng(seed).standard_normal((2, 4)))
         save_pool(tmp_path / "home" / "pools" / "p", pool_from_speakers(vectors, {"a": "f", "b": "m"}), {})
-        prepared = prepare_set(systems.build_system(config), data, tmp_path / "work")
+        prepared = prepare_set(recipes.build_system(config), data, tmp_path / "work")
         hashes.append(config_hash(prepared))
-        stage = systems.build_system(prepared).stages[0]
-        utt = systems.build_system(prepared).new_utterance("u", "a", "f", np.zeros(10, dtype=np.float32))
+        stage = recipes.build_system(prepared).stages[0]
+        utt = recipes.build_system(prepared).new_utterance("u", "a", "f", np.zeros(10, dtype=np.float32))
         stage.process(utt)
         assert np.allclose(np.linalg.norm(utt.features["speaker"]), 1.0)
     assert hashes[0] != hashes[1]

@@ -34,7 +34,7 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.evaluation.computations import speaker_encoder_factory
 from voxanon.pipeline.evaluation.scoring import cosine_trial_scores, speaker_enrolment
 from voxanon.pipeline.runner import anonymise_set
-from voxanon.pipeline.systems import load_system_config
+from voxanon.pipeline.systems.recipes import load_system_config
 
 from tests.helpers.corpora import make_corpus
 

@@ -12,7 +12,7 @@ from ...data_prep.paths import named_folder, resolved
 from .options import add_corpus_arguments
 from .options import add_backend_arguments, backend_from_args
 from ..model_service import usable_cpus
-from ..systems import available_systems, device_overrides, load_system_config, precision_overrides
+from ..systems.recipes import available_systems, device_overrides, load_system_config, precision_overrides
 
 
 def add_parser(subparsers) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .options import add_device_argument, add_evaluation_input_arguments
 from .options import add_backend_arguments, backend_from_args
-from ..systems import available_recipes
+from ..systems.recipes import available_recipes
 
 
 def add_parser(subparsers) -> None:

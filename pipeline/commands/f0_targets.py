@@ -51,7 +51,7 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..f0_targets import compute_f0_targets
+    from ..systems.ssl_sas.f0_targets import compute_f0_targets
     from ..model_service import machine_workers
 
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]

@@ -8,7 +8,7 @@ from pathlib import Path
 from ...data_prep.errors import VoxanonError
 from ...models.checkpoints.catalogue import CATALOGUE, importable
 from ...models.checkpoints.sa_toolkit_tags import SA_TOOLKIT_TAGS
-from ..systems import available_systems, build_system, load_system_config
+from ..systems.recipes import available_systems, build_system, load_system_config
 
 log = logging.getLogger(__name__)
 

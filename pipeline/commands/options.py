@@ -12,7 +12,7 @@ from ...data_prep.errors import VoxanonError
 from ...models.checkpoints.registry import default_cache_dir
 from ...models.nets.flow_config import MU_STRATEGIES, TrainingConfig
 from ..model_service import device_option, machine_workers
-from ..systems import available_recipes
+from ..systems.recipes import available_recipes
 
 
 if TYPE_CHECKING:

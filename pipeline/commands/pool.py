@@ -77,7 +77,7 @@ def add_parser(subparsers) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from ...models.speakers.pseudo_speaker import pool_from_utterances, save_pool
-    from ..corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
+    from ..systems.ssl_sas.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
     backend = backend_from_args(args)
     data_dirs, sex = read_labelled_data_dirs(args.data)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..systems import available_systems, build_system, load_system_config, missing_needs
+from ..systems.recipes import available_systems, build_system, load_system_config, missing_needs
 
 
 def add_parser(subparsers) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ...data_prep.corpus import DataDir, read_data_dir
 from ...data_prep.errors import VoxanonError
 from .computations import anonymisation_device_overrides, make_embedder, make_transcriber, run_computations_on
-from ..systems import build_system, load_system_config
+from ..systems.recipes import build_system, load_system_config
 
 if TYPE_CHECKING:
     from .evaluate import Evaluation

@@ -93,7 +93,7 @@ def _protocol(inputs: ChallengeInputs) -> dict:
 
 def _system_config(inputs: ChallengeInputs) -> dict:
     from .computations import anonymisation_device_overrides
-    from ..systems import build_system, check_needs, load_system_config
+    from ..systems.recipes import build_system, check_needs, load_system_config
 
     overrides = list(inputs.system_overrides)
     if inputs.batch_size is not None:

@@ -148,7 +148,7 @@ def anonymisation_device_overrides(config: dict, device: str, backend=None) -> l
     """The stage settings that run a system's models on ``device`` (``auto`` resolved here, or by each actor under
     Ray): none for a system without models, and none for stages already there, so a CPU run keeps its
     configuration and with it its finished outputs."""
-    from ..systems import device_overrides
+    from ..systems.recipes import device_overrides
 
     try:
         device_overrides(config, device)

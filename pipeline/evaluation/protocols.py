@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...data_prep.errors import VoxanonError
-from ..systems import read_recipe
+from ..systems.recipes import read_recipe
 
 
 def load_protocol(name: str, overrides: list[str] = ()) -> dict:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ContextManager, Iterable, Protocol, runtime_ch
 if TYPE_CHECKING:
     from .batches import Job, Outcome
     from .streaming import StreamingOptions
-    from ..systems import System
+    from ..systems.recipes import System
 
 
 @runtime_checkable

@@ -16,8 +16,8 @@ from ...data_prep.audio import AudioError, load_audio, to_pcm16
 from ...data_prep.digest import sha256_file
 from ...data_prep.paths import contained_path
 from ..model_service import check_device_available
-from ..stages import RunFault, Stage, Utterance, is_run_fault, one_line
-from ..systems import System
+from ..systems.stage import RunFault, Stage, Utterance, is_run_fault, one_line
+from ..systems.recipes import System
 
 
 # Shorter, no system has one analysis frame (25 ms: the neural chains' first; McAdams takes 20 ms): the output

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .batches import Job
 from .pool import InProcess, run_parallel
 from ..model_service import check_device_available
-from ..systems import System
+from ..systems.recipes import System
 
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from typing import Iterator
 
 from .batches import Job, Outcome, process_jobs
 from .workers import _HeadStart, init_forked_worker, init_spawned_worker, init_worker, one_cpu_thread, worker_process
-from ..stages import RunFault, one_line
-from ..systems import System
+from ..systems.stage import RunFault, one_line
+from ..systems.recipes import System
 
 
 def batch_invariant(config: dict) -> bool:

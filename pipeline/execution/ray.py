@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ...data_prep.errors import VoxanonError
-from ..stages import RunFault, one_line
+from ..systems.stage import RunFault, one_line
 
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stages import RunFault
+from ..systems.stage import RunFault
 
 PREFIX = "voxanon-arrays"
 ALIGNMENT = 64

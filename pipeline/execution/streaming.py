@@ -31,7 +31,7 @@ local processes (:class:`LocalLanes`) or Ray actors (:class:`voxanon.pipeline.ex
 both call the per-utterance functions (:func:`~voxanon.pipeline.execution.batches.load_batch`,
 :func:`~voxanon.pipeline.execution.batches.run_stages`, :func:`~voxanon.pipeline.execution.batches.write_batch`), as the pool does.
 A model-level fault (a model set that does not load, a missing device, out of memory) stops the run with
-one message (:class:`~voxanon.pipeline.stages.RunFault`); the device process loads and checks its models
+one message (:class:`~voxanon.pipeline.systems.stage.RunFault`); the device process loads and checks its models
 before it takes any work.
 
 ``run.json`` records, under ``executor``, what the run's device did: when its first batch started (seconds
@@ -57,8 +57,8 @@ from .batches import Batch, Job, Outcome
 from .device_process import DeviceProcess
 from .pool import fork_safe, kill_pool
 from ..model_service import visible_gpus
-from ..stages import RunFault, one_line
-from ..systems import System
+from ..systems.stage import RunFault, one_line
+from ..systems.recipes import System
 
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
-from ..stages import RunFault
-from ..systems import System, build_system
+from ..systems.stage import RunFault
+from ..systems.recipes import System, build_system
 
 
 _worker_state: dict = {}

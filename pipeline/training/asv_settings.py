@@ -19,7 +19,7 @@ FREE_SETTINGS = ("description", "name", "number_of_epochs", "checkpoint_interval
 
 
 def default_hparams() -> dict:
-    from ..systems import read_recipe
+    from ..systems.recipes import read_recipe
 
     return read_recipe("training", RECIPE)
 
@@ -27,7 +27,7 @@ def default_hparams() -> dict:
 def resolve_hparams(overrides: dict | None = None, set_options: list[str] = (), option: str = "--set") -> dict:
     """The recipe's settings, then ``overrides`` (key -> value), then ``key=value`` texts given with the command's
     ``option`` (``--set`` in train asv, ``--train-set`` in challenge); checked."""
-    from ..systems import apply_overrides
+    from ..systems.recipes import apply_overrides
 
     defaults = default_hparams()
     hparams = apply_overrides({**defaults, **(overrides or {})}, list(set_options), option)

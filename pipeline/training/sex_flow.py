@@ -1,7 +1,7 @@
 """``voxanon train sex-flow``: the zero-LLR sex flow of zLLR-VC, trained on a labelled corpus.
 
 ECAPA vectors of every utterance of Kaldi data directories with ``spk2gender`` (the model
-set's speaker encoder, cached per audio content: :mod:`voxanon.pipeline.corpus_embeddings`),
+set's speaker encoder, cached per audio content: :mod:`voxanon.pipeline.systems.ssl_sas.corpus_embeddings`),
 L2-normalised inside the flow (the ICASSP 2023 set-up, nii-yamagishilab/speaker_sex_attribute_privacy), trained by
 ``voxanon zllr train``'s code (:func:`voxanon.pipeline.training.zllr_flow.run_train`: the flow,
 the LDA and global-average baselines, ``training.json``) into the flow folder
@@ -52,7 +52,7 @@ def run_sex_flow(args: argparse.Namespace) -> int:
     from ...models.nets.flow import load_flow
     from ...models.checkpoints.registry import asset_dir
     from .zllr_flow import run_train
-    from ..corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
+    from ..systems.ssl_sas.corpus_embeddings import cache_from_option, embed_data_dirs, read_labelled_data_dirs
 
     if not 0.0 <= args.held_out < 1.0:
         raise VoxanonError(f"--held-out must lie in [0, 1), got {args.held_out}")

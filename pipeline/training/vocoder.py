@@ -7,7 +7,7 @@ per epoch; 8960-sample segments; seed 1234. Optionally the x-vector consistency 
 ICASSP 2023 zLLR-VC vocoder (nii-yamagishilab/speaker_sex_attribute_privacy).
 
 Features are computed once, before training, by the same stages the anonymisation chain
-runs (:mod:`voxanon.pipeline.neural_stages`): the SSL-SAS input convention (peak 0.95, trim
+runs (:mod:`voxanon.pipeline.systems.ssl_sas.chain`): the SSL-SAS input convention (peak 0.95, trim
 to a multiple of 320), YAAPT F0 with the SSL-SAS settings (the default backend), soft content from the model
 set's frozen content encoder and an ECAPA vector from its frozen speaker encoder. They are
 cached per utterance on disk (``<cache>/<tag>/<sha[:2]>/<sha>.npy``, keyed by the audio
@@ -56,8 +56,10 @@ from ...data_prep.digest import sha256_file
 from ...data_prep.errors import VoxanonError
 from ...models.f0.params import DEFAULT_BACKEND
 from ..feature_cache import ContentCache
-from ..neural_stages import SSL_SAS_MULTIPLE, ContentStage, F0Stage, SpeakerStage, SslSasInputStage, load_model
-from ..stages import Utterance
+from ..systems.ssl_sas.chain import SSL_SAS_MULTIPLE, ContentStage, SpeakerStage, SslSasInputStage
+from ..systems.f0 import F0Stage
+from ..systems.ssl_sas.loader import load_model
+from ..systems.stage import Utterance
 from ..model_service import torch_device
 from .checkpointing import PRECISIONS, autocast_dtype, resolve_precision, restore_rng_state, rng_state
 

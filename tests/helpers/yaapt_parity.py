@@ -58,8 +58,8 @@ def agreement(references: dict[str, np.ndarray], tracks: dict[str, np.ndarray]) 
 
 def chain_input(audio: np.ndarray) -> np.ndarray:
     """What the ``ssl_sas_input`` stage makes of ``audio``."""
-    from voxanon.pipeline.neural_stages import SslSasInputStage
-    from voxanon.pipeline.stages import Utterance
+    from voxanon.pipeline.systems.ssl_sas.chain import SslSasInputStage
+    from voxanon.pipeline.systems.stage import Utterance
 
     utterance = Utterance("u", "", None, np.asarray(audio, dtype=np.float32), 16000, seeds={})
     SslSasInputStage().process(utterance)

@@ -1,9 +1,9 @@
 """Signal-processing stages: transforms that need no model weights."""
 from __future__ import annotations
 
-from ..models.dsp.mcadams import frame_setting_problem, mcadams
-from .stage_settings import Choice, Interval, Number, SettingError, checked
-from .stages import SEED_LEVELS, Stage, Utterance
+from ...models.dsp.mcadams import frame_setting_problem, mcadams
+from ..stage_settings import Choice, Interval, Number, SettingError, checked
+from .stage import SEED_LEVELS, Stage, Utterance
 
 _ALPHA = Number(0.0, 1.0, low_inclusive=False)
 

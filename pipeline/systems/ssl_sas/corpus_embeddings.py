@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data_prep.corpus import DataDir, merge_labelled_sets, read_data_dir
-from ..data_prep.errors import VoxanonError
-from ..data_prep.vectors import Vectors
-from ..models.checkpoints.registry import default_cache_dir
-from .feature_cache import CachedComputation, ContentCache
+from ....data_prep.corpus import DataDir, merge_labelled_sets, read_data_dir
+from ....data_prep.errors import VoxanonError
+from ....data_prep.vectors import Vectors
+from ....models.checkpoints.registry import default_cache_dir
+from ...feature_cache import CachedComputation, ContentCache
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def model_set_encoder(models: str, device: str = "cpu") -> tuple[str, bool, Cach
 
     The encoder itself is loaded only when a vector is missing from the cache.
     """
-    from ..models.checkpoints.registry import load_model_set
+    from ....models.checkpoints.registry import load_model_set
 
     model_set = load_model_set(models)
     digest = model_set.manifest["files"].get(SPEAKER_COMPONENT_FILE)
@@ -71,13 +71,13 @@ def model_set_encoder(models: str, device: str = "cpu") -> tuple[str, bool, Cach
     tag = f"ecapa-set-{digest[:16]}"
 
     def embed(waves: list[np.ndarray]) -> list[np.ndarray]:
-        from .model_service import check_device_available, resolve_device
-        from .neural_stages import load_model
+        from ...model_service import check_device_available, resolve_device
+        from .loader import load_model
 
         where = resolve_device(device)
         if where == "cpu":
             return list(load_model(models, "speaker").embed(waves))
-        from ..models.nets.precision import float32_products
+        from ....models.nets.precision import float32_products
 
         check_device_available(where)
         with float32_products(False):

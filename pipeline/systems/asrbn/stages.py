@@ -21,7 +21,7 @@ No input normalisation or trimming: the recipe feeds the waveform as read. Input
 (25 ms) fail (in ``failures.tsv``, by name).
 
 Target selection (``selection``; the VPC 2024 recipe's ``anon_level``), seeded through
-:meth:`~voxanon.pipeline.stages.Utterance.rng`:
+:meth:`~voxanon.pipeline.systems.stage.Utterance.rng`:
 
 * ``random_per_utt`` (the challenge's setting for every set): each utterance draws a target uniformly;
 * ``random_per_spk``: each source speaker draws one target, for all its utterances (two speakers may
@@ -32,7 +32,7 @@ Target selection (``selection``; the VPC 2024 recipe's ``anon_level``), seeded t
 * ``constant``: every utterance gets ``constant`` (the recipe's ``target_constant_spkid``, ``6081``).
 
 Batching: ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N`` for the device code path on the CPU; ``voxanon
-anonymise --device`` sets it) on the F0 (:class:`~voxanon.pipeline.neural_stages.F0Stage`), BN and converter
+anonymise --device`` sets it) on the F0 (:class:`~voxanon.pipeline.systems.f0.F0Stage`), BN and converter
 stages. On the CPU the BN and converter stages run
 each utterance alone (the converter in windows, as the SSL-SAS vocoder); elsewhere wav2vec2 and the
 converter run padded, length-masked batches of similar length in the direct form
@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from ..data_prep.atomic import atomic_write_text
-from ..data_prep.errors import VoxanonError
-from ..data_prep.paths import contained_path
-from .model_service import (cached_model, check_device_available, check_device_name, model_set, model_set_config,
+from ....data_prep.atomic import atomic_write_text
+from ....data_prep.errors import VoxanonError
+from ....data_prep.paths import contained_path
+from ...model_service import (cached_model, check_device_available, check_device_name, model_set, model_set_config,
                             resolve_device, stage_precision)
-from .stages import Stage, Utterance
+from ..stage import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
 B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
@@ -82,7 +82,7 @@ def load_component(name: str, component: str, precision: str = "float32", device
     def build():
         import torch
 
-        from ..models.checkpoints.sa_toolkit import load_converter, load_extractor
+        from ....models.checkpoints.sa_toolkit import load_converter, load_extractor
 
         cpu, dtype = device == "cpu", getattr(torch, precision)
         if cpu and precision == "float32":
@@ -91,8 +91,8 @@ def load_component(name: str, component: str, precision: str = "float32", device
         if component == "extractor":
             extractor = load_component(name, component) if cpu else load_extractor(model_set(name, "sa-toolkit"))
             return extractor.for_device(device, dtype)
-        from ..models.nets.hifigan import Vocoder
-        from ..models.nets.precision import prepared_for_device
+        from ....models.nets.hifigan import Vocoder
+        from ....models.nets.precision import prepared_for_device
 
         vocoder, speakers = (load_component(name, component) if cpu
                              else load_converter(model_set(name, "sa-toolkit"), False))
@@ -212,7 +212,7 @@ class AsrBnStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         extractor = self._model()
         waves = [utt.audio for utt in batch]
-        from ..models.nets.precision import float32_products
+        from ....models.nets.precision import float32_products
 
         with float32_products(self.tf32):
             features = extractor.extract(waves) if self._on_cpu() else extractor.extract_batch(waves)
@@ -237,7 +237,7 @@ class AsrBnVocoderStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ..models.nets.core_hifigan import conditioning
+        from ....models.nets.core_hifigan import conditioning
 
         vocoder, speakers = self._model()
         missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]
@@ -245,7 +245,7 @@ class AsrBnVocoderStage(_ModelStage):
             raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
                                "asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it)")
         items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
-        from ..models.nets.precision import float32_products
+        from ....models.nets.precision import float32_products
 
         with float32_products(self.tf32):
             waves = (vocoder.synthesise(items, getattr(torch, self.precision)) if self._on_cpu()

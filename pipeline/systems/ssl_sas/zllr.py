@@ -19,24 +19,24 @@ from typing import Any
 
 import numpy as np
 
-from ..data_prep.errors import VoxanonError
-from ..models.dsp.f0_transform import DEFAULT_FLOOR_HZ, NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
-from ..models.dsp.psola import PRAAT_F0_MAX_HZ, PRAAT_F0_MIN_HZ
+from ....data_prep.errors import VoxanonError
+from ....models.dsp.f0_transform import DEFAULT_FLOOR_HZ, NEUTRAL_F0_MEAN_HZ, NEUTRAL_F0_STD_HZ
+from ....models.dsp.psola import PRAAT_F0_MAX_HZ, PRAAT_F0_MIN_HZ
 from .f0_targets import read_f0_targets
-from .stage_settings import Number, SettingError, checked
-from .stages import Stage, Utterance
+from ...stage_settings import Number, SettingError, checked
+from ..stage import Stage, Utterance
 
 _flows: dict[str, Any] = {}
 
 
 def load_sex_flow(name: str):
     """The saved zero-LLR flow ``name`` (under ``$VOXANON_HOME/flows`` or a path), cached per process."""
-    from ..models.checkpoints.registry import asset_dir
+    from ....models.checkpoints.registry import asset_dir
 
     directory = asset_dir("flows", name).resolve()
     key = str(directory)
     if key not in _flows:
-        from ..models.nets.flow import load_flow
+        from ....models.nets.flow import load_flow
 
         _flows[key] = load_flow(directory)
     return _flows[key]
@@ -72,7 +72,7 @@ class F0NeutralStage(_NeutralTargets, Stage):
                                 {"floor_hz": floor_hz})["floor_hz"]
 
     def process(self, utt: Utterance) -> None:
-        from ..models.dsp.f0_transform import map_f0_to_moments, voiced_moments
+        from ....models.dsp.f0_transform import map_f0_to_moments, voiced_moments
 
         if "f0" not in utt.features:
             raise VoxanonError(f"{utt.utt_id}: f0_neutral needs an F0 track; put the f0 stage before it")
@@ -112,7 +112,7 @@ class ZeroLLRStage(Stage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ..data_prep.vectors import l2_normalise
+        from ....data_prep.vectors import l2_normalise
 
         missing = [utt.utt_id for utt in batch if "speaker" not in utt.features]
         if missing:
@@ -158,7 +158,7 @@ class TdPsolaStage(_NeutralTargets, Stage):
                                f"{sample_rate} Hz ({sample_rate / 2:g} Hz): no pitch above it can be heard in the audio")
 
     def process(self, utt: Utterance) -> None:
-        from ..models.dsp.psola import psola_to_moments
+        from ....models.dsp.psola import psola_to_moments
 
         result = psola_to_moments(utt.audio, utt.sample_rate, self.mean_hz, self.std_hz,
                                   f0_min_hz=self.f0_min_hz, f0_max_hz=self.f0_max_hz)

@@ -16,7 +16,7 @@ Data flow per utterance (``features`` keys in brackets), as the recipe's ``anony
    milliseconds shorter than the input.
 
 Every draw (coarse, fine) takes a :class:`torch.Generator` seeded from the utterance's seed
-(:meth:`~voxanon.pipeline.stages.Utterance.rng`), one stream per stage: a rerun, a resumed run or a run
+(:meth:`~voxanon.pipeline.systems.stage.Utterance.rng`), one stream per stage: a rerun, a resumed run or a run
 with other workers gives the same bytes. The recipe's draws are unseeded.
 
 Voice selection (``selection``):
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from ..data_prep.errors import VoxanonError
-from .model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
+from ....data_prep.errors import VoxanonError
+from ...model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
                             model_set_config, resolve_device)
-from .stages import Stage, Utterance
+from ..stage import Stage, Utterance
 
 SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
 MODELS = "nac"
@@ -54,7 +54,7 @@ def load_component(name: str, component: str, device: str = "cpu"):
     device = resolve_device(device)
 
     def build():
-        from ..models.checkpoints import nac
+        from ....models.checkpoints import nac
 
         model = nac.load_component(model_set(name, "nac"), component)
         if component != "voices" and device != "cpu":
@@ -173,7 +173,7 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ..models.nets.nac_semantic import semantic_tokens
+        from ....models.nets.nac_semantic import semantic_tokens
 
         hubert = self._model()
         quantiser = load_component(self.models, "quantiser", self.device)
@@ -202,7 +202,7 @@ class NacCoarseStage(_SamplingStage):
         self.temperature, self.top_k = float(temperature), None if top_k is None else int(top_k)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ..models.nets.bark import generate_coarse
+        from ....models.nets.bark import generate_coarse
 
         self._check_inputs(batch)
         for group in self._groups(batch):
@@ -228,7 +228,7 @@ class NacFineStage(_SamplingStage):
         self.temperature = None if temperature is None else float(temperature)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ..models.nets.bark import generate_fine
+        from ....models.nets.bark import generate_fine
 
         self._check_inputs(batch)
         for group in self._groups(batch):
@@ -248,8 +248,8 @@ class NacDecodeStage(_NacModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ..models.dsp.resample import resample_kaiser_best
-        from ..models.nets.nac_semantic import SAMPLE_RATE
+        from ....models.dsp.resample import resample_kaiser_best
+        from ....models.nets.nac_semantic import SAMPLE_RATE
 
         self._check_inputs(batch)
         decoder = self._model()

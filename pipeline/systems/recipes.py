@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 if TYPE_CHECKING:
-    from .stages import Stage, Utterance
+    from .stage import Stage, Utterance
 
 
 class StageRegistry(MutableMapping):
@@ -51,25 +51,25 @@ class StageRegistry(MutableMapping):
 
 # Every stage a recipe can name; each class's ``name`` is its key here.
 STAGES = StageRegistry({
-    "mcadams": "voxanon.pipeline.dsp_stages:McAdamsStage",
-    "ssl_sas_input": "voxanon.pipeline.neural_stages:SslSasInputStage",
-    "f0": "voxanon.pipeline.neural_stages:F0Stage",
-    "content": "voxanon.pipeline.neural_stages:ContentStage",
-    "speaker": "voxanon.pipeline.neural_stages:SpeakerStage",
-    "vocoder": "voxanon.pipeline.neural_stages:VocoderStage",
-    "pseudo_speaker": "voxanon.pipeline.speaker_stages:PseudoSpeakerStage",
-    "global_speaker": "voxanon.pipeline.speaker_stages:GlobalSpeakerStage",
-    "zero_llr": "voxanon.pipeline.protection_stages:ZeroLLRStage",
-    "f0_neutral": "voxanon.pipeline.protection_stages:F0NeutralStage",
-    "tdpsola": "voxanon.pipeline.protection_stages:TdPsolaStage",
-    "asrbn_target": "voxanon.pipeline.asrbn_stages:AsrBnTargetStage",
-    "asrbn_bn": "voxanon.pipeline.asrbn_stages:AsrBnStage",
-    "asrbn_vocoder": "voxanon.pipeline.asrbn_stages:AsrBnVocoderStage",
-    "nac_voice": "voxanon.pipeline.nac_stages:NacVoiceStage",
-    "nac_semantic": "voxanon.pipeline.nac_stages:NacSemanticStage",
-    "nac_coarse": "voxanon.pipeline.nac_stages:NacCoarseStage",
-    "nac_fine": "voxanon.pipeline.nac_stages:NacFineStage",
-    "nac_decode": "voxanon.pipeline.nac_stages:NacDecodeStage",
+    "mcadams": "voxanon.pipeline.systems.mcadams:McAdamsStage",
+    "ssl_sas_input": "voxanon.pipeline.systems.ssl_sas.chain:SslSasInputStage",
+    "f0": "voxanon.pipeline.systems.f0:F0Stage",
+    "content": "voxanon.pipeline.systems.ssl_sas.chain:ContentStage",
+    "speaker": "voxanon.pipeline.systems.ssl_sas.chain:SpeakerStage",
+    "vocoder": "voxanon.pipeline.systems.ssl_sas.chain:VocoderStage",
+    "pseudo_speaker": "voxanon.pipeline.systems.ssl_sas.pseudo_speaker:PseudoSpeakerStage",
+    "global_speaker": "voxanon.pipeline.systems.ssl_sas.pseudo_speaker:GlobalSpeakerStage",
+    "zero_llr": "voxanon.pipeline.systems.ssl_sas.zllr:ZeroLLRStage",
+    "f0_neutral": "voxanon.pipeline.systems.ssl_sas.zllr:F0NeutralStage",
+    "tdpsola": "voxanon.pipeline.systems.ssl_sas.zllr:TdPsolaStage",
+    "asrbn_target": "voxanon.pipeline.systems.asrbn.stages:AsrBnTargetStage",
+    "asrbn_bn": "voxanon.pipeline.systems.asrbn.stages:AsrBnStage",
+    "asrbn_vocoder": "voxanon.pipeline.systems.asrbn.stages:AsrBnVocoderStage",
+    "nac_voice": "voxanon.pipeline.systems.nac.stages:NacVoiceStage",
+    "nac_semantic": "voxanon.pipeline.systems.nac.stages:NacSemanticStage",
+    "nac_coarse": "voxanon.pipeline.systems.nac.stages:NacCoarseStage",
+    "nac_fine": "voxanon.pipeline.systems.nac.stages:NacFineStage",
+    "nac_decode": "voxanon.pipeline.systems.nac.stages:NacDecodeStage",
 })
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
             "stochastic"}
@@ -260,13 +260,13 @@ class System:
         return "spk2gender" in self.needs
 
     def new_utterance(self, utt_id: str, speaker: str, gender: str | None, audio) -> Utterance:
-        from .stages import Utterance
+        from .stage import Utterance
 
         return Utterance.create(utt_id, speaker, gender, audio, self.sample_rate, self.run_seed, self.name)
 
 
 def _installed_file(kind: str, name: str) -> Path:
-    from ..models.checkpoints.registry import MANIFEST, asset_dir, models_dir
+    from ...models.checkpoints.registry import MANIFEST, asset_dir, models_dir
 
     if kind == "checkpoint":
         return models_dir() / name / MANIFEST
@@ -283,7 +283,7 @@ INSTALL_HINTS = {
 
 def missing_needs(system: System) -> list[str]:
     """One message per unmet need of ``system``, naming the missing file and the command that installs it."""
-    from ..models.checkpoints.catalogue import install_hint
+    from ...models.checkpoints.catalogue import install_hint
 
     messages = []
     for need in system.needs:

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..data_prep.corpus import DataDir, merge_labelled_sets
-from ..data_prep.errors import VoxanonError
-from ..models.f0.params import DEFAULT_BACKEND
+from ....data_prep.corpus import DataDir, merge_labelled_sets
+from ....data_prep.errors import VoxanonError
+from ....models.f0.params import DEFAULT_BACKEND
 
 SAMPLE_RATE = 16000
 
@@ -72,12 +72,12 @@ class F0Targets:
 
 def utterance_f0(job: F0Job) -> UtteranceF0:
     """Load, prepare as ``ssl_sas_input`` does, track F0 (cached) and measure the voiced moments."""
-    from ..data_prep.audio import AudioError, load_audio
-    from ..models.f0.extract import F0Cache, yaapt_f0
-    from ..models.f0.params import SSL_SAS_YAAPT
-    from ..models.dsp.f0_transform import voiced_moments
-    from .neural_stages import SslSasInputStage
-    from .stages import Utterance
+    from ....data_prep.audio import AudioError, load_audio
+    from ....models.f0.extract import F0Cache, yaapt_f0
+    from ....models.f0.params import SSL_SAS_YAAPT
+    from ....models.dsp.f0_transform import voiced_moments
+    from .chain import SslSasInputStage
+    from ..stage import Utterance
 
     try:
         audio = load_audio(job.source, SAMPLE_RATE, allow_pipe=job.allow_pipe)
@@ -122,8 +122,8 @@ def compute_f0_targets(sets: list[DataDir], *, workers: int = 1, cache_dir: str 
                        backend: str = DEFAULT_BACKEND) -> F0Targets:
     """Balanced F0 target moments over the utterances of ``sets`` (see the module doc); ``backend``: the
     YAAPT version (:data:`voxanon.models.f0.params.PYAAPT_BACKENDS`)."""
-    from ..models.speakers.balanced_average import balanced_average
-    from ..models.f0.params import PYAAPT_BACKENDS
+    from ....models.speakers.balanced_average import balanced_average
+    from ....models.f0.params import PYAAPT_BACKENDS
 
     if backend not in PYAAPT_BACKENDS:
         raise VoxanonError(f"f0-targets computes the SSL-SAS chain's F0: its backend must be one of "

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ..data_prep.errors import VoxanonError
-from ..data_prep.paths import contained_path
-from .stages import SEED_LEVELS, Stage, Utterance
+from ....data_prep.errors import VoxanonError
+from ....data_prep.paths import contained_path
+from ..stage import SEED_LEVELS, Stage, Utterance
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ _sources: dict[str, Any] = {}
 
 def _pool_key(name: str, with_utterances: bool) -> tuple[str, str, bool]:
     """The pool's folder and the digest of its manifest: a rebuilt pool is loaded afresh."""
-    from ..models.speakers.pseudo_speaker import POOL_MANIFEST, load_pool
-    from ..models.checkpoints.registry import asset_dir
+    from ....models.speakers.pseudo_speaker import POOL_MANIFEST, load_pool
+    from ....models.checkpoints.registry import asset_dir
 
     directory = asset_dir("pools", name).resolve()
     manifest = directory / POOL_MANIFEST
@@ -50,7 +50,7 @@ def _pool_key(name: str, with_utterances: bool) -> tuple[str, str, bool]:
 
 
 def _pool(name: str, with_utterances: bool = False):
-    from ..models.speakers.pseudo_speaker import load_pool
+    from ....models.speakers.pseudo_speaker import load_pool
 
     key = _pool_key(name, with_utterances)
     if key not in _pools:
@@ -59,7 +59,7 @@ def _pool(name: str, with_utterances: bool = False):
 
 
 def _source_vectors(path: str) -> dict[str, np.ndarray]:
-    from ..data_prep.vectors import read_vectors
+    from ....data_prep.vectors import read_vectors
 
     if path not in _sources:
         vectors = read_vectors(path)
@@ -76,8 +76,8 @@ class PseudoSpeakerStage(Stage):
                  gender: str = "same", proximity: str = "farthest", world: int = 200, region: int = 100,
                  level: str = "speaker", plda_rank: int = 100, cache_dir: str | None = None,
                  source_vectors: str | None = None, pool_manifest_sha256: str | None = None, device: str = "cpu"):
-        from ..models.speakers.pseudo_speaker import SelectionSettings
-        from .model_service import check_device_name
+        from ....models.speakers.pseudo_speaker import SelectionSettings
+        from ...model_service import check_device_name
 
         if level not in SEED_LEVELS:
             raise ValueError(f"pseudo_speaker.level must be one of {', '.join(SEED_LEVELS)}, got {level!r}")
@@ -101,7 +101,7 @@ class PseudoSpeakerStage(Stage):
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         """Embed the set (cached), check the pool can serve every source speaker, and write the
         speaker means under ``work_dir``, named by their digest."""
-        from ..data_prep.vectors import speaker_means, write_vectors
+        from ....data_prep.vectors import speaker_means, write_vectors
         from .corpus_embeddings import cache_from_option, embed_data_dirs
 
         cache = cache_from_option(self.cache_dir)
@@ -129,7 +129,7 @@ class PseudoSpeakerStage(Stage):
 
     def _selector(self):
         """The pool's selector, looked up once per stage (the pool is read and checked once per process)."""
-        from ..models.speakers.pseudo_speaker import PseudoSpeakerSelector
+        from ....models.speakers.pseudo_speaker import PseudoSpeakerSelector
 
         if self._loaded_selector is None:
             with_utterances = self.settings.affinity == "plda"

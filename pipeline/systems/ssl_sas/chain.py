@@ -39,87 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from ..data_prep.errors import VoxanonError
-from ..models.f0.params import DEFAULT_BACKEND
-from .model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
-                            resolve_device, stage_precision)
-from .stages import Stage, Utterance
+from ....data_prep.errors import VoxanonError
+from ...model_service import check_device_available, check_device_name, resolve_device, stage_precision
+from ..stage import Stage, Utterance
+from .loader import load_model
 
 SSL_SAS_MULTIPLE = 320
 MIN_SAMPLES = 640
-
-COMPONENTS = ("content", "speaker", "vocoder")
-_CONFIG_KEYS = {"content": "content", "speaker": "speaker", "vocoder": "generator"}
-
-
-def load_model(name: str, component: str, precision: str = "float32", device: str = "cpu"):
-    """One component of an installed model set, loaded once per process, in the form for ``device``.
-
-    ``content`` is the set's content encoder (SSL-SAS soft content, or bshall HuBERT-soft units
-    for a ``hubert-soft`` set), ``speaker`` its ECAPA :class:`EcapaEncoder`, ``vocoder`` its
-    generator with the conditioning layout it was trained on. A set need not have all three
-    (``hubert-soft`` holds a content encoder only), so each stage loads just what it uses.
-
-    On ``cpu`` the float32 model is the set's weights as loaded, the vocoder's spectral convolutions
-    planned here (so that forked workers share them); a lower ``precision`` (content and vocoder) gives
-    a copy whose matrix-product and convolution weights are already in it, run under CPU autocast
-    (:func:`voxanon.models.nets.precision.lower_precision_copy`), cached beside the float32 model. On any other
-    device (``auto`` resolved here, :func:`resolve_device`; ``cpu:N`` is the device form on the CPU) the
-    set's weights go straight into the direct form (:func:`voxanon.models.nets.precision.prepared_for_device`):
-    cast to ``precision`` once and moved; no float32 CPU copy is kept and no CPU-only plans are built.
-    The speaker encoder runs in float32 on every device. The set's checksums are verified once per
-    process, when it is first loaded.
-    """
-    if component not in COMPONENTS:
-        raise ValueError(f"model component must be one of {COMPONENTS}, got {component!r}")
-    check_precision(precision, component)
-    if precision == "tf32":
-        raise ValueError("models are loaded in their weights' precision (float32 for tf32), not 'tf32'")
-    if component == "speaker" and precision != "float32":
-        raise ValueError("the speaker encoder runs in float32 only")
-    device = resolve_device(device)
-
-    def build():
-        import torch
-
-        from ..models.nets.hifigan import Vocoder
-        from ..models.nets.precision import prepared_for_device
-
-        if device == "cpu" and precision == "float32":
-            return _built(model_set(name), name, component, cpu_plans=True)
-        model = (load_model(name, component) if device == "cpu"
-                 else _built(model_set(name), name, component, cpu_plans=False))
-        module = prepared_for_device(model.generator if component == "vocoder" else model, device,
-                                     getattr(torch, precision))
-        return Vocoder(module, model.layout) if component == "vocoder" else module
-
-    return cached_model(name, component, precision, device, build)
-
-
-def _built(model_set, name: str, component: str, cpu_plans: bool):
-    """``component`` of ``model_set`` holding the set's tensors themselves, in float32 on the CPU; with
-    ``cpu_plans`` the vocoder's spectral convolutions planned."""
-    if _CONFIG_KEYS[component] not in model_set.config:
-        raise VoxanonError(f"model set {name!r} has no {component} model (it holds "
-                           f"{', '.join(c for c in COMPONENTS if _CONFIG_KEYS[c] in model_set.config)}); "
-                           f"set {component}.models to a set that has one")
-    if component == "content":
-        from ..models.nets.hubert_soft import content_encoder
-
-        return content_encoder(model_set)
-    if component == "speaker":
-        from ..models.checkpoints.ecapa import ecapa_from_model_set
-
-        return ecapa_from_model_set(model_set)
-    from ..models.nets.hifigan import load_vocoder
-
-    return load_vocoder(model_set, cpu_plans)
-
-
-def load_ssl_sas_models(name: str = "ssl-sas"):
-    """(content encoder, speaker encoder, vocoder) of an installed SSL-SAS-layout set, cached per process."""
-    return tuple(load_model(name, component) for component in COMPONENTS)
-
 
 class SslSasInputStage(Stage):
     """Peak normalisation and the 320-sample trim that the rest of the chain relies on."""
@@ -141,95 +67,6 @@ class SslSasInputStage(Stage):
         peak = float(np.max(np.abs(audio)))
         utt.audio = audio / peak * self.peak if peak > 0 else audio
         utt.record["trimmed_samples"] = len(utt.audio)
-
-
-class F0Stage(Stage):
-    """YAAPT F0, optionally cached on disk per utterance content (and backend).
-
-    ``backend``: ``fast`` (the default: pYAAPT's algorithm reimplemented, :mod:`voxanon.models.f0.yaapt`;
-    4-5x faster per core, and pYAAPT's track bit for bit on most utterances) or ``pyaapt``
-    (amfm-decompy's pYAAPT itself), with the SSL-SAS settings; or ``sa-toolkit``, SA-toolkit's YAAPT port
-    with B5/B6's settings (another algorithm, 20 ms frames: the B5/B6 systems' F0). ``device`` (``cpu``,
-    ``cuda``, ``auto``: CUDA when the process running the stage sees one): on the CPU each utterance runs the
-    numpy/numba version; on a CUDA device the whole batch goes to the torch version
-    (:func:`voxanon.models.f0.extract.yaapt_f0_batch`), where an utterance it cannot analyse fails alone.
-    ``sa-toolkit`` takes the batch at once on either device (its port batches); ``pyaapt`` runs on the CPU
-    only. Only the CPU path is model-free (the runner may run it in a process forked before the models load).
-    """
-
-    name = "f0"
-    model_free = True
-
-    def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
-                 backend: str = DEFAULT_BACKEND, device: str = "cpu"):
-        from ..models.f0.extract import F0Cache
-        from ..models.f0.params import backend_params
-
-        self.params = backend_params(backend, f0_min_hz, f0_max_hz)
-        self.cache = F0Cache(cache_dir) if cache_dir else None
-        self.backend = backend
-        self.device = check_device_name(device, "f0.device")
-        if self.backend == "pyaapt" and self.device != "cpu":
-            raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
-                             "set f0.device=cpu, or f0.backend=fast for the GPU version")
-        self.model_free = self.device == "cpu"
-
-    @classmethod
-    def takes_stage_wide(cls, setting: str, options: dict) -> bool:
-        # --device cuda leaves pYAAPT's algorithm (fast, pyaapt) in the CPU pool, on every core, beside the
-        # device's models instead of in series with them there (f0.device=cuda still selects the GPU
-        # YAAPT); SA-toolkit's port is a batched torch model and goes to the device.
-        return not (setting == "device" and options.get("backend", DEFAULT_BACKEND) != "sa-toolkit")
-
-    def load_models(self) -> None:
-        # Once, before the runner forks its workers, instead of in every worker at its first utterance:
-        # pYAAPT's imports (SciPy's signal processing, about 0.7 s), or the fast version's compiled kernels
-        # (its GPU version takes its decisions with them too; they start no CUDA context).
-        if self.backend == "pyaapt":
-            import amfm_decompy.pYAAPT  # noqa: F401
-        elif self.backend == "sa-toolkit":
-            from ..models.f0 import sa_yaapt  # noqa: F401  (torch and torchaudio)
-        else:
-            from ..models.f0.yaapt import warm_up
-
-            warm_up()
-
-    def process_batch(self, batch: list[Utterance]) -> None:
-        device = resolve_device(self.device)
-        if device == "cpu" and self.backend != "sa-toolkit":
-            for utt in batch:
-                self.process(utt)
-            return
-        from ..models.f0.extract import yaapt_f0_batch
-
-        todo = [utt for utt in batch if not self._cached(utt)]
-        failures = []
-        for rate in sorted({utt.sample_rate for utt in todo}):
-            group = [utt for utt in todo if utt.sample_rate == rate]
-            for utt, f0 in zip(group, yaapt_f0_batch([utt.audio for utt in group], rate, self.params, device,
-                                                     self.backend)):
-                if isinstance(f0, Exception):
-                    failures.append(f0)
-                    continue
-                utt.features["f0"] = f0
-                if self.cache is not None:
-                    self.cache.store(utt.audio, f0, rate, self.params, self.backend)
-        if failures:
-            raise failures[0]  # the runner reruns the batch's utterances one by one to attribute it
-
-    def _cached(self, utt: Utterance) -> bool:
-        f0 = None if self.cache is None else self.cache.load(utt.audio, utt.sample_rate, self.params, self.backend)
-        if f0 is not None:
-            utt.features["f0"] = f0
-        return f0 is not None
-
-    def process(self, utt: Utterance) -> None:
-        from ..models.f0.extract import yaapt_f0
-
-        if self.cache is not None:
-            utt.features["f0"] = self.cache.f0(utt.audio, utt.sample_rate, self.params, self.backend)
-        else:
-            utt.features["f0"] = yaapt_f0(utt.audio, utt.sample_rate, self.params, self.backend)
 
 
 class ContentStage(Stage):
@@ -272,8 +109,8 @@ class ContentStage(Stage):
         content = load_model(self.models, "content", self.precision, device)
         waves = [u.audio for u in batch]
         if device != "cpu":
-            from ..models.nets.hubert import encode_on_device
-            from ..models.nets.precision import float32_products
+            from ....models.nets.hubert import encode_on_device
+            from ....models.nets.precision import float32_products
 
             with float32_products(self.tf32):
                 encoded = encode_on_device(content, waves)
@@ -282,7 +119,7 @@ class ContentStage(Stage):
         else:
             import torch
 
-            from ..models.nets.hubert import encode_lower_precision
+            from ....models.nets.hubert import encode_lower_precision
 
             encoded = encode_lower_precision(content, waves, getattr(torch, self.precision))
         for utt, features in zip(batch, encoded):
@@ -323,7 +160,7 @@ class SpeakerStage(Stage):
         if device == "cpu":
             vectors = speaker.embed(waves)
         else:
-            from ..models.nets.precision import float32_products
+            from ....models.nets.precision import float32_products
 
             with float32_products(False):
                 vectors = speaker.embed_on_device(waves)
@@ -366,7 +203,7 @@ class VocoderStage(Stage):
         # before it loads its models.
         if not self.layout:
             return {}
-        from ..models.nets.hifigan import ConditioningLayout
+        from ....models.nets.hifigan import ConditioningLayout
 
         unknown = set(self.layout) - set(ConditioningLayout.__dataclass_fields__)
         if unknown:
@@ -384,7 +221,7 @@ class VocoderStage(Stage):
             self._vocoder()
 
     def _vocoder(self):
-        from ..models.nets.hifigan import Vocoder
+        from ....models.nets.hifigan import Vocoder
 
         vocoder = load_model(self.models, "vocoder", self.precision, resolve_device(self.device))
         if not self.layout:
@@ -401,7 +238,7 @@ class VocoderStage(Stage):
                                "(put the content, f0 and speaker stages before it)")
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
-        from ..models.nets.precision import float32_products
+        from ....models.nets.precision import float32_products
 
         # Off the CPU (cpu:N included) the generator is in its direct form, which synthesise runs as padded batches.
         with float32_products(self.tf32):

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..data_prep.errors import VoxanonError
+from ...data_prep.errors import VoxanonError
 
 SEED_LEVELS = ("utterance", "speaker")
 
@@ -80,7 +80,7 @@ class Stage:
 
     def needs(self) -> list[str]:
         """Requirements as ``kind:name`` strings (``checkpoint:ssl-sas``, ``pool:libritts``, ``flow:sex``,
-        ``spk2gender``); :func:`voxanon.pipeline.systems.check_needs` resolves them."""
+        ``spk2gender``); :func:`voxanon.pipeline.systems.recipes.check_needs` resolves them."""
         return []
 
     def prepare_set(self, data: Any, work_dir: Any, progress: bool = True) -> dict[str, Any]:
