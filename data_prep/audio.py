@@ -106,6 +106,13 @@ def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: floa
         raise
     except Exception as error:  # soundfile raises several types for corrupt input
         raise AudioError(name, f"unreadable audio ({type(error).__name__}: {error})") from None
+    return audio_from_samples(name, data, rate, sample_rate, max_seconds=max_seconds)
+
+
+def audio_from_samples(name: str, data: np.ndarray, rate: int, sample_rate: int, *,
+                       max_seconds: float | None = None) -> Audio:
+    """Samples as read (float32, frames by channels, at ``rate`` Hz) checked and made float32 mono at
+    ``sample_rate`` Hz, as :func:`load_audio` makes a file's; ``name`` names them in an :class:`AudioError`."""
     if data.shape[0] == 0:
         raise AudioError(name, "empty (no samples)")
     if not np.isfinite(data).all():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ...data_prep.errors import VoxanonError
+from .plugins import CODE_PATH_KEY, PLUGINS_KEY, add_code_path, plugin_class, resolve_plugins
 
 if TYPE_CHECKING:
     from .stage import Stage, Utterance
@@ -72,7 +73,7 @@ STAGES = StageRegistry({
     "nac_decode": "voxanon.pipeline.systems.nac.stages:NacDecodeStage",
 })
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
-            "stochastic"}
+            "stochastic", PLUGINS_KEY, CODE_PATH_KEY}
 
 
 def _recipe_dir(kind: str = "systems"):
@@ -147,7 +148,16 @@ def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
 def load_system_config(system: str, overrides: list[str] = ()) -> dict:
     """The resolved configuration of a named system, or of a YAML file given by path."""
     config = read_recipe("systems", system, overrides)
+    recipe_dir = str(Path(system).resolve().parent) if system.endswith((".yaml", ".yml")) else None
+    return resolve_system_config(config, recipe_dir)
+
+
+def resolve_system_config(config: dict, recipe_dir: str | None = None) -> dict:
+    """A system's configuration (a recipe's mapping, with its ``name``) checked, with its plugin stages resolved
+    (:func:`voxanon.pipeline.systems.plugins.resolve_plugins`; ``recipe_dir``: the folder of its recipe file)."""
     name = config["name"]
+    check_stage_list(config)
+    resolve_plugins(config, set(STAGES), recipe_dir)
     unknown = set(config) - RUN_KEYS - {"name"} - set(config.get("stages", []))
     if unknown:
         raise VoxanonError(f"system {name!r}: unknown setting(s) {sorted(unknown)}; sections are "
@@ -175,13 +185,18 @@ RUN_SETTING_CHECKS = {
 }
 
 
+def check_stage_list(config: dict) -> None:
+    stages = config.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(stage, str) for stage in stages):
+        raise VoxanonError(f"system {config.get('name')!r}: stages must be a list of stage names, got {stages!r}")
+
+
 def check_run_settings(config: dict) -> None:
     """The run-wide settings' types and ranges, and each stage's section a mapping: refused here, before any
     utterance, rather than by every utterance in turn (or by a worker, mid-run)."""
     name = config.get("name")
+    check_stage_list(config)
     stages = config.get("stages", [])
-    if not isinstance(stages, list) or not all(isinstance(stage, str) for stage in stages):
-        raise VoxanonError(f"system {name!r}: stages must be a list of stage names, got {stages!r}")
     for key, (valid, expected) in RUN_SETTING_CHECKS.items():
         if key in config and not valid(config[key]):
             raise VoxanonError(f"system {name!r}: {key} must be {expected}, got {config[key]!r}")
@@ -194,14 +209,15 @@ def check_run_settings(config: dict) -> None:
 def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]:
     """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting``: what a command-line flag
     (``--device``, ``--precision``) sets on every stage that has it."""
-    def has(name: str) -> bool:
-        return name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters
+    def has(stage_class: type[Stage]) -> bool:
+        return setting in inspect.signature(stage_class.__init__).parameters
 
     stages = [name for name in config.get("stages", [])
-              if has(name) and STAGES[name].takes_stage_wide(setting, config.get(name) or {})]
+              if has(lookup_stage(config, name)) and
+              lookup_stage(config, name).takes_stage_wide(setting, config.get(name) or {})]
     if not stages:
         raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (stages with one: "
-                           f"{', '.join(sorted(filter(has, STAGES)))})")
+                           f"{', '.join(sorted(name for name in STAGES if has(STAGES[name])))})")
     return [f"{name}.{setting}={value}" for name in stages]
 
 
@@ -307,13 +323,23 @@ def check_needs(system: System) -> None:
         raise VoxanonError(f"system {system.name!r} cannot run:\n  " + "\n  ".join(messages))
 
 
+def lookup_stage(config: dict, stage_name: str) -> type[Stage]:
+    """The class of a stage that the resolved ``config`` names: a built-in stage, or a plugin of its ``plugins``
+    (imported from where the configuration says: :mod:`voxanon.pipeline.systems.plugins`)."""
+    plugins = config.get(PLUGINS_KEY) or {}
+    if stage_name in plugins:
+        add_code_path(config)
+        return plugin_class(config["name"], stage_name, plugins[stage_name])
+    if stage_name not in STAGES:
+        raise VoxanonError(f"system {config['name']!r}: unknown stage {stage_name!r}; "
+                           f"known stages: {', '.join(sorted(STAGES))}, or a plugin named module:Class")
+    return STAGES[stage_name]
+
+
 def build_system(config: dict) -> System:
     stages: list[Stage] = []
     for stage_name in config.get("stages", []):
-        if stage_name not in STAGES:
-            raise VoxanonError(f"system {config['name']!r}: unknown stage {stage_name!r}; "
-                               f"known stages: {', '.join(sorted(STAGES))}")
-        stage_class = STAGES[stage_name]
+        stage_class = lookup_stage(config, stage_name)
         options = config.get(stage_name) or {}
         if not isinstance(options, dict):
             raise VoxanonError(f"system {config['name']!r}: {stage_name} is a section of settings, got {options!r}")
