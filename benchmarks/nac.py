@@ -24,14 +24,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from voxanon.models.nets.bark import COARSE_FULL, FINE_FULL, CoarseGPT, FineGPT, generate_coarse, generate_fine, \
+    from voxanon.models.nets.nac.bark import COARSE_FULL, FINE_FULL, CoarseGPT, FineGPT, generate_coarse, generate_fine, \
         init_random
-    from voxanon.models.nets.encodec import EncodecConfig, EncodecDecoder
-    from voxanon.models.nets.encodec import init_random as init_encodec
+    from voxanon.models.nets.nac.encodec import EncodecConfig, EncodecDecoder
+    from voxanon.models.nets.nac.encodec import init_random as init_encodec
     from voxanon.models.nets.hubert import HubertBackboneConfig, plain_hubert
     from voxanon.models.checkpoints.nac import random_voice
     from voxanon.models.dsp.resample import resample_kaiser_best
-    from voxanon.models.nets.nac_semantic import SemanticQuantiser, semantic_tokens
+    from voxanon.models.nets.nac.semantic import SemanticQuantiser, semantic_tokens
 
     torch.manual_seed(0)
     device = torch.device(args.device)

@@ -62,9 +62,10 @@ def system_config(system: SystemSpec, settings: Mapping[str, Any] | None = None,
     else:
         base, load = None, os.fspath(system)
 
+    if load is not None:
+        return load_system_config(load, overrides, device=device, precision=precision)
+
     def resolved(extra: list[str]) -> dict:
-        if load is not None:
-            return load_system_config(load, extra)
         return resolve_system_config(apply_overrides(base, extra))
 
     config = resolved(overrides)

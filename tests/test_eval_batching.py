@@ -192,21 +192,31 @@ def test_computations_batch_utterances_of_similar_length(tmp_path):
     assert list(found) == list(files) and [int(v[0]) for v in found.values()] == [4000, 16000, 4800, 15000, 8000, 9000]
 
 
-def test_benchmark_and_challenge_move_a_systems_models_only_where_they_are_not():
+def test_benchmark_and_challenge_move_a_systems_models_only_where_they_are_not(tmp_path):
     """--device reaches the systems they anonymise with, without touching a CPU run's configuration (its hash
     names the finished outputs and the attacker trained on them)."""
-    from voxanon.pipeline.evaluation.computations import anonymisation_device_overrides
+    import yaml
+
+    from voxanon.pipeline.evaluation.computations import anonymisation_device
     from voxanon.pipeline.systems.recipes import load_system_config
 
+    def placed(system: str, device: str, overrides=()):
+        return load_system_config(system, list(overrides), device=device, keep_placed=True)
+
     resynth = load_system_config("resynth")
-    assert anonymisation_device_overrides(load_system_config("b2"), "cuda") == []    # McAdams: no models
-    assert anonymisation_device_overrides(resynth, "cpu") == []
-    assert anonymisation_device_overrides(resynth, "auto") == []                     # no CUDA here: the CPU
-    moved = anonymisation_device_overrides(resynth, "cuda:0")
-    stages = [override.split(".")[0] for override in moved]
-    assert {"content", "speaker", "vocoder"} <= set(stages) and moved == [f"{s}.device=cuda:0" for s in stages]
-    on_gpu = load_system_config("resynth", moved)
-    assert anonymisation_device_overrides(on_gpu, "cuda:0") == []
-    assert anonymisation_device_overrides(on_gpu, "cpu") == [f"{stage}.device=cpu" for stage in stages]
+    assert placed("b2", "cuda") == load_system_config("b2")                          # McAdams: no models
+    assert placed("resynth", "cpu") == resynth
+    assert placed("resynth", anonymisation_device("auto")) == resynth               # no CUDA here: the CPU
+    on_gpu = placed("resynth", "cuda:0")
+    stages = [stage for stage in resynth["stages"] if (on_gpu.get(stage) or {}) != (resynth.get(stage) or {})]
+    assert {"content", "speaker", "vocoder"} <= set(stages)
+    assert all(on_gpu[stage]["device"] == "cuda:0" for stage in stages)
+    recipe = tmp_path / "resynth.yaml"  # a recipe whose stages are on the GPU already
+    recipe.write_text(yaml.safe_dump(on_gpu))
+    assert placed(str(recipe), "cuda:0") == on_gpu
+    assert placed(str(recipe), "cpu") == on_gpu | {stage: {**on_gpu[stage], "device": "cpu"} for stage in stages}
+    # An explicit --set wins over the device.
+    assert placed("resynth", "cuda:0", ["vocoder.device=cpu"])["vocoder"]["device"] == "cpu"
     # Under Ray each actor resolves auto for itself.
-    assert anonymisation_device_overrides(resynth, "auto", backend=object()) == [f"{s}.device=auto" for s in stages]
+    assert anonymisation_device("auto", backend=object()) == "auto"
+    assert all(placed("resynth", "auto")[stage]["device"] == "auto" for stage in stages)

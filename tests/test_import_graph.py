@@ -155,3 +155,59 @@ def test_imports_inside_the_package_are_relative(graph):
                 for line, relative in lines if not relative]
     assert not absolute, "\n".join(absolute)
 
+
+
+FAMILY_ROOTS = ("voxanon.pipeline.systems.", "voxanon.models.nets.")
+
+
+def _family(module: str, modules: dict[str, Path]) -> str | None:
+    """The system family a module belongs to: the sub-package of pipeline/systems/ or models/nets/ it is in."""
+    for root in FAMILY_ROOTS:
+        if module.startswith(root):
+            package = root + module[len(root):].split(".")[0]
+            return package[len(root):] if modules[package].name == "__init__.py" else None
+    return None
+
+
+def _family_crossings(graph, modules: dict[str, Path]) -> list[str]:
+    return [f"{module} ({_family(module, modules)}) imports {target} ({_family(target, modules)})"
+            for module, targets in graph.items() for target in targets
+            if None is not _family(module, modules) != _family(target, modules) is not None]
+
+
+def _private_imports(graph, modules: dict[str, Path]) -> list[str]:
+    return [f"{module} imports {target}" for module, targets in graph.items() for target in targets
+            if _family(target, modules) and any(part.startswith("_") for part in target.split(".")[3:])
+            and _family(module, modules) != _family(target, modules)]
+
+
+def test_no_family_imports_another_family(graph):
+    """pipeline/systems/<family>/ and models/nets/<family>/ use what is shared (the stage base, the flat
+    networks), never another family's modules: a family can be added, or removed, alone."""
+    wrong = _family_crossings(graph, _modules())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_outside_a_family_imports_its_private_modules(graph):
+    wrong = _private_imports(graph, _modules())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_family_rules_find_a_crossing():
+    systems, nets = "voxanon.pipeline.systems", "voxanon.models.nets"
+    modules = {f"{systems}.one": Path("one/__init__.py"), f"{systems}.one._private": Path("one/_private.py"),
+               f"{systems}.one.stages": Path("one/stages.py"), f"{systems}.two": Path("two/__init__.py"),
+               f"{systems}.two.stages": Path("two/stages.py"), f"{systems}.stage": Path("stage.py"),
+               f"{nets}.one": Path("one/__init__.py"), f"{nets}.one.net": Path("one/net.py"),
+               f"{nets}.hifigan": Path("hifigan.py"), "voxanon.pipeline.runner": Path("runner.py")}
+    graph = {f"{systems}.one.stages": {f"{systems}.one._private": [], f"{nets}.one.net": [], f"{systems}.stage": [],
+                                       f"{nets}.hifigan": []},
+             f"{systems}.two.stages": {f"{nets}.one.net": [], f"{systems}.stage": []},
+             "voxanon.pipeline.runner": {f"{systems}.one._private": [], f"{systems}.two.stages": []}}
+    assert _family_crossings(graph, modules) == [f"{systems}.two.stages (two) imports {nets}.one.net (one)"]
+    assert _private_imports(graph, modules) == [f"voxanon.pipeline.runner imports {systems}.one._private"]
+
+
+def test_no_stage_module_at_the_pipeline_root():
+    """Stages live in pipeline/systems/ (one folder per family), not as ``*_stages.py`` beside the runner."""
+    assert not sorted(path.name for path in (ROOT / "pipeline").glob("*_stages.py"))

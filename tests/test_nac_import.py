@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from tests.helpers.nac_fixtures import (COARSE_ARGS, FINE_ARGS, VOICES, reference_coarse, reference_fine, save_bark,
                                         write_release)
 from tests.reference import bark as ref
-from voxanon.models.nets.bark import COARSE_FULL, FINE_FULL, CoarseGPT, FineGPT
+from voxanon.models.nets.nac.bark import COARSE_FULL, FINE_FULL, CoarseGPT, FineGPT
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
 from voxanon.models.checkpoints.nac import import_nac, random_nac
 from voxanon.pipeline.cli import main

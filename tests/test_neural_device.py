@@ -92,7 +92,7 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
 def test_device_form_in_lower_precision_agrees_with_float32(tiny_ssl_sas, precision):
     """The direct (GPU) form run on the CPU in a lower precision, through the stages as a device run calls
-    them, against the CPU float32 chain: the bounds test_neural_precision.py documents for CPU autocast, on
+    them, against the CPU float32 chain: the bounds tests/systems/ssl_sas/test_ssl_sas_precision.py documents for CPU autocast, on
     its utterances (where the direct form's values equal CPU autocast's)."""
     waves = voiced_waves()
     chains = {}

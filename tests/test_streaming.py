@@ -3,7 +3,7 @@
 ``cpu:0`` runs exactly what a GPU runs (padded device batches through ``encode_on_device`` and
 ``synthesise_padded``), whose outputs differ from one utterance at a time by float rounding, so these
 tests see whether the device batches, and with them the bytes, depend on the worker count, the queue
-timing or a resume. The models are the tiny random sets of ``tests/test_neural_systems.py``.
+timing or a resume. The models are the tiny random sets of ``tests/systems/ssl_sas/test_ssl_sas_systems.py``.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@
   ``attn.bias`` causal-mask buffer (nanoGPT without flash attention) must be the lower-triangular mask and is
   dropped; the fine model's ``lm_heads.i`` must equal its tied ``transformer.wtes.i+1``;
 * ``encodec_24khz-d7cc33bc.th``: EnCodec's state dict; the decoder and the codebooks kept
-  (:mod:`voxanon.models.nets.encodec`), the encoder and the quantiser's k-means state checked by family and dropped;
+  (:mod:`voxanon.models.nets.nac.encodec`), the encoder and the quantiser's k-means state checked by family and dropped;
 * the quantiser (``quantifier_hubert_base_ls960_14.pth``, or ``tokenizer.pth`` as the coqui fork names it): a
   state dict (``lstm.*``, ``fc.*``) in a torch zip whose ``<name>/.info`` JSON, when present, gives its sizes
   and version (0: LSTM + linear, the only one B4 uses);
@@ -27,7 +27,7 @@
 Any other file is ignored; a missing one, an unknown or missing key, or a wrong shape fails with one
 :class:`~voxanon.models.checkpoints.ssl_sas.CheckpointError` naming the file and the key.
 
-The semantic front end is :mod:`voxanon.models.nets.nac_semantic`; the 24 kHz output goes back to 16 kHz
+The semantic front end is :mod:`voxanon.models.nets.nac.semantic`; the 24 kHz output goes back to 16 kHz
 with :func:`voxanon.models.dsp.resample.resample_kaiser_best`.
 """
 from __future__ import annotations
@@ -42,13 +42,13 @@ import numpy as np
 import torch
 
 from ...data_prep.errors import VoxanonError
-from ..nets.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
+from ..nets.nac.bark import (CODEBOOK_SIZE, COARSE_FULL, FINE_FULL, N_COARSE_CODEBOOKS, N_FINE_CODEBOOKS,
                          SEMANTIC_VOCAB_SIZE, CoarseGPT, FineGPT, GptConfig, VoicePrompt, init_random)
 from .safe import CheckpointError, UnsafeCheckpointError, check_state_fits, fold_weight_norm, key_list, restricted_pickle_module, safe_load
-from ..nets.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
-from ..nets.encodec import init_random as init_random_encodec
+from ..nets.nac.encodec import TRAINING_BUFFERS, EncodecConfig, EncodecDecoder
+from ..nets.nac.encodec import init_random as init_random_encodec
 from ..nets.hubert import HubertBackboneConfig, plain_hubert
-from ..nets.nac_semantic import SAMPLE_RATE, SemanticQuantiser
+from ..nets.nac.semantic import SAMPLE_RATE, SemanticQuantiser
 
 RELEASE = "nac"
 FILES = {"coarse": ("coarse_2.pt",), "fine": ("fine_2.pt",), "encodec": ("encodec_24khz-d7cc33bc.th",),
@@ -156,7 +156,7 @@ def _gpt_config(args, path: Path, fine: bool) -> GptConfig:
 
 
 def convert_bark(checkpoint: dict, path: Path, fine: bool) -> tuple[dict, GptConfig]:
-    """(state dict for :class:`~voxanon.models.nets.bark.CoarseGPT` / :class:`~voxanon.models.nets.bark.FineGPT`, config)."""
+    """(state dict for :class:`~voxanon.models.nets.nac.bark.CoarseGPT` / :class:`~voxanon.models.nets.nac.bark.FineGPT`, config)."""
     config = _gpt_config(checkpoint["model_args"], path, fine)
     loss = checkpoint["best_val_loss"]  # Bark's a numpy scalar; nanoGPT's train.py saves a 0-d tensor
     if not isinstance(loss, (np.generic, float)) and not (isinstance(loss, torch.Tensor) and loss.ndim == 0):

@@ -17,7 +17,7 @@ beside it); its ``hubconf.py`` lists the tags (:data:`voxanon.models.checkpoints
 SA-toolkit loads one by running that config's Python (``infer_helper.load_model``). Here the pickle is
 read with :func:`voxanon.models.checkpoints.safe.safe_load` (tensors and plain containers only: anything else
 in it is refused before it is called), nothing of SA-toolkit is imported, and the state dict is mapped key
-by key into :class:`voxanon.models.nets.asr_bn.AsrBnExtractor` and :class:`voxanon.models.nets.core_hifigan.CoreHifiGan`:
+by key into :class:`voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor` and :class:`voxanon.models.nets.asrbn.core_hifigan.CoreHifiGan`:
 
 * the wav2vec2 front end's torchaudio keys: ``preprocessor.encoder.feature_projection.`` ->
   ``preprocessor.feature_projection.``, ``preprocessor.encoder.transformer.`` -> ``preprocessor.encoder.``,
@@ -202,8 +202,8 @@ def _codebook_size(state: dict, bn: str, source: str) -> int | None:
 
 
 def asr_config_from_state(state: dict, source: str):
-    """(:class:`~voxanon.models.nets.asr_bn.AsrBnConfig`, ASR output width) read off an ASR state dict's shapes."""
-    from ..nets.asr_bn import AsrBnConfig
+    """(:class:`~voxanon.models.nets.asrbn.bottleneck.AsrBnConfig`, ASR output width) read off an ASR state dict's shapes."""
+    from ..nets.asrbn.bottleneck import AsrBnConfig
 
     front_end = "wav2vec2" if any(key.startswith("preprocessor.") for key in state) else "fbank"
     context, subsampling = LAYOUTS[front_end]
@@ -235,7 +235,7 @@ def convert_asr_state(state: dict, source: str):
     (prefix removed); every key checked as the module doc says."""
     import torch
 
-    from ..nets.asr_bn import AsrBnExtractor
+    from ..nets.asrbn.bottleneck import AsrBnExtractor
     from .safe import CheckpointError, check_state_fits, key_list
 
     config, output_dim = asr_config_from_state(state, source)
@@ -323,7 +323,7 @@ def import_sa_toolkit(path: str | Path, read=None) -> tuple[dict, dict]:
     from .ssl_sas import GENERATOR_KEY
 
     from .safe import CheckpointError, check_state_fits, fold_weight_norm, key_list
-    from ..nets.core_hifigan import CoreHifiGan, generator_config
+    from ..nets.asrbn.core_hifigan import CoreHifiGan, generator_config
 
     source = str(path)
     checkpoint = read_final_pt(path, read)
@@ -449,8 +449,8 @@ def random_sa_toolkit(tag: str, size: str = "full", seed: int = 0) -> tuple[dict
     ``tiny`` is small, for tests."""
     import torch
 
-    from ..nets.asr_bn import AsrBnConfig, AsrBnExtractor
-    from ..nets.core_hifigan import CoreHifiGan, generator_config
+    from ..nets.asrbn.bottleneck import AsrBnConfig, AsrBnExtractor
+    from ..nets.asrbn.core_hifigan import CoreHifiGan, generator_config
     from ..nets.hubert import HubertBackboneConfig
 
     if tag not in SA_TOOLKIT_TAGS:
@@ -505,8 +505,8 @@ def _signal_preserving(generator):
 # Loading an installed set ----------------------------------------------------------------------------------
 
 def load_extractor(model_set):
-    """The set's :class:`~voxanon.models.nets.asr_bn.AsrBnExtractor`, built without random initialisation."""
-    from ..nets.asr_bn import AsrBnConfig, AsrBnExtractor
+    """The set's :class:`~voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor`, built without random initialisation."""
+    from ..nets.asrbn.bottleneck import AsrBnConfig, AsrBnExtractor
 
     _require_release(model_set)
     config = AsrBnConfig.from_dict(model_set.config["extractor"])
@@ -514,9 +514,9 @@ def load_extractor(model_set):
 
 
 def load_converter(model_set, cpu_plans: bool = True):
-    """(the set's :class:`~voxanon.models.nets.hifigan.Vocoder` with a :class:`~voxanon.models.nets.core_hifigan.CoreHifiGan`,
+    """(the set's :class:`~voxanon.models.nets.hifigan.Vocoder` with a :class:`~voxanon.models.nets.asrbn.core_hifigan.CoreHifiGan`,
     its sorted target speakers); ``cpu_plans``: the spectral convolutions of CPU synthesis planned here."""
-    from ..nets.core_hifigan import CoreHifiGan, conditioning_layout
+    from ..nets.asrbn.core_hifigan import CoreHifiGan, conditioning_layout
     from ..nets.hifigan import GeneratorConfig, Vocoder, plan_spectral_convolutions
 
     _require_release(model_set)

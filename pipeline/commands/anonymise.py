@@ -12,7 +12,7 @@ from ...data_prep.paths import named_folder, resolved
 from .options import add_corpus_arguments
 from .options import add_backend_arguments, backend_from_args
 from ..model_service import usable_cpus
-from ..systems.recipes import available_systems, device_overrides, load_system_config, precision_overrides
+from ..systems.recipes import available_systems, load_system_config
 
 
 def add_parser(subparsers) -> None:
@@ -70,11 +70,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
     backend = backend_from_args(args)
-    config = load_system_config(args.system, overrides)
-    chosen = ((precision_overrides(config, args.precision) if args.precision is not None else [])
-              + (device_overrides(config, args.device) if args.device is not None else []))
-    if chosen:  # explicit --set overrides come last and win
-        config = load_system_config(args.system, chosen + overrides)
+    config = load_system_config(args.system, overrides, device=args.device, precision=args.precision)
     suffix = args.suffix if args.suffix is not None else f"_{config['name']}"
     sets = _output_sets(args, suffix)
     any_failed = False

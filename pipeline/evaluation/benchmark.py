@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...data_prep.corpus import DataDir, read_data_dir
 from ...data_prep.errors import VoxanonError
-from .computations import anonymisation_device_overrides, make_embedder, make_transcriber, run_computations_on
+from .computations import anonymisation_device, make_embedder, make_transcriber, run_computations_on
 from ..systems.recipes import build_system, load_system_config
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     from ..runner import anonymise_set
 
     overrides = [f"batch_size={batch_size}"] if batch_size is not None else []
-    overrides = anonymisation_device_overrides(load_system_config(system, overrides), device, backend) + overrides
-    config = load_system_config(system, overrides)
+    device = anonymisation_device(device, backend)
+    config = load_system_config(system, overrides, device=device, keep_placed=True)
     done: dict[tuple[str, str], DataDir] = {}
 
     def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
@@ -42,7 +42,8 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
             done[key] = read_data_dir(result.out_dir)
         return done[key]
 
-    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"] + overrides)
+    second = (load_system_config(system, [f"seed={int(config.get('seed', 0)) + 1}"] + overrides, device=device,
+                                 keep_placed=True)
               if second_run and build_system(config).stochastic else None)
     return [EvaluationSet(s.name, s.enroll, s.trials, anonymised(s.enroll, config, ""), anonymised(s.trials, config, ""),
                           anonymised(s.trials, second, "_run2") if second else None) for s in sets]

@@ -92,16 +92,14 @@ def _protocol(inputs: ChallengeInputs) -> dict:
 
 
 def _system_config(inputs: ChallengeInputs) -> dict:
-    from .computations import anonymisation_device_overrides
+    from .computations import anonymisation_device
     from ..systems.recipes import build_system, check_needs, load_system_config
 
     overrides = list(inputs.system_overrides)
     if inputs.batch_size is not None:
         overrides.append(f"batch_size={inputs.batch_size}")
-    config = load_system_config(inputs.system, overrides)
-    device = anonymisation_device_overrides(config, inputs.device, inputs.backend)
-    if device:  # explicit --set overrides come last and win
-        config = load_system_config(inputs.system, device + overrides)
+    config = load_system_config(inputs.system, overrides, device=anonymisation_device(inputs.device, inputs.backend),
+                                keep_placed=True)
     check_needs(build_system(config))
     return config
 

@@ -144,22 +144,14 @@ def run_computations_on(backend, batch_size: int | None, *computations: CachedCo
                 computation.batch_size = batch_size
 
 
-def anonymisation_device_overrides(config: dict, device: str, backend=None) -> list[str]:
-    """The stage settings that run a system's models on ``device`` (``auto`` resolved here, or by each actor under
-    Ray): none for a system without models, and none for stages already there, so a CPU run keeps its
-    configuration and with it its finished outputs."""
-    from ..systems.recipes import device_overrides
-
-    try:
-        device_overrides(config, device)
-    except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
-        return []
+def anonymisation_device(device: str, backend=None) -> str:
+    """The device an evaluation's anonymisation runs its models on: ``auto`` resolved here, or by each actor under
+    Ray (the machine that starts the run need not have a GPU)."""
     if backend is None:
         from ..model_service import resolve_device
 
-        device = resolve_device(device)
-    return [override for override in device_overrides(config, device)
-            if str((config.get(override.split(".")[0]) or {}).get("device", "cpu")) != device]
+        return resolve_device(device)
+    return device
 
 
 def check_device(device: str, backend) -> None:

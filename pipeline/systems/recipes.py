@@ -1,77 +1,25 @@
-"""Systems: YAML recipes in ``recipes/systems/``, command-line overrides, and the built chain."""
+"""Systems: YAML recipes in ``recipes/systems/`` (and in each family's ``recipes/`` folder), command-line
+overrides, and the built chain."""
 from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
 import inspect
 import json
 import math
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...data_prep.errors import VoxanonError
-from .plugins import CODE_PATH_KEY, PLUGINS_KEY, add_code_path, plugin_class, resolve_plugins
+from .plugins import CODE_PATH_KEY, PLUGINS_KEY, PluginError, resolve_plugins
+from .registry import STAGES, families, stage_class
 
 if TYPE_CHECKING:
     from .stage import Stage, Utterance
 
 
-class StageRegistry(MutableMapping):
-    """Stage name -> stage class, each class imported from its ``"module:Class"`` entry on first use.
-
-    Listing systems or building the command-line parser imports no stage module, nor the
-    models they use; a stage's module is imported when a system that names it is built.
-    """
-
-    def __init__(self, entries: dict[str, str]):
-        self._entries: dict[str, Any] = dict(entries)
-
-    def __getitem__(self, name: str) -> type[Stage]:
-        entry = self._entries[name]
-        if isinstance(entry, str):
-            module, _, attribute = entry.partition(":")
-            entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
-        return entry
-
-    def __setitem__(self, name: str, stage_class: type[Stage]) -> None:
-        self._entries[name] = stage_class
-
-    def __delitem__(self, name: str) -> None:
-        del self._entries[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-# Every stage a recipe can name; each class's ``name`` is its key here.
-STAGES = StageRegistry({
-    "mcadams": "voxanon.pipeline.systems.mcadams:McAdamsStage",
-    "ssl_sas_input": "voxanon.pipeline.systems.ssl_sas.chain:SslSasInputStage",
-    "f0": "voxanon.pipeline.systems.f0:F0Stage",
-    "content": "voxanon.pipeline.systems.ssl_sas.chain:ContentStage",
-    "speaker": "voxanon.pipeline.systems.ssl_sas.chain:SpeakerStage",
-    "vocoder": "voxanon.pipeline.systems.ssl_sas.chain:VocoderStage",
-    "pseudo_speaker": "voxanon.pipeline.systems.ssl_sas.pseudo_speaker:PseudoSpeakerStage",
-    "global_speaker": "voxanon.pipeline.systems.ssl_sas.pseudo_speaker:GlobalSpeakerStage",
-    "zero_llr": "voxanon.pipeline.systems.ssl_sas.zllr:ZeroLLRStage",
-    "f0_neutral": "voxanon.pipeline.systems.ssl_sas.zllr:F0NeutralStage",
-    "tdpsola": "voxanon.pipeline.systems.ssl_sas.zllr:TdPsolaStage",
-    "asrbn_target": "voxanon.pipeline.systems.asrbn.stages:AsrBnTargetStage",
-    "asrbn_bn": "voxanon.pipeline.systems.asrbn.stages:AsrBnStage",
-    "asrbn_vocoder": "voxanon.pipeline.systems.asrbn.stages:AsrBnVocoderStage",
-    "nac_voice": "voxanon.pipeline.systems.nac.stages:NacVoiceStage",
-    "nac_semantic": "voxanon.pipeline.systems.nac.stages:NacSemanticStage",
-    "nac_coarse": "voxanon.pipeline.systems.nac.stages:NacCoarseStage",
-    "nac_fine": "voxanon.pipeline.systems.nac.stages:NacFineStage",
-    "nac_decode": "voxanon.pipeline.systems.nac.stages:NacDecodeStage",
-})
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
             "stochastic", PLUGINS_KEY, CODE_PATH_KEY}
 
@@ -80,8 +28,23 @@ def _recipe_dir(kind: str = "systems"):
     return resources.files("voxanon.recipes") / kind
 
 
+def _recipe_files(kind: str) -> dict[str, Any]:
+    """Recipe name -> file: ``recipes/<kind>/``'s, and for systems each family's own ``recipes/`` folder's too."""
+    folders = [_recipe_dir(kind)] + ([family.recipes for family in families() if family.recipes]
+                                     if kind == "systems" else [])
+    files: dict[str, Any] = {}
+    for folder in folders:
+        for path in sorted(folder.iterdir(), key=lambda path: path.name):
+            if path.name.endswith(".yaml"):
+                name = path.name[:-5]
+                if name in files:
+                    raise VoxanonError(f"two {kind[:-1]} recipes are named {name!r}: {files[name]} and {path}")
+                files[name] = path
+    return files
+
+
 def available_recipes(kind: str) -> list[str]:
-    return sorted(p.name[:-5] for p in _recipe_dir(kind).iterdir() if p.name.endswith(".yaml"))
+    return sorted(_recipe_files(kind))
 
 
 def available_systems() -> list[str]:
@@ -128,8 +91,8 @@ def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
         if not recipe.is_file():
             raise VoxanonError(f"{name}: no such recipe file")
     else:
-        recipe, stem = _recipe_dir(kind) / f"{name}.yaml", name
-        if not recipe.is_file():
+        recipe, stem = _recipe_files(kind).get(name), name
+        if recipe is None:
             raise VoxanonError(f"unknown {kind[:-1]} {name!r}; available: {', '.join(available_recipes(kind))} "
                                "(or give the path of a recipe .yaml)")
     try:
@@ -145,8 +108,32 @@ def read_recipe(kind: str, name: str, overrides: list[str] = ()) -> dict:
     return apply_overrides(config, list(overrides))
 
 
-def load_system_config(system: str, overrides: list[str] = ()) -> dict:
-    """The resolved configuration of a named system, or of a YAML file given by path."""
+def load_system_config(system: str, overrides: list[str] = (), device: str | None = None,
+                       precision: str | None = None, *, keep_placed: bool = False) -> dict:
+    """The resolved configuration of a named system, or of a YAML file given by path, with ``overrides``.
+
+    ``device`` and ``precision`` (a command's ``--device``, ``--precision``) are set on every stage that takes
+    them (:func:`stage_setting_overrides`), before ``overrides``, so that an explicit ``--set`` wins; a system
+    with no such stage is refused. ``keep_placed`` (an evaluation that reuses finished runs): a system without
+    a device stage runs where it is, and the stages already on ``device`` keep their configuration (and
+    with it the configuration hash of the outputs they made).
+    """
+    config = _load_system_config(system, overrides)
+    stage_wide = (precision_overrides(config, precision) if precision is not None else []) + (
+        [] if device is None else _placed_overrides(config, device) if keep_placed else device_overrides(config, device))
+    return _load_system_config(system, stage_wide + list(overrides)) if stage_wide else config
+
+
+def _placed_overrides(config: dict, device: str) -> list[str]:
+    try:
+        overrides = device_overrides(config, device)
+    except VoxanonError:  # no stage with a device (McAdams, the DSP systems): they run on the CPU
+        return []
+    return [override for override in overrides
+            if str((config.get(override.split(".")[0]) or {}).get("device", "cpu")) != device]
+
+
+def _load_system_config(system: str, overrides: list[str]) -> dict:
     config = read_recipe("systems", system, overrides)
     recipe_dir = str(Path(system).resolve().parent) if system.endswith((".yaml", ".yml")) else None
     return resolve_system_config(config, recipe_dir)
@@ -213,8 +200,8 @@ def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]
         return setting in inspect.signature(stage_class.__init__).parameters
 
     stages = [name for name in config.get("stages", [])
-              if has(lookup_stage(config, name)) and
-              lookup_stage(config, name).takes_stage_wide(setting, config.get(name) or {})]
+              if has(stage_class(name, config)) and
+              stage_class(name, config).takes_stage_wide(setting, config.get(name) or {})]
     if not stages:
         raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (stages with one: "
                            f"{', '.join(sorted(name for name in STAGES if has(STAGES[name])))})")
@@ -323,32 +310,24 @@ def check_needs(system: System) -> None:
         raise VoxanonError(f"system {system.name!r} cannot run:\n  " + "\n  ".join(messages))
 
 
-def lookup_stage(config: dict, stage_name: str) -> type[Stage]:
-    """The class of a stage that the resolved ``config`` names: a built-in stage, or a plugin of its ``plugins``
-    (imported from where the configuration says: :mod:`voxanon.pipeline.systems.plugins`)."""
-    plugins = config.get(PLUGINS_KEY) or {}
-    if stage_name in plugins:
-        add_code_path(config)
-        return plugin_class(config["name"], stage_name, plugins[stage_name])
-    if stage_name not in STAGES:
-        raise VoxanonError(f"system {config['name']!r}: unknown stage {stage_name!r}; "
-                           f"known stages: {', '.join(sorted(STAGES))}, or a plugin named module:Class")
-    return STAGES[stage_name]
-
-
 def build_system(config: dict) -> System:
     stages: list[Stage] = []
     for stage_name in config.get("stages", []):
-        stage_class = lookup_stage(config, stage_name)
+        try:
+            stage_type = stage_class(stage_name, config)
+        except PluginError:
+            raise  # it names the system and the stage
+        except VoxanonError as error:
+            raise VoxanonError(f"system {config['name']!r}: {error}") from None
         options = config.get(stage_name) or {}
         if not isinstance(options, dict):
             raise VoxanonError(f"system {config['name']!r}: {stage_name} is a section of settings, got {options!r}")
-        accepted = set(inspect.signature(stage_class.__init__).parameters) - {"self"}
+        accepted = set(inspect.signature(stage_type.__init__).parameters) - {"self"}
         if set(options) - accepted:
             raise VoxanonError(f"system {config['name']!r}: stage {stage_name!r} has no setting(s) "
                                f"{sorted(set(options) - accepted)}; it takes {sorted(accepted)}")
         try:
-            stage = stage_class(**options)
+            stage = stage_type(**options)
             stage.check_sample_rate(int(config.get("sample_rate", 16000)))
             stages.append(stage)
         except (TypeError, ValueError) as error:  # the stage's own check of a value, which may not name it

@@ -28,8 +28,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...data_prep.errors import VoxanonError
+from ..model_service import check_device_available, check_device_name
 
 SEED_LEVELS = ("utterance", "speaker")
+TARGET_SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
+"""How a conversion stage picks each utterance's target (voice, speaker) among its model's: one uniform draw per
+utterance, one per source speaker (for all its utterances; two speakers may draw the same), or ``constant``."""
 
 
 def derive_seed(run_seed: int, system: str, key: str) -> int:
@@ -124,6 +128,54 @@ class Stage:
     def process_batch(self, batch: list[Utterance]) -> None:
         for utt in batch:
             self.process(utt)
+
+
+class ModelStage(Stage):
+    """A stage that runs models of the installed model set ``models`` on ``device``: it needs the set, and loads
+    its models on the CPU before the runner forks its workers, or on another device in the process that runs
+    its batches (checking first that the device is there). Subclasses set ``name`` and define :meth:`model`;
+    ``inputs`` names the ``features`` earlier stages must have given each utterance (:meth:`check_inputs`)."""
+
+    inputs: ClassVar[tuple[str, ...]] = ()
+    inputs_hint: ClassVar[str] = ""
+    """Which stages give the ``inputs``, for the message when one is missing."""
+
+    def __init__(self, models: str, device: str = "cpu"):
+        self.models = models
+        self.device = check_device_name(device, f"{self.name}.device")
+
+    def needs(self) -> list[str]:
+        return [f"checkpoint:{self.models}"]
+
+    def model(self) -> Any:
+        """The stage's models on its device, loaded once per process (the model service caches them)."""
+        raise NotImplementedError
+
+    def load_models(self) -> None:
+        if self.device == "cpu":
+            self.model()
+
+    def load_device_models(self) -> None:
+        if self.device != "cpu":
+            check_device_available(self.device)
+            self.model()
+
+    def check_inputs(self, batch: list[Utterance]) -> None:
+        """Refuse a batch some of whose utterances lack one of ``inputs`` (the stages before it are not those it
+        needs), naming the first few."""
+        missing = [f"{utt.utt_id}:{key}" for utt in batch for key in self.inputs if key not in utt.features]
+        if missing:
+            raise VoxanonError(f"{self.name} needs {', '.join(self.inputs)} features; missing {missing[:4]} "
+                               f"({self.inputs_hint})")
+
+
+def choose_target(utt: Utterance, selection: str, targets: list[str], constant: str | None) -> str:
+    """``utt``'s target among ``targets`` by ``selection`` (:data:`TARGET_SELECTIONS`), drawn from the utterance's
+    or its speaker's seed."""
+    if selection == "constant":
+        return constant
+    level = "utterance" if selection == "random_per_utt" else "speaker"
+    return targets[int(utt.rng(level).integers(len(targets)))]
 
 
 class RunFault(VoxanonError):

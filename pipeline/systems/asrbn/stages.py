@@ -8,10 +8,10 @@ utterance and the VPC 2024 recipe (``anonymization/modules/asrbn/anonymise_dir.p
 2. ``f0`` with ``backend: sa-toolkit``: F0 by SA-toolkit's own YAAPT port with B5/B6's settings (35 ms
    frames every 20 ms, :func:`voxanon.models.f0.sa_yaapt.sa_toolkit_f0`; the F0 stage of every system, its cache
    keyed by backend) [``f0``].
-3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.nets.asr_bn.AsrBnExtractor`)
+3. ``asrbn_bn``: the ASR bottleneck features, vector-quantised (:class:`voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor`)
    [``bn``].
 4. ``asrbn_vocoder``: ``CoreHifiGan`` on [BN | F0 normalised over the utterance | one-hot target]
-   (:mod:`voxanon.models.nets.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
+   (:mod:`voxanon.models.nets.asrbn.core_hifigan`). SA-toolkit's output has 320 samples per BN frame plus one; the
    recipe cuts it to the input's length, and so does this stage, which also pads with zeros where the
    converter gives fewer samples than the input (at most 78, when the length is just past a multiple of
    320), so that every output has exactly the input's length. No peak normalisation (``output_peak``:
@@ -52,11 +52,10 @@ import numpy as np
 from ....data_prep.atomic import atomic_write_text
 from ....data_prep.errors import VoxanonError
 from ....data_prep.paths import contained_path
-from ...model_service import (cached_model, check_device_available, check_device_name, model_set, model_set_config,
-                            resolve_device, stage_precision)
-from ..stage import Stage, Utterance
+from ...model_service import cached_model, model_set, model_set_config, resolve_device, stage_precision
+from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target
 
-SELECTIONS = ("random_per_utt", "random_per_spk", "random_per_spk_uniq", "constant")
+SELECTIONS = TARGET_SELECTIONS[:2] + ("random_per_spk_uniq",) + TARGET_SELECTIONS[2:]
 B5_MODELS = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
 CONSTANT_TARGET = "6081"
 """The VPC 2024 recipe's ``target_constant_spkid``, a LibriTTS train-clean-100 speaker."""
@@ -72,7 +71,7 @@ def target_speakers(name: str) -> list[str]:
 
 
 def load_component(name: str, component: str, precision: str = "float32", device: str = "cpu"):
-    """The set's ``extractor`` (:class:`~voxanon.models.nets.asr_bn.AsrBnExtractor`) or ``converter`` ((Vocoder,
+    """The set's ``extractor`` (:class:`~voxanon.models.nets.asrbn.bottleneck.AsrBnExtractor`) or ``converter`` ((Vocoder,
     speakers)), loaded once per process in the form for ``device`` (:func:`~voxanon.models.nets.precision.prepared_for_device`):
     on the CPU in float32 as built (the converter's spectral convolutions planned, for forked workers to share);
     on the CPU in a lower ``precision`` a copy run under autocast; on any other device (``cpu:N`` included)
@@ -168,35 +167,21 @@ class AsrBnTargetStage(Stage):
         elif self.selection == "random_per_spk_uniq":
             target = self._uniq(utt)
         else:
-            level = "utterance" if self.selection == "random_per_utt" else "speaker"
-            target = targets[int(utt.rng(level).integers(len(targets)))]
+            target = choose_target(utt, self.selection, targets, self.constant)
         utt.features["target"] = targets.index(target)
         utt.record["target_speaker"] = target
 
 
-class _ModelStage(Stage):
+class _ModelStage(ModelStage):
     """A stage whose models come from an SA-toolkit set, on ``device`` in ``precision``."""
 
     component: str
 
     def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu"):
-        self.models = models
         self.precision, self.tf32 = stage_precision(precision, f"{self.name}.precision")
-        self.device = check_device_name(device, f"{self.name}.device")
+        super().__init__(models, device)
 
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            load_component(self.models, self.component, self.precision)
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            load_component(self.models, self.component, self.precision, self.device)
-
-    def _model(self):
+    def model(self):
         return load_component(self.models, self.component, self.precision, self.device)
 
     def _on_cpu(self) -> bool:
@@ -210,7 +195,7 @@ class AsrBnStage(_ModelStage):
     component = "extractor"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        extractor = self._model()
+        extractor = self.model()
         waves = [utt.audio for utt in batch]
         from ....models.nets.precision import float32_products
 
@@ -226,6 +211,8 @@ class AsrBnVocoderStage(_ModelStage):
 
     name = "asrbn_vocoder"
     component = "converter"
+    inputs = ("bn", "f0", "target")
+    inputs_hint = "put the asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it"
 
     def __init__(self, models: str = B5_MODELS, precision: str = "float32", device: str = "cpu",
                  output_peak: float | None = None):
@@ -237,13 +224,10 @@ class AsrBnVocoderStage(_ModelStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        from ....models.nets.core_hifigan import conditioning
+        from ....models.nets.asrbn.core_hifigan import conditioning
 
-        vocoder, speakers = self._model()
-        missing = [f"{u.utt_id}:{k}" for u in batch for k in ("bn", "f0", "target") if k not in u.features]
-        if missing:
-            raise VoxanonError(f"asrbn_vocoder needs bn, f0 and target features; missing {missing[:4]} (put the "
-                               "asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it)")
+        vocoder, speakers = self.model()
+        self.check_inputs(batch)
         items = [conditioning(u.features["bn"], u.features["f0"], u.features["target"], len(speakers)) for u in batch]
         from ....models.nets.precision import float32_products
 

@@ -5,7 +5,7 @@ Data flow per utterance (``features`` keys in brackets), as the recipe's ``anony
 1. ``nac_voice``: the voice prompt, one of the set's Bark voices (sorted by name), chosen by ``selection``
    (:data:`SELECTIONS`) [``voice``]; its name is recorded in the run journal.
 2. ``nac_semantic``: HuBERT-base layer 9 through the quantiser's LSTM, argmax (input 16 kHz -> 24 kHz -> 16 kHz
-   as the recipe resamples it; :func:`voxanon.models.nets.nac_semantic.semantic_tokens`) [``semantic``], 49.9 Hz.
+   as the recipe resamples it; :func:`voxanon.models.nets.nac.semantic.semantic_tokens`) [``semantic``], 49.9 Hz.
 3. ``nac_coarse``: Bark's coarse GPT, 2 codebooks at 75 Hz, prompted by the voice (60-step windows, 630
    steps of history, KV cache; ``temperature`` 0.7, ``top_k`` none) [``coarse``].
 4. ``nac_fine``: Bark's fine GPT fills codebooks 3-8 (1,024-frame windows every 512; ``temperature`` 0.5;
@@ -28,7 +28,7 @@ Voice selection (``selection``):
 ``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N``) on the model stages: on the CPU each utterance runs alone,
 through the reference's exact calls; elsewhere the coarse and fine stages sample the runner's batch together
 (left-padded coarse windows with per-row positions and key masks, stacked fine windows;
-:func:`voxanon.models.nets.bark.generate_coarse`), each utterance's draws still from its own generator, and
+:func:`voxanon.models.nets.nac.bark.generate_coarse`), each utterance's draws still from its own generator, and
 ``precision: bfloat16`` runs them under bfloat16 autocast, as the recipe does on a GPU that supports it.
 """
 from __future__ import annotations
@@ -38,11 +38,10 @@ from typing import Any
 import numpy as np
 
 from ....data_prep.errors import VoxanonError
-from ...model_service import (cached_model, check_device_available, check_device_name, check_precision, model_set,
-                            model_set_config, resolve_device)
-from ..stage import Stage, Utterance
+from ...model_service import cached_model, check_precision, model_set, model_set_config, resolve_device
+from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target
 
-SELECTIONS = ("random_per_utt", "random_per_spk", "constant")
+SELECTIONS = TARGET_SELECTIONS
 MODELS = "nac"
 MIN_SAMPLES = 400
 """HuBERT's feature encoder needs 400 samples (25 ms) at 16 kHz for one frame."""
@@ -108,47 +107,24 @@ class NacVoiceStage(Stage):
         if self.selection == "constant":
             if self.constant not in voices:
                 raise VoxanonError(f"nac_voice.constant {self.constant!r} is not a voice of model set {self.models!r}")
-            voice = self.constant
-        else:
-            level = "utterance" if self.selection == "random_per_utt" else "speaker"
-            voice = voices[int(utt.rng(level).integers(len(voices)))]
+        voice = choose_target(utt, self.selection, voices, self.constant)
         utt.features["voice"] = voice
         utt.record["voice"] = voice
 
 
-class _NacModelStage(Stage):
+class _NacModelStage(ModelStage):
     component: str
-    inputs: tuple[str, ...] = ()
+    inputs_hint = "B4's stages run in the order nac_voice, nac_semantic, nac_coarse, nac_fine, nac_decode"
 
     def __init__(self, models: str = MODELS, device: str = "cpu"):
-        self.models = models
-        self.device = check_device_name(device, f"{self.name}.device")
+        super().__init__(models, device)
 
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            self._model()
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            self._model()
-
-    def _model(self):
+    def model(self):
         return load_component(self.models, self.component, self.device)
 
     def _voices(self, batch: list[Utterance]):
         voices = load_component(self.models, "voices")
         return [voices[utt.features["voice"]] for utt in batch]
-
-    def _check_inputs(self, batch: list[Utterance]) -> None:
-        missing = [f"{u.utt_id}:{k}" for u in batch for k in self.inputs if k not in u.features]
-        if missing:
-            raise VoxanonError(f"{self.name} needs {', '.join(self.inputs)}; missing {missing[:4]} (B4's stages run "
-                               "in the order nac_voice, nac_semantic, nac_coarse, nac_fine, nac_decode)")
-
 
 
 class _SamplingStage(_NacModelStage):
@@ -173,9 +149,9 @@ class NacSemanticStage(_NacModelStage):
     component = "hubert"
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.nac_semantic import semantic_tokens
+        from ....models.nets.nac.semantic import semantic_tokens
 
-        hubert = self._model()
+        hubert = self.model()
         quantiser = load_component(self.models, "quantiser", self.device)
         layer = int(model_set(self.models, "nac").config["hubert_layer"])
         for utt in batch:
@@ -202,11 +178,11 @@ class NacCoarseStage(_SamplingStage):
         self.temperature, self.top_k = float(temperature), None if top_k is None else int(top_k)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.bark import generate_coarse
+        from ....models.nets.nac.bark import generate_coarse
 
-        self._check_inputs(batch)
+        self.check_inputs(batch)
         for group in self._groups(batch):
-            codes = generate_coarse(self._model(), [u.features["semantic"] for u in group], self._voices(group),
+            codes = generate_coarse(self.model(), [u.features["semantic"] for u in group], self._voices(group),
                                     [generator(u, self.name) for u in group], self.temperature, self.top_k,
                                     dtype=self._dtype())
             for utt, coarse in zip(group, codes):
@@ -228,11 +204,11 @@ class NacFineStage(_SamplingStage):
         self.temperature = None if temperature is None else float(temperature)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.bark import generate_fine
+        from ....models.nets.nac.bark import generate_fine
 
-        self._check_inputs(batch)
+        self.check_inputs(batch)
         for group in self._groups(batch):
-            codes = generate_fine(self._model(), [u.features["coarse"] for u in group], self._voices(group),
+            codes = generate_fine(self.model(), [u.features["coarse"] for u in group], self._voices(group),
                                   [generator(u, self.name) for u in group], self.temperature, dtype=self._dtype())
             for utt, fine in zip(group, codes):
                 utt.features["fine"] = fine
@@ -249,10 +225,10 @@ class NacDecodeStage(_NacModelStage):
         import torch
 
         from ....models.dsp.resample import resample_kaiser_best
-        from ....models.nets.nac_semantic import SAMPLE_RATE
+        from ....models.nets.nac.semantic import SAMPLE_RATE
 
-        self._check_inputs(batch)
-        decoder = self._model()
+        self.check_inputs(batch)
+        decoder = self.model()
         device = next(decoder.parameters()).device
         for utt in batch:
             codes = torch.from_numpy(np.ascontiguousarray(utt.features["fine"]))[None].to(device)

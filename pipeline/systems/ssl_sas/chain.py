@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from ....data_prep.errors import VoxanonError
-from ...model_service import check_device_available, check_device_name, resolve_device, stage_precision
-from ..stage import Stage, Utterance
+from ...model_service import resolve_device, stage_precision
+from ..stage import ModelStage, Stage, Utterance
 from .loader import load_model
 
 SSL_SAS_MULTIPLE = 320
@@ -69,7 +69,7 @@ class SslSasInputStage(Stage):
         utt.record["trimmed_samples"] = len(utt.audio)
 
 
-class ContentStage(Stage):
+class ContentStage(ModelStage):
     """Soft content at 50 Hz: SSL-SAS (HuBERT + 200 centroids) or, for a ``hubert-soft`` set, bshall's
     256-d units (then the vocoder must be one trained on them: ``vocoder.models`` of a 449-channel set).
 
@@ -88,25 +88,15 @@ class ContentStage(Stage):
     name = "content"
 
     def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
-        self.models = models
         self.precision, self.tf32 = stage_precision(precision, "content.precision")
-        self.device = check_device_name(device, "content.device")
+        super().__init__(models, device)
 
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            load_model(self.models, "content", self.precision)
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            load_model(self.models, "content", self.precision, self.device)
+    def model(self):
+        return load_model(self.models, "content", self.precision, self.device)
 
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
-        content = load_model(self.models, "content", self.precision, device)
+        content = self.model()
         waves = [u.audio for u in batch]
         if device != "cpu":
             from ....models.nets.hubert import encode_on_device
@@ -126,7 +116,7 @@ class ContentStage(Stage):
             utt.features["content"] = features
 
 
-class SpeakerStage(Stage):
+class SpeakerStage(ModelStage):
     """The ECAPA vector of the utterance itself (copy-synthesis keeps the source speaker).
 
     ``device`` as the content stage's; in float32 on every device (about 5 % of the chain). On CPU one
@@ -138,24 +128,14 @@ class SpeakerStage(Stage):
     name = "speaker"
 
     def __init__(self, models: str = "ssl-sas", device: str = "cpu"):
-        self.models = models
-        self.device = check_device_name(device, "speaker.device")
+        super().__init__(models, device)
 
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
-
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            load_model(self.models, "speaker")
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            load_model(self.models, "speaker", device=self.device)
+    def model(self):
+        return load_model(self.models, "speaker", device=self.device)
 
     def process_batch(self, batch: list[Utterance]) -> None:
         device = resolve_device(self.device)
-        speaker = load_model(self.models, "speaker", device=device)
+        speaker = self.model()
         waves = [u.audio for u in batch]
         if device == "cpu":
             vectors = speaker.embed(waves)
@@ -168,7 +148,7 @@ class SpeakerStage(Stage):
             utt.features["speaker"] = vector
 
 
-class VocoderStage(Stage):
+class VocoderStage(ModelStage):
     """HiFi-GAN from content, F0 and speaker features (:meth:`Vocoder.synthesise`: on CPU one utterance
     after the other, in windows of a few fixed lengths whose kernels each process builds the first time
     it meets them; off the CPU (``device``, as the content stage's) padded, length-masked batches of
@@ -185,17 +165,15 @@ class VocoderStage(Stage):
     """
 
     name = "vocoder"
+    inputs = ("content", "f0", "speaker")
+    inputs_hint = "put the content, f0 and speaker stages before it"
 
     def __init__(self, models: str = "ssl-sas", output_peak: float | None = 0.95, layout: dict | None = None,
                  precision: str = "float32", device: str = "cpu"):
-        self.models = models
         self.precision, self.tf32 = stage_precision(precision, "vocoder.precision")
-        self.device = check_device_name(device, "vocoder.device")
+        super().__init__(models, device)
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
-
-    def needs(self) -> list[str]:
-        return [f"checkpoint:{self.models}"]
 
     @classmethod
     def prepares_from_set(cls) -> bool:
@@ -215,16 +193,8 @@ class VocoderStage(Stage):
                                f"{sorted(ConditioningLayout.__dataclass_fields__)}")
         return {}
 
-    def load_models(self) -> None:
-        if self.device == "cpu":
-            self._vocoder()  # with the layout override, which must fit the generator
-
-    def load_device_models(self) -> None:
-        if self.device != "cpu":
-            check_device_available(self.device)
-            self._vocoder()
-
-    def _vocoder(self):
+    def model(self):
+        """The generator, with the layout override (loading it checks that the override fits)."""
         from ....models.nets.hifigan import Vocoder
 
         vocoder = load_model(self.models, "vocoder", self.precision, resolve_device(self.device))
@@ -235,11 +205,8 @@ class VocoderStage(Stage):
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
-        vocoder = self._vocoder()
-        missing = [f"{u.utt_id}:{k}" for u in batch for k in ("content", "f0", "speaker") if k not in u.features]
-        if missing:
-            raise VoxanonError(f"vocoder needs content, f0 and speaker features; missing {missing[:4]} "
-                               "(put the content, f0 and speaker stages before it)")
+        vocoder = self.model()
+        self.check_inputs(batch)
         items = [(torch.from_numpy(u.features["content"]), torch.from_numpy(u.features["f0"]),
                   torch.from_numpy(np.asarray(u.features["speaker"], dtype=np.float32))) for u in batch]
         from ....models.nets.precision import float32_products

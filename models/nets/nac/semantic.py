@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .bark import SEMANTIC_VOCAB_SIZE
-from .hubert import HubertBackbone
+from ..hubert import HubertBackbone
 
 SAMPLE_RATE = 24000
 """Bark's and EnCodec's rate, which the recipe's semantic tokens go through."""

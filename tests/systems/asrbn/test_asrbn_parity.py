@@ -14,8 +14,8 @@ from tests.helpers.sa_toolkit_fixtures import SPEAKERS, reference_asr, reference
     write_converter_release
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
-from voxanon.models.nets.asr_bn import kaldi_fbank
-from voxanon.models.nets.core_hifigan import CoreHifiGan, conditioning
+from voxanon.models.nets.asrbn.bottleneck import kaldi_fbank
+from voxanon.models.nets.asrbn.core_hifigan import CoreHifiGan, conditioning
 from voxanon.models.nets.hifigan import GeneratorConfig
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.models.checkpoints.sa_toolkit import load_converter, load_extractor

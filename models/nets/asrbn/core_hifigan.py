@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, _conv, _masked
+from ..hifigan import ConditioningLayout, GeneratorConfig, HifiganGenerator, _conv, _masked
 
 SA_TOOLKIT_GENERATOR = {"upsample_rates": (5, 4, 4, 2, 2), "upsample_kernel_sizes": (11, 8, 8, 4, 4),
                         "upsample_initial_channel": 512, "resblock": "1", "resblock_kernel_sizes": (3, 7, 11),
@@ -66,7 +66,7 @@ def conditioning(bn: np.ndarray, f0: np.ndarray, target: int, n_speakers: int
     """One utterance's (BN (T, bn_dim), F0 in Hz with 0 unvoiced, target speaker index) -> the
     (content, F0, speaker) triple of :meth:`~voxanon.models.nets.hifigan.Vocoder.synthesise`: the F0 normalised
     and stretched to T frames as SA-toolkit does, the speaker one-hot."""
-    from ..f0.sa_yaapt import normalise_f0
+    from ...f0.sa_yaapt import normalise_f0
 
     if not 0 <= target < n_speakers:
         raise ValueError(f"target speaker index {target} is not one of the converter's {n_speakers} speakers")

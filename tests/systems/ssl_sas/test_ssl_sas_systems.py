@@ -20,7 +20,7 @@ from tests.helpers.demo_sets import SMALL_POOL
 # The demo pool is tiny: worlds and regions scaled down (the recipe's 200/100 need a LibriTTS-size pool).
 
 
-# B4 runs in tests/test_nac_system.py, on shorter utterances (its Bark loops make these 8 cost tens of seconds),
+# B4 runs in tests/systems/nac/test_nac_system.py, on shorter utterances (its Bark loops make these 8 cost tens of seconds),
 # with the same checks and its own lengths (the chain's, within 40 ms of the input's).
 @pytest.mark.parametrize("system", [name for name in available_systems() if name != "b4"])
 def test_every_system_runs_end_to_end_bit_identically(system, installed_home, tmp_path, monkeypatch):

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .hubert import HubertBackbone, HubertBackboneConfig, batch_hubert_features
+from ..hubert import HubertBackbone, HubertBackboneConfig, batch_hubert_features
 
 FRONT_ENDS = ("wav2vec2", "fbank")
 BYPASS_SCALE = 0.66
@@ -253,7 +253,7 @@ class AsrBnExtractor(nn.Module):
         output back to float32. ``self`` is unchanged."""
         import copy
 
-        from .precision import prepared_for_device
+        from ..precision import prepared_for_device
 
         prepared = copy.copy(self)  # a new module whose children are replaced below
         prepared._modules = {name: prepared_for_device(child, device, dtype) if name == "preprocessor" else
@@ -262,7 +262,7 @@ class AsrBnExtractor(nn.Module):
 
     def _front_end_precision(self):
         """CPU autocast for a lower-precision copy of the wav2vec2 front end (norms in float32), else nothing."""
-        from .precision import float32_normalisations, model_dtype
+        from ..precision import float32_normalisations, model_dtype
 
         if self.config.wav2vec2 is None or model_dtype(self.preprocessor) == torch.float32 or \
                 next(self.preprocessor.parameters()).device.type != "cpu" or \
@@ -313,7 +313,7 @@ class AsrBnExtractor(nn.Module):
         grid's shapes) as padded, masked batches (:func:`~voxanon.models.nets.hubert.batch_hubert_features`) in its
         weights' precision; the filterbanks and the TDNN-F layers, a small part of the work, run per
         utterance in float32."""
-        from .precision import device_groups, to_device
+        from ..precision import device_groups, to_device
 
         short = [i for i, w in enumerate(waves) if len(w) < MIN_SAMPLES]
         if short:

@@ -11,10 +11,10 @@ import torch
 from tests.reference import bark as ref
 from tests.helpers.nac_fixtures import (reference_coarse, reference_encodec, reference_fine, reference_hubert,
                                         reference_prompt, reference_quantiser, write_release)
-from voxanon.models.nets.bark import (CoarseGPT, FineGPT, GptConfig, VoicePrompt, generate_coarse, generate_fine)
+from voxanon.models.nets.nac.bark import CoarseGPT, FineGPT, GptConfig, VoicePrompt, generate_coarse, generate_fine
 from voxanon.models.checkpoints.nac import import_nac, load_component
 from voxanon.models.dsp.resample import resample_kaiser_best
-from voxanon.models.nets.nac_semantic import SemanticQuantiser, semantic_tokens
+from voxanon.models.nets.nac.semantic import SemanticQuantiser, semantic_tokens
 from voxanon.models.checkpoints.registry import load_model_set, write_model_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
