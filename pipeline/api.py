@@ -313,7 +313,8 @@ class EvaluateResult:
     @property
     def figures(self) -> dict[tuple[str, str, str, str, str], float | str]:
         """Every figure by ``(set, condition, metric, variant, attacker)``, e.g.
-        ``figures["libri_dev_trials_f", "o-a", "eer", "rocch", "ignorant"]`` (a fraction, as in results.json)."""
+        ``figures["libri_dev_trials_f", "o-a", "eer", "rocch", "ignorant"]``, each in its result's unit (EER in %),
+        as in results.json."""
         return {(r.set, r.condition, r.metric, r.variant, r.attacker): r.value for r in self.results}
 
     def table(self) -> str:
