@@ -102,7 +102,7 @@ def test_load_system_on_the_plugin_equals_the_batch_files(demo_run, monkeypatch)
 def test_the_plugin_under_ray_gives_the_pool_bytes(demo_run, tmp_path):
     assert main(["anonymise", "--system", str(RECIPE), "--data", str(demo_corpus_dir()), "--out", str(tmp_path),
                  "--backend", "ray", "--workers", "2", "--quiet"]) == 0
-    assert json.loads((tmp_path / "corpus_pitch" / "run.json").read_text())["backend"]["kind"] == "ray"
+    assert json.loads((tmp_path / "corpus_pitch" / "run.json").read_text())["backend"]["name"] == "ray"
     assert _files(tmp_path / "corpus_pitch") == _files(demo_run)
 
 
