@@ -26,9 +26,7 @@ from tests.helpers.ssl_sas_release import ECAPA, RELEASE_CONFIG, SSL_SAS_VOCODER
 from voxanon.models.checkpoints.safe import safe_load
 from voxanon.models.checkpoints.ssl_sas import soft_content_from_ssl_sas_state
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.systems.recipes import STAGES
-
-load_ssl_sas_models = __import__(STAGES["content"].__module__, fromlist=["x"]).load_ssl_sas_models
+from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 
 
 def random_fairseq_hubert(seed: int = 0):

@@ -13,10 +13,8 @@ from voxanon.models.checkpoints.ssl_sas import ZLLR_VC_LAYOUT, import_ssl_sas
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError
 from voxanon.models.checkpoints.registry import load_model_set
 from voxanon.pipeline.cli import main
-from voxanon.pipeline.systems.recipes import STAGES
+from voxanon.pipeline.systems.ssl_sas.loader import load_ssl_sas_models
 from tests.helpers.ssl_sas_release import write_release
-
-load_ssl_sas_models = __import__(STAGES["content"].__module__, fromlist=["x"]).load_ssl_sas_models
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         description="Anonymise Kaldi data directories (or plain audio folders) with a system. Output: "
                     "<out>/<set><suffix>/wav/<utt>.wav (16 kHz mono 16-bit) plus the set's metadata. "
                     "Reruns resume: finished utterances are verified and skipped.")
-    parser.add_argument("--system", required=True, help=f"system name ({', '.join(available_systems())}) "
+    parser.add_argument("--system", required=True, help=f"system name ({', '.join(available_systems(installed=False))}"
+                                                        "; voxanon systems lists installed families' too) "
                                                         "or the path of a recipe .yaml")
     parser.add_argument("--data", required=True, action="append", type=Path, metavar="DIR",
                         help="input set: a Kaldi data directory or a folder of audio files (repeatable)")

@@ -28,9 +28,10 @@ def _recipe_dir(kind: str = "systems"):
     return resources.files("voxanon.recipes") / kind
 
 
-def _recipe_files(kind: str) -> dict[str, Any]:
-    """Recipe name -> file: ``recipes/<kind>/``'s, and for systems each family's own ``recipes/`` folder's too."""
-    folders = [_recipe_dir(kind)] + ([family.recipes for family in families() if family.recipes]
+def _recipe_files(kind: str, installed: bool = True) -> dict[str, Any]:
+    """Recipe name -> file: ``recipes/<kind>/``'s, and for systems each family's own ``recipes/`` folder's too
+    (with ``installed``, the installed families' as well)."""
+    folders = [_recipe_dir(kind)] + ([family.recipes for family in families(installed) if family.recipes]
                                      if kind == "systems" else [])
     files: dict[str, Any] = {}
     for folder in folders:
@@ -43,12 +44,13 @@ def _recipe_files(kind: str) -> dict[str, Any]:
     return files
 
 
-def available_recipes(kind: str) -> list[str]:
-    return sorted(_recipe_files(kind))
+def available_recipes(kind: str, installed: bool = True) -> list[str]:
+    return sorted(_recipe_files(kind, installed))
 
 
-def available_systems() -> list[str]:
-    return available_recipes("systems")
+def available_systems(installed: bool = True) -> list[str]:
+    """Every system's name; without ``installed``, the shipped ones only (what a help text lists)."""
+    return available_recipes("systems", installed)
 
 
 def parse_override(text: str, option: str = "--set") -> tuple[list[str], Any]:

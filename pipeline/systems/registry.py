@@ -20,7 +20,6 @@ import importlib.util
 import pkgutil
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -61,12 +60,22 @@ def _family(module_name: str, recipes: bool = True) -> Family:
 
 
 @functools.cache
-def families() -> tuple[Family, ...]:
-    """This package's own table, each sub-package's, then each installed family's (by entry-point name)."""
+def shipped_families() -> tuple[Family, ...]:
+    """This package's own table, then each sub-package's (by name)."""
     found = [_family(__package__, recipes=False)]  # the shared recipes/ folder is the shipped systems'
     shipped = importlib.import_module(__package__).__path__
-    found += [_family(f"{__package__}.{info.name}") for info in sorted(pkgutil.iter_modules(shipped),
-                                                                        key=lambda info: info.name) if info.ispkg]
+    return tuple(found + [_family(f"{__package__}.{info.name}")
+                          for info in sorted(pkgutil.iter_modules(shipped), key=lambda info: info.name) if info.ispkg])
+
+
+@functools.cache
+def installed_families() -> tuple[Family, ...]:
+    """The families other distributions install (by entry-point name). Found through their metadata, which
+    ``voxanon --help`` does not read: importing importlib.metadata and scanning every installed distribution
+    costs the command line about a tenth of a second."""
+    from importlib.metadata import entry_points
+
+    found = []
     for entry in sorted(entry_points(group=FAMILY_GROUP), key=lambda entry: entry.name):
         where = f"entry point {entry.name!r} of {entry.dist.name if entry.dist else 'an installed distribution'}"
         try:
@@ -74,6 +83,11 @@ def families() -> tuple[Family, ...]:
         except ImportError as error:
             raise VoxanonError(f"system family {entry.value} ({where}): cannot import it ({error})") from None
     return tuple(found)
+
+
+def families(installed: bool = True) -> tuple[Family, ...]:
+    """The shipped families, and with ``installed`` the installed ones after them."""
+    return shipped_families() + (installed_families() if installed else ())
 
 
 def _declared_stages() -> dict[str, str]:

@@ -8,9 +8,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile
 
 from tests.helpers.corpora import make_corpus
+from voxanon.data_prep.errors import VoxanonError
+from voxanon.pipeline.systems import registry
+from voxanon.pipeline.systems.recipes import available_systems
+from voxanon.pipeline.systems.registry import StageRegistry
 
 FAMILY = {
     "toyfam/__init__.py": 'STAGES = {"toy_gain": ".gain:GainStage"}\n',
@@ -67,10 +72,35 @@ def test_a_family_installed_beside_the_package_runs_with_anonymise(tmp_path):
         assert np.abs(output.astype(int) - np.round(source * 0.25)).max() <= 1  # the recipe's gain, 16-bit rounding
 
 
-def test_a_family_declaring_a_shipped_stage_name_is_refused_naming_both(tmp_path):
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """Installs a family in this process (its folder on sys.path), the registry's caches cleared before and after."""
     site = tmp_path / "site"
-    _install(site, {**FAMILY, "toyfam/__init__.py": 'STAGES = {"mcadams": ".gain:GainStage"}\n'})
-    listed = _voxanon(site, "systems")
-    assert listed.returncode == 2 and len(listed.stderr.strip().splitlines()) == 1
-    assert "'mcadams'" in listed.stderr and "voxanon.pipeline.systems.mcadams:McAdamsStage" in listed.stderr \
-        and "toyfam.gain:GainStage" in listed.stderr
+
+    def install(files: dict[str, str]) -> Path:
+        _install(site, files)
+        monkeypatch.syspath_prepend(str(site))
+        registry.installed_families.cache_clear()
+        return site
+
+    yield install
+    registry.installed_families.cache_clear()
+    for name in [name for name in sys.modules if name.split(".")[0] == "toyfam"]:
+        del sys.modules[name]
+
+
+def test_a_family_declaring_a_shipped_stage_name_is_refused_naming_both(installed):
+    installed({**FAMILY, "toyfam/__init__.py": 'STAGES = {"mcadams": ".gain:GainStage"}\n'})
+    with pytest.raises(VoxanonError) as refused:
+        StageRegistry()["mcadams"]
+    assert "'mcadams'" in str(refused.value) and "voxanon.pipeline.systems.mcadams:McAdamsStage" in str(refused.value) \
+        and "toyfam.gain:GainStage" in str(refused.value)
+
+
+def test_a_family_recipe_named_as_a_shipped_system_is_refused_naming_both(installed):
+    site = installed({name.replace("toy.yaml", "b2.yaml"): text for name, text in FAMILY.items()})
+    with pytest.raises(VoxanonError) as refused:
+        available_systems()
+    assert "'b2'" in str(refused.value) and "recipes/systems/b2.yaml" in str(refused.value) \
+        and str(site / "toyfam" / "recipes" / "b2.yaml") in str(refused.value)
+    assert "b2" in available_systems(installed=False)  # the help text's list reads no installed family

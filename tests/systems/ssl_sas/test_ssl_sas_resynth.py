@@ -56,7 +56,7 @@ def test_registry_round_trip(tmp_path):
     assert model_set.tensors("part")["w"].tolist() == [0.0, 1.0, 2.0]
 
 
-def test_neural_stages_are_registered():
+def test_ssl_sas_stages_are_registered():
     assert {"ssl_sas_input", "f0", "content", "speaker", "vocoder"} <= set(STAGES)
 
 
