@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 import os
 import tempfile
 import time
@@ -154,7 +155,9 @@ class System:
         if isinstance(utt_id, str):
             return self._run([(audio, sample_rate, utt_id, speaker, gender)])[0]
         count = len(utt_id)
-        rates = [sample_rate] * count if isinstance(sample_rate, int) else list(sample_rate)
+        if len(set(utt_id)) != count:
+            raise VoxanonError("utt_id: each utterance of a list needs an id of its own (its seeds derive from it)")
+        rates = [sample_rate] * count if isinstance(sample_rate, numbers.Integral) else list(sample_rate)
         speakers = list(speaker) if not isinstance(speaker, str) else [speaker] * count
         genders = list(gender) if isinstance(gender, (list, tuple)) else [gender] * count
         if not len(audio) == len(rates) == len(speakers) == len(genders) == count:

@@ -41,10 +41,12 @@ def test_a_list_and_int16_input_give_the_same_and_the_seed_matters(toy_corpus, t
     inputs = _inputs(toy_corpus)
     utts = toy_corpus.utterances[:3]
     system = voxanon.load_system("b2r")
-    outputs = system([np.round(inputs[u][0] * 32768).astype(np.int16) for u in utts], 16000, utt_id=utts,
+    outputs = system([np.round(inputs[u][0] * 32768).astype(np.int16) for u in utts], np.int64(16000), utt_id=utts,
                      speaker=[toy_corpus.utt2spk[u] for u in utts])
     for utt, (out, _) in zip(utts, outputs):
         np.testing.assert_array_equal(out, files[utt])
+    with pytest.raises(voxanon.VoxanonError, match="an id of its own"):
+        system([inputs[utts[0]][0]] * 2, np.int64(16000), utt_id=[utts[0]] * 2, speaker=toy_corpus.utt2spk[utts[0]])
     other = voxanon.load_system("b2r", seed=1)(*inputs[utts[0]], utt_id=utts[0], speaker=toy_corpus.utt2spk[utts[0]])
     assert not np.array_equal(other[0], files[utts[0]])
 
