@@ -143,6 +143,13 @@ def load_audio(source: str | os.PathLike, sample_rate: int, *, max_seconds: floa
         raise
     except Exception as error:  # soundfile raises several types for corrupt input
         raise AudioError(name, f"unreadable audio ({type(error).__name__}: {error})") from None
+    return audio_from_samples(name, data, rate, sample_rate, max_seconds=max_seconds, min_seconds=min_seconds)
+
+
+def audio_from_samples(name: str, data: np.ndarray, rate: int, sample_rate: int, *,
+                       max_seconds: float | None = None, min_seconds: float = 0.0) -> Audio:
+    """Samples as read (float32, frames by channels, at ``rate`` Hz) checked and made float32 mono at
+    ``sample_rate`` Hz, as :func:`load_audio` makes a file's; ``name`` names them in an :class:`AudioError`."""
     nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
     _check_samples(name, data.shape[0], nonfinite, bool(np.any(data)), rate, rate, max_seconds, 0.0)
     channels = data.shape[1]

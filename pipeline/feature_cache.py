@@ -31,6 +31,15 @@ class ContentCache:
 
     root: Path | None
 
+    @classmethod
+    def from_option(cls, option: str | os.PathLike | None) -> "ContentCache":
+        """The cache the ``--cache`` option names: a folder, ``none`` for no cache, or None for the default one."""
+        from ..models.checkpoints.registry import default_cache_dir
+
+        if option is not None and str(option).lower() == "none":
+            return cls(None)
+        return cls(Path(option) if option is not None else default_cache_dir())
+
     def path(self, tag: str, digest: str, kind: str) -> Path | None:
         extension = "npy" if kind == "vector" else "txt"
         return None if self.root is None else contained_path(self.root, tag, digest[:2], f"{digest}.{extension}")

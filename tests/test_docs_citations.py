@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("pipeline", "models", "eval", "data_prep", "recipes", "docs", "tests", "benchmarks", "scripts")
+FOLDERS = ("pipeline", "models", "eval", "data_prep", "recipes", "docs", "tests", "benchmarks", "scripts", "api", "examples")
 TOP_FILES = ("README.md", "CHANGELOG.md")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg"}
 SECTION = "\u00a7"

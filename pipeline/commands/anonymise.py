@@ -66,7 +66,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runner import FAILURES, anonymise_set
+    from ..api import anonymise
+    from ..runner import FAILURES
 
     overrides = (list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
                  + ([f"batch_size={args.batch_size}"] if args.batch_size is not None else []))
@@ -78,10 +79,9 @@ def run(args: argparse.Namespace) -> int:
     started = getattr(args, "command_started", None)  # the first set's run.json counts the command's start-up
     try:
         for data, out_dir in sets:
-            result = anonymise_set(data, config, out_dir, workers=args.workers or usable_cpus(),
-                                   resume=args.resume, allow_pipes=args.allow_pipes, progress=not args.quiet,
-                                   backend=backend, executor=args.executor, input_digest=args.input_digest,
-                                   started=started)
+            result = anonymise(data, config, out_dir, workers=args.workers or usable_cpus(), resume=args.resume,
+                               allow_pipes=args.allow_pipes, progress=not args.quiet, backend=backend,
+                               executor=args.executor, input_digest=args.input_digest, started=started)
             started = None
             status = "ok" if result.ok else f"{len(result.failures)} FAILED (see {result.out_dir / FAILURES})"
             print(f"{data.name}: {result.total} utterances ({result.processed} processed, {result.resumed} "

@@ -2,15 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
-from ...data_prep.atomic import ensure_writable_folder
-from .options import COMPUTATION_WORKERS_HELP, add_device_argument, add_evaluation_arguments, cache_from
+from .options import COMPUTATION_WORKERS_HELP, add_device_argument, add_evaluation_arguments
 from .options import add_backend_arguments, backend_from_args
-
-
-log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> None:
@@ -40,42 +35,18 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.computations import check_device, encoder_label, make_embedder, make_transcriber, run_computations_on, semi_informed_attacker
-    from ..evaluation.outputs import attacker_notes, print_table, write_outputs
-    from ..evaluation.protocols import load_protocol
-
-    from ..evaluation.evaluate import evaluate_sets
-    from ..evaluation.sets import discover_sets
-    from ..feature_cache import FileDigests
+    from ..api import evaluate
 
     backend = backend_from_args(args)
-    check_device(args.device, backend)
-    ensure_writable_folder(args.out, "--out")   # now, not after every score is computed
-    protocol = load_protocol(args.protocol, args.overrides)
-    system = args.system or (args.suffix.lstrip("_") if args.suffix else args.anon.name)
-    sets = discover_sets(args.orig, args.anon, args.suffix, allow_pipes=args.allow_pipes)
-    cache = cache_from(args)
-    digest = FileDigests(cache.root)
-    asv = protocol.get("asv", {})
-    embedder = make_embedder(asv, device=args.device, digest=digest)
-    transcriber = make_transcriber(protocol.get("asr"), args.trust_model_code, device=args.device)
-    notes = {"protocol": protocol["name"], "original": str(args.orig), "anonymised": str(args.anon)}
-    semi_informed = None
-    if args.asv_model is not None:
-        semi_informed, warnings = semi_informed_attacker(args.asv_model, asv, sets, system, device=args.device,
-                                                         digest=digest)
-        notes |= attacker_notes(semi_informed, warnings)
-    run_computations_on(backend, args.batch_size, embedder, transcriber,
-                        semi_informed.embedder if semi_informed else None, progress=not args.quiet)
     try:
-        evaluation = evaluate_sets(sets, protocol, system, embedder=embedder, cache=cache, asr=transcriber,
-                                   allow_missing=args.allow_missing,
-                                   asv_model=encoder_label(asv.get("encoder", "ge2e"), embedder.tag),
-                                   semi_informed=semi_informed)
+        result = evaluate(args.orig, args.anon, out=args.out, suffix=args.suffix, system=args.system,
+                          protocol=args.protocol, settings=args.overrides, asv_model=args.asv_model,
+                          device=args.device, backend=backend, batch_size=args.batch_size, cache=args.cache,
+                          allow_missing=args.allow_missing, allow_pipes=args.allow_pipes,
+                          trust_model_code=args.trust_model_code, progress=not args.quiet)
     finally:
         if backend is not None:
             backend.close()   # its Ray actors served every set and side
-    report = write_outputs(args.out, evaluation, f"voxanon evaluation: {system} ({protocol['name']})", notes)
-    print_table(evaluation.results)
-    print(f"report: {report}")
+    print(result.table())
+    print(f"report: {result.report}")
     return 0

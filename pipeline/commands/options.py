@@ -55,9 +55,7 @@ def add_evaluation_input_arguments(parser: argparse.ArgumentParser) -> None:
 def cache_from(args: argparse.Namespace) -> ContentCache:
     from ..feature_cache import ContentCache
 
-    if args.cache is not None and str(args.cache).lower() == "none":
-        return ContentCache(None)
-    return ContentCache(args.cache or default_cache_dir())
+    return ContentCache.from_option(args.cache)
 
 
 DEFAULT_TRAINING = TrainingConfig()

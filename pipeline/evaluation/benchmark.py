@@ -24,7 +24,7 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     seed (``<set>_<system>_run2``), for the adversary-calibration extension.
     """
     from .sets import EvaluationSet
-    from ..runner import anonymise_set
+    from ..api import anonymise
 
     overrides = [f"batch_size={batch_size}"] if batch_size is not None else []
     device = anonymisation_device(device, backend)
@@ -34,8 +34,8 @@ def anonymise_for_evaluation(sets: list[EvaluationSet], system: str, out: Path, 
     def anonymised(data: DataDir, run_config: dict, suffix: str) -> DataDir:
         key = (str(data.path), suffix)
         if key not in done:
-            result = anonymise_set(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers,
-                                   backend=backend, progress=progress)
+            result = anonymise(data, run_config, out / f"{data.name}_{system}{suffix}", workers=workers,
+                               backend=backend, progress=progress)
             if not result.ok:
                 raise VoxanonError(f"{system}: {len(result.failures)} utterance(s) of {data.name} failed; "
                                    f"see {result.out_dir / 'failures.tsv'}")

@@ -125,13 +125,13 @@ class _Anonymiser:
                                    f"anonymised twins would share {self.target(data)}; rename one")
 
     def __call__(self, data: DataDir) -> DataDir:
-        from ..runner import anonymise_set
+        from ..api import anonymise
 
         key = str(data.path.resolve()) if data.path else data.name
         if key not in self.done:
-            result = anonymise_set(data, self.config, self.target(data), workers=self.inputs.workers,
-                                   allow_pipes=self.inputs.allow_pipes, progress=self.inputs.progress,
-                                   backend=self.inputs.backend)
+            result = anonymise(data, self.config, self.target(data), workers=self.inputs.workers,
+                               allow_pipes=self.inputs.allow_pipes, progress=self.inputs.progress,
+                               backend=self.inputs.backend)
             if not result.ok:
                 message = (f"{self.config['name']}: {len(result.failures)} utterance(s) of {data.name} failed; see "
                            f"{result.out_dir / 'failures.tsv'}")

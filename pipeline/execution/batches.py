@@ -12,7 +12,7 @@ import numpy as np
 import soundfile
 
 from ...data_prep.atomic import atomic_write_bytes
-from ...data_prep.audio import AudioError, load_audio, to_pcm16
+from ...data_prep.audio import Audio, AudioError, load_audio, to_pcm16
 from ...data_prep.digest import sha256_file
 from ...data_prep.paths import contained_path
 from ..model_service import check_device_available
@@ -83,8 +83,13 @@ class Batch:
 
 def load_prepared(system: System, job: Job, allow_pipes: bool) -> Prepared:
     """``job``'s audio as a fresh utterance of ``system``; raises :class:`AudioError`."""
-    audio = load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds, min_seconds=MIN_SECONDS,
-                       allow_pipe=allow_pipes)
+    return prepare_audio(system, job, load_audio(job.source, system.sample_rate, max_seconds=system.max_seconds,
+                                                 min_seconds=MIN_SECONDS, allow_pipe=allow_pipes))
+
+
+def prepare_audio(system: System, job: Job, audio: Audio) -> Prepared:
+    """``job``'s loaded ``audio`` (checked, as :func:`load_audio` checks it with ``min_seconds=MIN_SECONDS``) as a
+    fresh utterance of ``system``."""
     return Prepared(system.new_utterance(job.utt, job.speaker, job.gender, audio.samples), 0, audio.seconds,
                     audio.notes())
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...data_prep.errors import VoxanonError
+from .plugins import CODE_PATH_KEY, PLUGINS_KEY, PluginError, resolve_plugins
 from .registry import STAGES, families, stage_class
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 RUN_KEYS = {"description", "sample_rate", "max_seconds", "seed", "batch_size", "batch_seconds", "needs", "stages",
-            "stochastic"}
+            "stochastic", PLUGINS_KEY, CODE_PATH_KEY}
 
 
 def _recipe_dir(kind: str = "systems"):
@@ -136,7 +137,16 @@ def _placed_overrides(config: dict, device: str) -> list[str]:
 
 def _load_system_config(system: str, overrides: list[str]) -> dict:
     config = read_recipe("systems", system, overrides)
+    recipe_dir = str(Path(system).resolve().parent) if system.endswith((".yaml", ".yml")) else None
+    return resolve_system_config(config, recipe_dir)
+
+
+def resolve_system_config(config: dict, recipe_dir: str | None = None) -> dict:
+    """A system's configuration (a recipe's mapping, with its ``name``) checked, with its plugin stages resolved
+    (:func:`voxanon.pipeline.systems.plugins.resolve_plugins`; ``recipe_dir``: the folder of its recipe file)."""
     name = config["name"]
+    check_stage_list(config)
+    resolve_plugins(config, set(STAGES), recipe_dir)
     unknown = set(config) - RUN_KEYS - {"name"} - set(config.get("stages", []))
     if unknown:
         raise VoxanonError(f"system {name!r}: unknown setting(s) {sorted(unknown)}; sections are "
@@ -164,13 +174,18 @@ RUN_SETTING_CHECKS = {
 }
 
 
+def check_stage_list(config: dict) -> None:
+    stages = config.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(stage, str) for stage in stages):
+        raise VoxanonError(f"system {config.get('name')!r}: stages must be a list of stage names, got {stages!r}")
+
+
 def check_run_settings(config: dict) -> None:
     """The run-wide settings' types and ranges, and each stage's section a mapping: refused here, before any
     utterance, rather than by every utterance in turn (or by a worker, mid-run)."""
     name = config.get("name")
+    check_stage_list(config)
     stages = config.get("stages", [])
-    if not isinstance(stages, list) or not all(isinstance(stage, str) for stage in stages):
-        raise VoxanonError(f"system {name!r}: stages must be a list of stage names, got {stages!r}")
     for key, (valid, expected) in RUN_SETTING_CHECKS.items():
         if key in config and not valid(config[key]):
             raise VoxanonError(f"system {name!r}: {key} must be {expected}, got {config[key]!r}")
@@ -183,14 +198,15 @@ def check_run_settings(config: dict) -> None:
 def stage_setting_overrides(config: dict, setting: str, value: str) -> list[str]:
     """``STAGE.<setting>=VALUE`` for every stage of the system that has ``setting``: what a command-line flag
     (``--device``, ``--precision``) sets on every stage that has it."""
-    def has(name: str) -> bool:
-        return name in STAGES and setting in inspect.signature(STAGES[name].__init__).parameters
+    def has(stage_class: type[Stage]) -> bool:
+        return setting in inspect.signature(stage_class.__init__).parameters
 
     stages = [name for name in config.get("stages", [])
-              if has(name) and STAGES[name].takes_stage_wide(setting, config.get(name) or {})]
+              if has(stage_class(name, config)) and
+              stage_class(name, config).takes_stage_wide(setting, config.get(name) or {})]
     if not stages:
         raise VoxanonError(f"system {config['name']!r} has no stage with a {setting} setting (stages with one: "
-                           f"{', '.join(sorted(filter(has, STAGES)))})")
+                           f"{', '.join(sorted(name for name in STAGES if has(STAGES[name])))})")
     return [f"{name}.{setting}={value}" for name in stages]
 
 
@@ -300,7 +316,9 @@ def build_system(config: dict) -> System:
     stages: list[Stage] = []
     for stage_name in config.get("stages", []):
         try:
-            stage_type = stage_class(stage_name)
+            stage_type = stage_class(stage_name, config)
+        except PluginError:
+            raise  # it names the system and the stage
         except VoxanonError as error:
             raise VoxanonError(f"system {config['name']!r}: {error}") from None
         options = config.get(stage_name) or {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ...data_prep.errors import VoxanonError
+from .plugins import PLUGINS_KEY, add_code_path, plugin_class
 
 if TYPE_CHECKING:
     from .stage import Stage
@@ -140,8 +141,15 @@ STAGES = StageRegistry()
 """Every stage a recipe can name; each class's ``name`` is its key here."""
 
 
-def stage_class(name: str) -> type[Stage]:
-    """The stage class a recipe's ``stages`` entry ``name`` names: the one lookup every system is built with."""
+def stage_class(name: str, config: dict | None = None) -> type[Stage]:
+    """The stage class a recipe's ``stages`` entry ``name`` names: the one lookup every system is built with. With
+    the system's resolved ``config``, a plugin stage it records (:mod:`voxanon.pipeline.systems.plugins`) is
+    imported from where the configuration says."""
+    plugins = (config or {}).get(PLUGINS_KEY) or {}
+    if name in plugins:
+        add_code_path(config)
+        return plugin_class(config["name"], name, plugins[name])
     if name not in STAGES:
-        raise VoxanonError(f"unknown stage {name!r}; known stages: {', '.join(sorted(STAGES))}")
+        raise VoxanonError(f"unknown stage {name!r}; known stages: {', '.join(sorted(STAGES))}, or a plugin named "
+                           "module:Class")
     return STAGES[name]

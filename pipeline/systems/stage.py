@@ -95,6 +95,13 @@ class Stage:
         return {}
 
     @classmethod
+    def prepares_from_set(cls) -> bool:
+        """Whether :meth:`prepare_set` draws on the whole set (B1's speaker means, a target per source speaker), so
+        that an utterance anonymised alone (``voxanon.load_system``) needs the set prepared first: by default,
+        whether the class overrides it."""
+        return cls.prepare_set is not Stage.prepare_set
+
+    @classmethod
     def takes_stage_wide(cls, setting: str, options: dict) -> bool:
         """Whether a command-line flag that sets ``setting`` on every stage that has it (``--device``,
         ``--precision``) sets it on this stage, configured with ``options`` (its recipe section)."""

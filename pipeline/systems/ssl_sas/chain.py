@@ -175,6 +175,10 @@ class VocoderStage(ModelStage):
         self.output_peak = None if output_peak is None else float(output_peak)
         self.layout = dict(layout or {})
 
+    @classmethod
+    def prepares_from_set(cls) -> bool:
+        return False  # its prepare_set only checks a setting
+
     def prepare_set(self, data: Any, work_dir: Any, progress: bool = True) -> dict[str, Any]:
         # A layout override is checked here, once before the first utterance, not when the stage is built:
         # describing a system (voxanon systems) then imports no torch, nor does a run without an override
