@@ -1,0 +1,123 @@
+"""Peak memory per input sample of loading an utterance and of each stage of a system: the figures the stages
+declare (``Stage.bytes_per_sample``, ``LOAD_BYTES_PER_SAMPLE`` in pipeline/execution/memory_plan.py) and the
+run's memory check multiplies by the utterances in flight.
+
+For each length (default 20 s and 80 s of 16 kHz noise in a 16-bit WAV) a fresh process loads the system's
+models, then loads the utterance and runs the stages one by one; before each step the kernel's peak-RSS mark
+is reset (``/proc/self/clear_refs`` 5) and after it the step's peak above the RSS it started from is read
+(``VmHWM`` less the ``VmRSS`` before). The figure per sample is the slope between the two lengths, so what a
+step takes whatever the length (a model's workspace, a library's first call) does not count.
+
+    .venv/bin/python -m benchmarks.stage_memory --system b2 b2r tdpsola [--seconds 20 80] [--computations ge2e asr]
+
+``--computations`` measures an evaluation's computations the same way (``CachedComputation.bytes_per_sample``):
+GE2E and the bundled Whisper tiny.en, each run once on a second of noise first so that its model is loaded.
+
+Systems with models need them installed (random weights measure the same: activations do not depend on the
+weights' values).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+COMPUTATIONS = ("ge2e", "asr")
+
+
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _peak_of(step) -> int:
+    """Bytes ``step()`` took at its peak above the resident memory before it."""
+    Path("/proc/self/clear_refs").write_text("5", encoding="ascii")  # resets VmHWM to the current RSS
+    before = _status_bytes("VmRSS")
+    step()
+    return _status_bytes("VmHWM") - before
+
+
+def measure_once(system_name: str, seconds: float, overrides: list[str]) -> dict[str, int]:
+    """In this process: each step's peak for one utterance of ``seconds``."""
+    from voxanon.data_prep.audio import load_audio
+    from voxanon.pipeline.execution.batches import load_stage_models
+    from voxanon.pipeline.systems.recipes import build_system, load_system_config
+
+    system = build_system(load_system_config(system_name, overrides))
+    load_stage_models(system, system.stages, device_models=True)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "noise.wav"
+        soundfile.write(path, (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32), 16000,
+                        subtype="PCM_16")
+        loaded = {}
+
+        def load():
+            loaded["audio"] = load_audio(path, system.sample_rate).samples
+
+        peaks = {"load": _peak_of(load)}
+    utterance = system.new_utterance("u", "s", "f", loaded.pop("audio"))
+    for stage in system.stages:
+        peaks[stage.name] = _peak_of(lambda: stage.process_batch([utterance]))
+    return peaks
+
+
+def measure_computation(name: str, seconds: float) -> dict[str, int]:
+    """In this process: the peak of an evaluation's computation (``ge2e``, ``asr``: the bundled Whisper) on one
+    utterance of ``seconds``, its model loaded and run once on a second of noise first."""
+    from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
+
+    computation = make_embedder({"encoder": "ge2e"}) if name == "ge2e" else make_transcriber("whisper-tiny.en")
+    rng = np.random.default_rng(0)
+    computation.compute([(0.1 * rng.standard_normal(16000)).astype(np.float32)])
+    wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+    return {name: _peak_of(lambda: computation.compute([wave]))}
+
+
+def measure(system_name: str, lengths: list[float], overrides: list[str]) -> dict[str, float]:
+    """Each step's bytes per input sample (at 16 kHz): the slope of its peak between the shortest and longest
+    of ``lengths``, each measured in a fresh process."""
+    runs = []
+    for seconds in (min(lengths), max(lengths)):
+        command = [sys.executable, "-m", "benchmarks.stage_memory", "--one", system_name, str(seconds), *overrides]
+        if system_name in COMPUTATIONS:
+            command[3] = "--computation"
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(output.strip().splitlines()[-1]))
+    samples = (max(lengths) - min(lengths)) * 16000
+    return {step: (runs[1][step] - runs[0][step]) / samples for step in runs[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--one"]:
+        print(json.dumps(measure_once(argv[1], float(argv[2]), argv[3:])))
+        return 0
+    if argv[:1] == ["--computation"]:
+        print(json.dumps(measure_computation(argv[1], float(argv[2]))))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--system", nargs="*", default=["b2", "b2r", "tdpsola"])
+    parser.add_argument("--computations", nargs="*", default=[], choices=COMPUTATIONS,
+                        help="evaluation computations to measure too")
+    parser.add_argument("--seconds", nargs=2, type=float, default=[20.0, 80.0])
+    parser.add_argument("--set", action="append", default=[], dest="overrides")
+    args = parser.parse_args(argv)
+    for name in args.system + args.computations:
+        figures = measure(name, args.seconds, args.overrides)
+        print(f"{name}: " + ", ".join(f"{step} {value:.1f} B/sample" for step, value in figures.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
