@@ -11,7 +11,8 @@ step takes whatever the length (a model's workspace, a library's first call) doe
     .venv/bin/python -m benchmarks.stage_memory --system b2 b2r tdpsola [--seconds 20 80] [--computations ge2e asr]
 
 ``--computations`` measures an evaluation's computations the same way (``CachedComputation.bytes_per_sample``):
-GE2E and the bundled Whisper tiny.en, each run once on a second of noise first so that its model is loaded.
+GE2E, ECAPA (the SSL-SAS geometry, random weights) and the bundled Whisper tiny.en, each run once on a second of
+noise first so that its model is loaded.
 
 Systems with models need them installed (random weights measure the same: activations do not depend on the
 weights' values).
@@ -19,6 +20,7 @@ weights' values).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-COMPUTATIONS = ("ge2e", "asr")
+COMPUTATIONS = ("ge2e", "ecapa", "asr")
 
 
 def _status_bytes(field: str) -> int:
@@ -39,7 +41,10 @@ def _status_bytes(field: str) -> int:
 
 
 def _peak_of(step) -> int:
-    """Bytes ``step()`` took at its peak above the resident memory before it."""
+    """Bytes ``step()`` took at its peak above the resident memory before it. The heap's free pages are given
+    back first (``malloc_trim``): a step that reused what an earlier one freed would otherwise seem to take
+    nothing (loading after the models measured 0, the vocoder after the content stage less than 0)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5", encoding="ascii")  # resets VmHWM to the current RSS
     before = _status_bytes("VmRSS")
     step()
@@ -74,18 +79,27 @@ def measure_once(system_name: str, seconds: float, overrides: list[str]) -> dict
 def measure_computation(name: str, seconds: float) -> dict[str, int]:
     """In this process: the peak of an evaluation's computation (``ge2e``, ``asr``: the bundled Whisper) on one
     utterance of ``seconds``, its model loaded and run once on a second of noise first."""
-    from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
+    if name == "ecapa":  # the SSL-SAS geometry, random weights: as an ecapa:DIR folder embeds on the CPU
+        from voxanon.models.nets.speaker import EcapaEncoder
+        from voxanon.pipeline.evaluation.computations import embedding_function
 
-    computation = make_embedder({"encoder": "ge2e"}) if name == "ge2e" else make_transcriber("whisper-tiny.en")
+        compute = embedding_function(EcapaEncoder(), "cpu")
+    else:
+        from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
+
+        computation = make_embedder({"encoder": "ge2e"}) if name == "ge2e" else make_transcriber("whisper-tiny.en")
+        compute = computation.compute
     rng = np.random.default_rng(0)
-    computation.compute([(0.1 * rng.standard_normal(16000)).astype(np.float32)])
+    compute([(0.1 * rng.standard_normal(16000)).astype(np.float32)])
     wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
-    return {name: _peak_of(lambda: computation.compute([wave]))}
+    return {name: _peak_of(lambda: compute([wave]))}
 
 
 def measure(system_name: str, lengths: list[float], overrides: list[str]) -> dict[str, float]:
     """Each step's bytes per input sample (at 16 kHz): the slope of its peak between the shortest and longest
-    of ``lengths``, each measured in a fresh process."""
+    of ``lengths``, each measured in a fresh process. A step whose memory grows faster than its length (attention
+over the whole utterance) is bounded by the slope up to the longest length and a little beyond, so the longest
+should be the system's ``max_seconds``."""
     runs = []
     for seconds in (min(lengths), max(lengths)):
         command = [sys.executable, "-m", "benchmarks.stage_memory", "--one", system_name, str(seconds), *overrides]

@@ -22,6 +22,7 @@ class F0Stage(Stage):
     """
 
     name = "f0"
+    bytes_per_sample = 100.0  # 99.3 measured with pYAAPT (benchmarks/stage_memory.py, resynth, 20 and 80 s at 16 kHz)
     model_free = True
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,

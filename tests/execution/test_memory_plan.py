@@ -135,3 +135,18 @@ def test_an_evaluation_file_that_cannot_fit_alone_is_refused_naming_it(tmp_path,
     files = _files(tmp_path, [1.0, 10.0])
     with pytest.raises(NotEnoughMemory, match=r"f1\.wav \(160000 samples\): needs about 0\.02 GB"):
         computation.run(files, ContentCache(None), "toy")
+
+
+def test_a_streaming_run_is_refused_not_replanned(tmp_path):
+    """The streaming executor's batches shape the output (a stage on a device), so a run whose device batch,
+    CPU lane and queue will not fit is refused, with the batch_seconds way out."""
+    from voxanon.pipeline.execution.batches import Job
+    from voxanon.pipeline.execution.memory_plan import check_streaming
+
+    system = build_system(load_system_config("b2"))
+    batches = [[Job(f"u{i}", "s", "f", f"/data/u{i}.wav", str(tmp_path / f"u{i}.wav"), 10.0) for i in range(4)]]
+    queue = 40.0 * LOAD_BYTES_PER_SAMPLE * 16000
+    fits = int(4 * 10.0 * B2_PER_SECOND + 10.0 * B2_PER_SECOND + queue)
+    check_streaming(system, batches, 1, 40.0, fits)
+    with pytest.raises(NotEnoughMemory, match=r"/data/u0\.wav \(10 s\).*--set batch_seconds=S"):
+        check_streaming(system, batches, 1, 40.0, fits - 1)
