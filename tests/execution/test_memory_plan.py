@@ -61,6 +61,21 @@ def test_the_declared_figures_make_the_estimate():
     assert need.per_sample == LOAD_BYTES_PER_SAMPLE + 104.0 and need.models == 0
 
 
+def test_a_stage_figure_may_depend_on_its_settings(tmp_path, monkeypatch):
+    """F0's peak depends on its backend (SA-toolkit's port for B5 takes more than the fast YAAPT); a model set
+    that runs on the CPU counts its installed files once, however many stages load it."""
+    monkeypatch.setenv("VOXANON_HOME", str(tmp_path))
+    tag = "hifigan_bn_tdnnf_wav2vec2_vq_48_v1"
+    (tmp_path / "models" / tag).mkdir(parents=True)
+    (tmp_path / "models" / tag / "final.pt").write_bytes(b"0" * 1000)
+    need = system_need(build_system(load_system_config("b5")))
+    assert need.per_sample == LOAD_BYTES_PER_SAMPLE + 0.0 + 154.0 + 793.0 + 102.0 and need.models == 1000
+    fast = system_need(build_system(load_system_config("b5", ["f0.backend=fast"])))
+    assert fast.per_sample == need.per_sample - 54.0
+    on_device = system_need(build_system(load_system_config("b5", ["asrbn_bn.device=cuda"])))
+    assert on_device.per_sample == need.per_sample - 793.0 and on_device.models == 1000  # the vocoder's, on the CPU
+
+
 def test_a_file_that_cannot_fit_is_refused_before_any_utterance(tmp_path, limit, capsys):
     """30 s of b2 needs about 54 MB; 40 MB left: one line naming the file, the estimate and the limit, exit 2, no
     utterance done (before: the run started, and a real limit's kernel killed it)."""
