@@ -18,10 +18,11 @@ log = logging.getLogger(__name__)
 
 
 # What each computation takes at its peak per sample of a batch's 16 kHz audio, beyond the loaded audio
-# (CachedComputation.bytes_per_sample, measured by benchmarks/stage_memory.py --computations on 20 and 80 s of noise):
+# (CachedComputation.bytes_per_sample, measured by benchmarks/stage_memory.py --computations on 20 and 80 s of noise:
+# GE2E 57.7 and 60.0, ECAPA 226.4, Whisper tiny.en 56.2 and, from 10 and 40 s, 43.3):
 # the evaluation cuts its batches to the memory left by these. Others (a wav2vec2 or SpeechBrain ASR folder) count
 # their loaded audio alone.
-COMPUTE_BYTES_PER_SAMPLE = {"ge2e": 60.0, "ecapa": 227.0, "whisper": 44.0}
+COMPUTE_BYTES_PER_SAMPLE = {"ge2e": 60.0, "ecapa": 227.0, "whisper": 57.0}
 
 ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
 

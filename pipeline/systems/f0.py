@@ -23,9 +23,9 @@ class F0Stage(Stage):
 
     name = "f0"
     model_free = True
-    BYTES_PER_SAMPLE = {"fast": 100.0, "sa-toolkit": 154.0}
+    BYTES_PER_SAMPLE = {"fast": 100.0, "sa-toolkit": 154.0, "pyaapt": 474.0}
     """Peak per sample on the CPU by backend, measured by benchmarks/stage_memory.py: fast 99.3 (resynth, 20 and
-    80 s; 74.8 from 20 and 120 s), sa-toolkit 153.4 (b5, 20 and 120 s)."""
+    80 s; 74.8 from 20 and 120 s), sa-toolkit 153.4 (b5, 20 and 120 s), pyaapt 473.7 (20 and 120 s)."""
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
