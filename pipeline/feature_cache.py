@@ -152,7 +152,7 @@ class CachedComputation:
             return [items[start:start + self.batch_size] for start in range(0, len(items), self.batch_size)]
         from .execution.memory_plan import LOAD_BYTES_PER_SAMPLE, evaluation_batches
 
-        return evaluation_batches(items, [int(seconds[key] * self.sample_rate) for key, _ in items],
+        return evaluation_batches(items, [int(seconds[key] * self.sample_rate) for key, _ in items], self.sample_rate,
                                   LOAD_BYTES_PER_SAMPLE + self.bytes_per_sample, self.batch_size,
                                   source=lambda item: item[1])
 

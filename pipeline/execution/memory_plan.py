@@ -111,9 +111,8 @@ def fit_pool_batches(system: System, jobs: list[Job], batches: list[list[Job]], 
                          "%s available (about %s)", system.name, size, system.batch_size, workers,
                          _gb(available), _gb(estimate(smaller)))
                 return smaller
-    singles = [[job] for job in jobs]
-    refuse(system, need, jobs, min(workers, len(jobs)), estimate(singles if batch_invariant(system.config) else batches),
-           available)
+    smallest = [[job] for job in jobs] if batch_invariant(system.config) else batches
+    refuse(system, need, jobs, min(workers, len(jobs)), estimate(smallest), available)
 
 
 def check_streaming(system: System, batches: list[list[Job]], workers: int, queue_seconds: float,
@@ -145,17 +144,19 @@ def fit_in_memory(system: System, jobs: list[Job], batches: list[list[Job]], wor
     return fit_pool_batches(system, jobs, batches, workers, room)
 
 
-def evaluation_batches(items: list, samples: list[int], per_sample: float, batch_size: int, source) -> list[list]:
-    """``items`` (longest first; ``samples`` each one's length) in batches of at most ``batch_size``, each cut
-    before its samples times ``per_sample`` would pass the memory left now; an item that does not fit alone is
-    refused naming ``source(item)``, before any batch runs."""
+def evaluation_batches(items: list, samples: list[int], sample_rate: int, per_sample: float, batch_size: int,
+                       source) -> list[list]:
+    """``items`` (longest first; ``samples`` each one's length at ``sample_rate``) in batches of at most
+    ``batch_size``, each cut before its samples times ``per_sample`` would pass the memory left now (with ample
+    memory, the batches of ``batch_size`` alone); an item that does not fit alone is refused naming
+    ``source(item)``, before any batch runs."""
     room = available_memory()
     batches: list[list] = []
     held = 0
     for item, count in zip(items, samples):
         need = int(per_sample * count)
         if room is not None and need > room:
-            raise NotEnoughMemory(f"{source(item)} ({count} samples): needs about {_gb(need)} to compute "
+            raise NotEnoughMemory(f"{source(item)} ({count / sample_rate:.0f} s): needs about {_gb(need)} to compute "
                                   f"({per_sample:.0f} bytes per sample), and {_gb(room)} is available "
                                   "(data_prep/memory.py: MemAvailable or the cgroup's limit); split the file or "
                                   "free memory")

@@ -148,7 +148,7 @@ def test_an_evaluation_file_that_cannot_fit_alone_is_refused_naming_it(tmp_path,
                                     progress=False)
     limit(10 * MB)
     files = _files(tmp_path, [1.0, 10.0])
-    with pytest.raises(NotEnoughMemory, match=r"f1\.wav \(160000 samples\): needs about 0\.02 GB"):
+    with pytest.raises(NotEnoughMemory, match=r"f1\.wav \(10 s\): needs about 0\.02 GB"):
         computation.run(files, ContentCache(None), "toy")
 
 
