@@ -105,8 +105,10 @@ should be the system's ``max_seconds``."""
         command = [sys.executable, "-m", "benchmarks.stage_memory", "--one", system_name, str(seconds), *overrides]
         if system_name in COMPUTATIONS:
             command[3] = "--computation"
-        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(output.strip().splitlines()[-1]))
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{system_name} at {seconds:g} s: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     samples = (max(lengths) - min(lengths)) * 16000
     return {step: (runs[1][step] - runs[0][step]) / samples for step in runs[0]}
 
