@@ -116,6 +116,9 @@ class CachedComputation:
     sample_rate: int = 16000
     batch_size: int = 16
     loudness_lufs: float | None = None
+    bytes_per_sample: float = 0.0
+    """What ``compute`` takes at its peak per sample of a batch's audio, beyond the loaded audio (measured:
+    benchmarks/stage_memory.py --computations)."""
     failures: dict[str, str] = field(default_factory=dict)
     computed: int = 0
     backend: object | None = None
@@ -149,6 +152,19 @@ class CachedComputation:
         return done + [(key, value, None, len(wave) / self.sample_rate)
                        for key, value, wave in zip(loaded, outputs, waves)]
 
+    def _batches(self, items: list[tuple[str, Path]], seconds: dict[str, float]) -> list[list[tuple[str, Path]]]:
+        """``items`` (longest first) in batches of ``batch_size``, cut smaller where a batch's audio would not fit in
+        the memory left (:func:`~voxanon.pipeline.execution.memory_plan.evaluation_batches`; loaded as 16 kHz
+        float32 plus ``bytes_per_sample`` to compute); under a cluster's ``backend``, whose workers have memory of
+        their own, by ``batch_size`` alone."""
+        if self.backend is not None:
+            return [items[start:start + self.batch_size] for start in range(0, len(items), self.batch_size)]
+        from .execution.memory_plan import LOAD_BYTES_PER_SAMPLE, evaluation_batches
+
+        return evaluation_batches(items, [int(seconds[key] * self.sample_rate) for key, _ in items], self.sample_rate,
+                                  LOAD_BYTES_PER_SAMPLE + self.bytes_per_sample, self.batch_size,
+                                  source=lambda item: item[1])
+
     def _computed_batches(self, batches: list[list[tuple[str, Path]]]):
         if self.backend is None:
             yield from ((batch, self.compute_batch(batch)) for batch in batches)
@@ -175,9 +191,9 @@ class CachedComputation:
         digests = dict(todo)
         # Longest first, so each batch holds utterances of similar length: padded batches on a device waste little,
         # and Whisper's windows of one batch end their beam searches together.
-        todo.sort(key=lambda item: -_seconds(files[item[0]]))
-        batches = [[(key, files[key]) for key, _ in todo[start:start + self.batch_size]]
-                   for start in range(0, len(todo), self.batch_size)]
+        seconds = {key: _seconds(files[key]) for key, _ in todo}
+        todo.sort(key=lambda item: -seconds[item[0]])
+        batches = self._batches([(key, files[key]) for key, _ in todo], seconds)
         failed: dict[str, str] = {}
         audio_seconds, started = 0.0, time.monotonic()
         with tqdm(total=len(todo), desc=desc, unit="utt", disable=not (todo and self.progress), leave=False,

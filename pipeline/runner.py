@@ -53,6 +53,7 @@ from ..data_prep.paths import contained_path
 from ..data_prep.run_lock import run_lock
 from .execution.batches import Job, Outcome, sha256_or_none
 from .execution.local import EXECUTORS, LocalBackend
+from .execution.memory_plan import fit_in_memory
 from .execution.planning import DEFAULT_BATCH_SECONDS, batch_invariant, batches_to_run, plan_batches, pool_batches
 from .execution.pool import NoWork
 from .systems.stage import RunFault, one_line
@@ -269,8 +270,11 @@ def _anonymise_locked(data: DataDir, system: System, out_dir: Path, backend, bac
     else:
         todo = [utt for utt in data.utterances if utt not in finished]
         parallel = backend_info["workers"] > 1
-        jobs = _jobs(data, todo, wav_dir, lengths=parallel)
+        jobs = _jobs(data, todo, wav_dir)
         batches = pool_batches(jobs, system.batch_size, parallel)
+    if isinstance(backend, LocalBackend):  # a cluster's workers have memory of their own
+        batches = fit_in_memory(system, jobs, batches, backend_info["workers"],
+                                options.queue_cap if streaming else None)
     manifest = {
         "system": system.name, "config": config, "config_hash": current_hash,
         "data": str(data.path.resolve()) if data.path else data.name, "out": str(out_dir.resolve()),
@@ -330,8 +334,9 @@ def input_identities(data: DataDir, content_digest: bool = False) -> dict[str, d
             for utt in data.utterances}
 
 
-def _jobs(data: DataDir, utterances: list[str], wav_dir: Path, lengths: bool = True) -> list[Job]:
-    seconds = _durations(data, utterances) if lengths else {}
+def _jobs(data: DataDir, utterances: list[str], wav_dir: Path) -> list[Job]:
+    """The utterances' jobs, with their lengths (which the memory check needs, and the parallel pool's order)."""
+    seconds = _durations(data, utterances)
     return [Job(utt, data.utt2spk[utt], data.spk2gender.get(data.utt2spk[utt]),
                 data.wav[utt] if data.is_pipe(utt) else str(data.audio_path(utt)),
                 str(contained_path(wav_dir, f"{utt}.wav")), seconds.get(utt))

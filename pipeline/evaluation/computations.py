@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# What each computation takes at its peak per sample of a batch's 16 kHz audio, beyond the loaded audio
+# (CachedComputation.bytes_per_sample, measured by benchmarks/stage_memory.py --computations on 20 and 80 s of noise:
+# GE2E 57.7 and 60.0, ECAPA 226.4, Whisper tiny.en 56.2 and, from 10 and 40 s, 43.3):
+# the evaluation cuts its batches to the memory left by these. Others (a wav2vec2 or SpeechBrain ASR folder) count
+# their loaded audio alone.
+COMPUTE_BYTES_PER_SAMPLE = {"ge2e": 60.0, "ecapa": 227.0, "whisper": 57.0}
+
 ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
 
 
@@ -73,7 +80,8 @@ def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu",
     only when an embedding is not in the cache; see :func:`embedding_function`."""
     from ..feature_cache import CachedComputation
 
-    tag, build = speaker_encoder_factory(str(encoder or asv.get("encoder", "ge2e")), digest)
+    spec = str(encoder or asv.get("encoder", "ge2e"))
+    tag, build = speaker_encoder_factory(spec, digest)
     encoder = {}
 
     def embed(waves):
@@ -85,7 +93,8 @@ def make_embedder(asv: dict, encoder: str | None = None, *, device: str = "cpu",
         return list(encoder["embed"](waves))
 
     return CachedComputation(tag, embed, kind="vector", batch_size=int(asv.get("batch_size", 16)),
-                             loudness_lufs=asv.get("loudness_lufs"))
+                             loudness_lufs=asv.get("loudness_lufs"),
+                             bytes_per_sample=COMPUTE_BYTES_PER_SAMPLE["ge2e" if spec == "ge2e" else "ecapa"])
 
 
 def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet], system: str, *,
@@ -117,7 +126,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
 
     if not spec:
         return None
-    check_asr_model(str(spec), trust_model_code)
+    asr_kind = check_asr_model(str(spec), trust_model_code)
     model = {}
 
     def transcribe(waves):
@@ -129,7 +138,8 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
         return model["asr"].transcribe_many(waves)
 
     tag = Path(spec).name if os.sep in str(spec) else str(spec)
-    return CachedComputation(tag, transcribe, kind="text", batch_size=8)
+    return CachedComputation(tag, transcribe, kind="text", batch_size=8,
+                             bytes_per_sample=COMPUTE_BYTES_PER_SAMPLE.get(asr_kind, 0.0))
 
 
 def run_computations_on(backend, batch_size: int | None, *computations: CachedComputation | None,

@@ -23,6 +23,9 @@ class F0Stage(Stage):
 
     name = "f0"
     model_free = True
+    BYTES_PER_SAMPLE = {"fast": 100.0, "sa-toolkit": 154.0, "pyaapt": 474.0}
+    """Peak per sample on the CPU by backend, measured by benchmarks/stage_memory.py: fast 99.3 (resynth, 20 and
+    80 s; 74.8 from 20 and 120 s), sa-toolkit 153.4 (b5, 20 and 120 s), pyaapt 473.7 (20 and 120 s)."""
 
     def __init__(self, cache_dir: str | None = None, f0_min_hz: float = 60.0, f0_max_hz: float = 400.0,
                  backend: str = DEFAULT_BACKEND, device: str = "cpu"):
@@ -37,6 +40,10 @@ class F0Stage(Stage):
             raise ValueError(f"f0.backend pyaapt runs on the CPU only, but f0.device is {self.device!r}: "
                              "set f0.device=cpu, or f0.backend=fast for the GPU version")
         self.model_free = self.device == "cpu"
+
+    @property
+    def bytes_per_sample(self) -> float | None:
+        return self.BYTES_PER_SAMPLE.get(self.backend)
 
     @classmethod
     def takes_stage_wide(cls, setting: str, options: dict) -> bool:

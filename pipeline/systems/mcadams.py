@@ -12,6 +12,7 @@ class McAdamsStage(Stage):
     """McAdams coefficient anonymisation (B2 with a fixed alpha, B2r with a drawn one)."""
 
     name = "mcadams"
+    bytes_per_sample = 104.0  # 103.4 measured (benchmarks/stage_memory.py, 20 and 80 s at 16 kHz): every frame at once
     SETTINGS = {
         "alpha": _ALPHA,
         "randomise": Choice(("none",) + SEED_LEVELS),

@@ -78,6 +78,12 @@ class Stage:
     """True for a stage that needs neither torch nor a loaded model (reading-level DSP, pYAAPT's F0): the
     runner may run a system's leading model-free stages in a helper process while it loads the models, and
     the streaming executor runs them in its pool of CPU processes."""
+    bytes_per_sample: float | None = None
+    """The memory the stage takes at its peak on the CPU above what the utterance held before it, in bytes per
+    sample of the utterance at the system's rate, measured (benchmarks/stage_memory.py): a class attribute, or a
+    property where it depends on the settings (F0's backend). The run's memory check
+    (:mod:`voxanon.pipeline.execution.memory_plan`) multiplies it by the samples in flight. None: not measured,
+    and left out of the estimate, which is then a lower bound."""
     device: str = "cpu"
     """Where the stage's models run (``cpu``, ``cuda``, ``cuda:N``, ``auto``; ``cpu:N`` runs the device code
     path on the CPU). A stage whose device is not ``cpu`` runs in the streaming executor's device process."""

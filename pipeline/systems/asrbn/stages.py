@@ -104,6 +104,8 @@ class AsrBnTargetStage(Stage):
     """The target speaker of each utterance, by the VPC 2024 recipe's selection rules (module doc)."""
 
     name = "asrbn_target"
+    # Peak per sample, 0.0 measured by benchmarks/stage_memory.py (b5, full-size random set, 20 and 120 s).
+    bytes_per_sample = 0.0
     model_free = True
 
     def __init__(self, models: str = B5_MODELS, selection: str = "random_per_utt", constant: str = CONSTANT_TARGET,
@@ -192,6 +194,8 @@ class AsrBnStage(_ModelStage):
     """BN features (50 Hz, vector-quantised) of SA-toolkit's ASR; wav2vec2 in padded batches off the CPU."""
 
     name = "asrbn_bn"
+    # Peak per sample, 792.5 measured by benchmarks/stage_memory.py (b5, full-size random set, 20 and 120 s).
+    bytes_per_sample = 793.0
     component = "extractor"
 
     def process_batch(self, batch: list[Utterance]) -> None:
@@ -210,6 +214,8 @@ class AsrBnVocoderStage(_ModelStage):
     length. ``output_peak`` (default none, as SA-toolkit) scales each output's peak to it."""
 
     name = "asrbn_vocoder"
+    # Peak per sample, 101.7 measured by benchmarks/stage_memory.py (b5, full-size random set, 20 and 120 s).
+    bytes_per_sample = 102.0
     component = "converter"
     inputs = ("bn", "f0", "target")
     inputs_hint = "put the asrbn_target, f0 (backend sa-toolkit) and asrbn_bn stages before it"

@@ -51,6 +51,8 @@ class SslSasInputStage(Stage):
     """Peak normalisation and the 320-sample trim that the rest of the chain relies on."""
 
     name = "ssl_sas_input"
+    # Peak per sample, measured by benchmarks/stage_memory.py (resynth, full-size SSL-SAS set, 20 and 120 s).
+    bytes_per_sample = 12.0
     model_free = True
 
     def __init__(self, peak: float = 0.95):
@@ -86,6 +88,9 @@ class ContentStage(ModelStage):
     """
 
     name = "content"
+    # Peak per sample, 927 measured by benchmarks/stage_memory.py (resynth, full-size SSL-SAS set, 20 and 120 s;
+    # 915 from 20 and 80 s: it grows with the length, not its square).
+    bytes_per_sample = 930.0
 
     def __init__(self, models: str = "ssl-sas", precision: str = "float32", device: str = "cpu"):
         self.precision, self.tf32 = stage_precision(precision, "content.precision")
@@ -126,6 +131,8 @@ class SpeakerStage(ModelStage):
     """
 
     name = "speaker"
+    # Peak per sample, 225.7 measured by benchmarks/stage_memory.py (resynth, full-size SSL-SAS set, 20 and 120 s).
+    bytes_per_sample = 226.0
 
     def __init__(self, models: str = "ssl-sas", device: str = "cpu"):
         super().__init__(models, device)
@@ -165,6 +172,8 @@ class VocoderStage(ModelStage):
     """
 
     name = "vocoder"
+    # Peak per sample, 25.4 measured by benchmarks/stage_memory.py (resynth, full-size SSL-SAS set, 20 and 120 s).
+    bytes_per_sample = 26.0
     inputs = ("content", "f0", "speaker")
     inputs_hint = "put the content, f0 and speaker stages before it"
 
