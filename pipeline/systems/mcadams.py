@@ -12,7 +12,7 @@ class McAdamsStage(Stage):
     """McAdams coefficient anonymisation (B2 with a fixed alpha, B2r with a drawn one)."""
 
     name = "mcadams"
-    bytes_per_sample = 104.0  # 103.4 measured (benchmarks/stage_memory.py, 20 and 80 s at 16 kHz): every frame at once
+    bytes_per_sample = 23.0  # 22.3 measured (benchmarks/stage_memory.py, 20 and 80 s at 16 kHz), in blocks of frames
     SETTINGS = {
         "alpha": _ALPHA,
         "randomise": Choice(("none",) + SEED_LEVELS),
