@@ -179,13 +179,14 @@ def refuse(system: System, need: MemoryNeed, jobs: list[Job], workers: int, esti
     lengths = sorted((need.samples(job) * need.per_sample for job in jobs), reverse=True)
     while fitting_workers < len(lengths) and sum(lengths[:fitting_workers + 1]) <= room:
         fitting_workers += 1
-    fitting_seconds = room / (workers * need.per_sample * need.sample_rate) if room > 0 else 0.0
+    # Whole seconds, rounded down: a file of the figure printed must fit.
+    fitting_seconds = int(room // (workers * need.per_sample * need.sample_rate)) if room > 0 else 0
     remedies = []
     if 1 <= fitting_workers < workers:
         remedies.append(f"--workers {fitting_workers} fits")
     if fitting_seconds >= 1:
-        remedies.append(f"files of at most {fitting_seconds:.0f} s fit: split longer ones, or --set "
-                        f"max_seconds={fitting_seconds:.0f} fails them alone")
+        remedies.append(f"files of at most {fitting_seconds} s fit: split longer ones, or --set "
+                        f"max_seconds={fitting_seconds} fails them alone")
     if hint:
         remedies.append(hint)
     if not remedies:

@@ -18,10 +18,11 @@ from voxanon.pipeline.cli import main
 from voxanon.pipeline.execution.memory_plan import LOAD_BYTES_PER_SAMPLE, NotEnoughMemory, system_need
 from voxanon.pipeline.feature_cache import CachedComputation, ContentCache
 from voxanon.pipeline.runner import JOURNAL, anonymise_set
+from voxanon.pipeline.systems.mcadams import McAdamsStage
 from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
 MB = 10 ** 6
-B2_PER_SECOND = (LOAD_BYTES_PER_SAMPLE + 104.0) * 16000  # b2's bytes per second of audio in flight
+B2_PER_SECOND = (LOAD_BYTES_PER_SAMPLE + McAdamsStage.bytes_per_sample) * 16000  # b2's bytes per second in flight
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def _with_long_file(tmp_path: Path, seconds: float) -> DataDir:
 
 def test_the_declared_figures_make_the_estimate():
     need = system_need(build_system(load_system_config("b2")))
-    assert need.per_sample == LOAD_BYTES_PER_SAMPLE + 104.0 and need.models == 0
+    assert need.per_sample == LOAD_BYTES_PER_SAMPLE + McAdamsStage.bytes_per_sample and need.models == 0
 
 
 def test_a_stage_figure_may_depend_on_its_settings(tmp_path, monkeypatch):
@@ -77,23 +78,25 @@ def test_a_stage_figure_may_depend_on_its_settings(tmp_path, monkeypatch):
 
 
 def test_a_file_that_cannot_fit_is_refused_before_any_utterance(tmp_path, limit, capsys):
-    """30 s of b2 needs about 54 MB; 40 MB left: one line naming the file, the estimate and the limit, exit 2, no
+    """100 s of b2 needs about 50 MB; 40 MB left: one line naming the file, the estimate and the limit, exit 2, no
     utterance done (before: the run started, and a real limit's kernel killed it)."""
-    _with_long_file(tmp_path, 30.0)
+    assert 45 * MB < 100.0 * B2_PER_SECOND < 55 * MB
+    _with_long_file(tmp_path, 100.0)
     limit(40 * MB)
     code = main(["anonymise", "--system", "b2", "--data", str(tmp_path / "toy"), "--out", str(tmp_path / "out"),
                  "--workers", "1", "--quiet"])
     error = capsys.readouterr().err.strip()
     assert code == 2
     assert len(error.splitlines()) == 1 and "Traceback" not in error
-    assert "long.wav (30 s)" in error and "0.05 GB" in error and "0.04 GB is available" in error
-    assert "files of at most 22 s fit" in error and "max_seconds=22" in error
+    at_most = int(40 * MB // B2_PER_SECOND)
+    assert "long.wav (100 s)" in error and "0.05 GB" in error and "0.04 GB is available" in error
+    assert f"files of at most {at_most} s fit" in error and f"max_seconds={at_most}" in error
     assert not list((tmp_path / "out").rglob("*.wav")) and not list((tmp_path / "out").rglob(JOURNAL))
 
 
 def test_fewer_workers_is_offered_where_one_fits(tmp_path, limit):
-    data = _with_long_file(tmp_path, 30.0)
-    limit(55 * MB)  # the 30 s file (54 MB) fits alone, not with a 1.1 s one (2 MB) beside it
+    data = _with_long_file(tmp_path, 100.0)
+    limit(int(100.5 * B2_PER_SECOND))  # the 100 s file fits alone, not with a 1.1 s one beside it
     with pytest.raises(NotEnoughMemory, match=r"long\.wav .*2 worker\(s\) at once.*--workers 1 fits"):
         anonymise_set(data, load_system_config("b2", ["batch_size=1"]), tmp_path / "out", workers=2, progress=False)
 
