@@ -58,7 +58,7 @@ def device_option(value: str) -> str:
     try:
         return check_device_name(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected cpu, cuda, auto or cuda:N") from None
+        raise argparse.ArgumentTypeError(f"{value!r}: expected cpu, cuda, auto, cuda:N or cpu:N") from None
 
 
 def resolve_device(device: str) -> str:

@@ -59,7 +59,7 @@ def demo_run(tmp_path_factory) -> Path:
 def test_the_plugin_runs_alike_in_the_streaming_executor(toy_corpus, tmp_path):
     common = ["anonymise", "--system", str(RECIPE), "--data", str(toy_corpus.path), "--workers", "2", "--quiet"]
     assert main(common + ["--out", str(tmp_path / "pool")]) == 0
-    assert main(common + ["--out", str(tmp_path / "streaming"), "--set", "pitch_shift.device=cpu:0"]) == 0
+    assert main(common + ["--out", str(tmp_path / "streaming"), "--device", "cpu:0"]) == 0
     runs = {name: json.loads((tmp_path / name / "toy_pitch" / "run.json").read_text()) for name in ("pool", "streaming")}
     assert {name: run["executor"]["kind"] for name, run in runs.items()} == {"pool": "pool", "streaming": "streaming"}
     expected = _files(tmp_path / "pool" / "toy_pitch")

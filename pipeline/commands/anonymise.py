@@ -9,6 +9,7 @@ from pathlib import Path
 from ...data_prep.corpus import DataDir, load_corpus
 from ...data_prep.errors import VoxanonError
 from ...data_prep.paths import named_folder, resolved
+from ..model_service import device_option
 from .options import add_corpus_arguments
 from .options import add_backend_arguments, backend_from_args
 from ..model_service import usable_cpus
@@ -37,9 +38,10 @@ def add_parser(subparsers) -> None:
                              "float32 matrix products and convolutions in TF32 (float32 on a CPU). bfloat16 is "
                              "about 1.7x faster on CPUs with AMX, at about 36 dB SNR against float32: not the "
                              "published systems' exact output. float16 is for GPUs (--device cuda)")
-    parser.add_argument("--device", choices=("cpu", "cuda", "auto"),
+    parser.add_argument("--device", type=device_option, metavar="cpu|cuda|auto|cuda:N|cpu:N",
                         help="where the neural stages run (content, speaker, vocoder, and B1's set embedding; "
-                             "default: the recipe's, cpu). pYAAPT's F0 stays on the CPU, on every core "
+                             "default: the recipe's, cpu; cpu:N runs their device code path on the CPU, in the "
+                             "streaming executor). pYAAPT's F0 stays on the CPU, on every core "
                              "(--set f0.device=cuda for the GPU YAAPT). "
                              "auto: CUDA wherever the process running them sees a GPU. On a GPU, utterances of "
                              "similar length run as padded batches of up to the batch size (--batch-size); "
