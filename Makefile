@@ -72,7 +72,7 @@ test-all: install system-deps
 # fairseq-fixed builds from source (about 8 minutes on 2 cores), so parity with fairseq is opt-in.
 test-fairseq: install
 	$(PY) -m pip install -e '.[fairseq]'
-	$(PY) -m pytest -q tests/test_neural_fairseq.py
+	$(PY) -m pytest -q tests/models/test_hubert_fairseq.py
 
 # gpu.py exits 2 with one line on a machine without CUDA; the other figures still run.
 bench: install

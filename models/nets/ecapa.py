@@ -2,7 +2,7 @@
 
 The neural chain's speaker stage loads ECAPA in the parent process before it forks, so it must
 not import speechbrain (0.3-0.7 s of one-core start-up). These modules compute what
-speechbrain 1.x computes in eval mode, to float rounding (``tests/test_ecapa_parity.py``):
+speechbrain 1.x computes in eval mode, to float rounding (``tests/models/test_ecapa_parity.py``):
 
 * :class:`Fbank` is ``speechbrain.lobes.features.Fbank(n_mels)`` without deltas or context:
   a centred, zero-padded 400-point STFT of 25 ms Hamming windows every 10 ms, power spectra,

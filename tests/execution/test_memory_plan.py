@@ -1,5 +1,5 @@
 """The memory a run's utterances in flight take, checked before the first utterance against the memory left
-(voxanon.pipeline.execution.memory_plan), under a fake cgroup v2 limit laid out as tests/test_memory_limits.py
+(voxanon.pipeline.execution.memory_plan), under a fake cgroup v2 limit laid out as tests/data_prep/test_memory.py
 lays one out: batches planned smaller where that gives the same bytes, a run refused in one line where it cannot
 fit, an evaluation's batches cut the same way."""
 from __future__ import annotations

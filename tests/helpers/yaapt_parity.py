@@ -1,6 +1,6 @@
 """How closely two YAAPT versions agree, and the speech they are compared on.
 
-Used by ``tests/test_fast_yaapt.py`` and ``benchmarks/f0.py``. Utterances are prepared as the SSL-SAS
+Used by ``tests/models/test_fast_yaapt.py`` and ``benchmarks/f0.py``. Utterances are prepared as the SSL-SAS
 chain hands them to its F0 stage (16 kHz, trimmed to a multiple of 320 samples, peak 0.95).
 """
 from __future__ import annotations

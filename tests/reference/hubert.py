@@ -1,5 +1,5 @@
 """transformers' ``HubertModel`` laid out as fairseq's HuBERT-base (and our :class:`HubertBackbone`): the
-reference our backbone is tested against (``tests/test_neural_hubert_parity.py``) and the stand-in for
+reference our backbone is tested against (``tests/models/test_hubert_parity.py``) and the stand-in for
 fairseq's HuBERT in ``benchmarks/pipeline.py``. Imports transformers."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# Test-only reference for tests/test_sa_yaapt.py (never imported by the voxanon package): SA-toolkit's
+# Test-only reference for tests/models/test_sa_yaapt.py (never imported by the voxanon package): SA-toolkit's
 # TorchScript port of YAAPT, the F0 tracker of the VoicePrivacy 2024 baselines B5/B6. (Its utterance CMVN,
 # ``UttCMVN`` of satools/satools/cmvn.py, is transcribed in tests/reference/sa_toolkit.py.)
 #

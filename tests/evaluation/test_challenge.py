@@ -28,10 +28,8 @@ from voxanon.pipeline.systems.recipes import load_system_config
 from tests.helpers.corpora import make_corpus
 
 from tests.helpers.corpora import single_torch_thread
+from tests.helpers.challenge_settings import TINY_SET
 
-TINY = {"channels": [16, 16, 16, 16, 48], "lin_neurons": 16, "attention_channels": 8, "se_channels": 8,
-        "sentence_len": 0.5, "batch_size": 8, "step_size": 10, "valid_ratio": 0, "number_of_epochs": 2}
-TINY_SET = [option for key, value in TINY.items() for option in ("--train-set", f"{key}={json.dumps(value)}")]
 
 
 @pytest.fixture(scope="module", autouse=True)

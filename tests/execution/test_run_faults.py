@@ -1,6 +1,6 @@
 """A fault of the whole run (no CUDA device, a broken model set, out of memory) stops it once, with one
 message and exit code 2, and writes no per-utterance failure, whatever the set size, worker count or
-executor; the random-weights warning is printed once per run. (Under Ray: tests/test_ray_backend.py.)"""
+executor; the random-weights warning is printed once per run. (Under Ray: tests/execution/test_ray_backend.py.)"""
 from __future__ import annotations
 
 import json

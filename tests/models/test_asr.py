@@ -15,7 +15,7 @@ from voxanon.eval.wer import normalise_english, word_error_rate
 from voxanon.models.recognisers.asr import DEFAULT_ASR, SpeechBrainASR, WhisperASR, default_whisper_dir, load_asr
 from tests.helpers.asr_dirs import write_tiny_encoder_asr
 
-DEMO_CORPUS = Path(__file__).resolve().parents[1] / "data_prep" / "demo" / "corpus"
+DEMO_CORPUS = Path(__file__).resolve().parents[2] / "data_prep" / "demo" / "corpus"
 # One utterance from each of six voices (three TTS engines, male and female sources).
 DEMO_UTTERANCES = ("awb-0001", "joe-0002", "rms-0003", "slt-0004", "us2-0005", "en1-0006")
 

@@ -11,7 +11,7 @@ import pytest
 from voxanon.pipeline.cli import main
 
 from tests.helpers.corpora import make_corpus
-from tests.test_challenge import TINY_SET
+from tests.helpers.challenge_settings import TINY_SET
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.pipeline.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 RECIPE = EXAMPLES / "pitch.yaml"
 RUN_RECORDS = {"run.json", ".journal.jsonl", ".lock"}

@@ -19,7 +19,7 @@ from voxanon.eval.report import write_report
 from voxanon.eval.results import COLUMNS, Result, from_json, to_json
 from voxanon.eval.tables import MAX_COLUMNS, format_value, markdown_table, markdown_tables_by_condition
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_report.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.py"
 CHROMIUM = Path("/usr/bin/chromium")
 RED = (255, 0, 0)
 BLUE = (0, 0, 255)

@@ -175,7 +175,7 @@ def test_benchmark_report_renders_in_chromium(benchmark_run, tmp_path):
 
     from PIL import Image
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_report.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.py"
     shot = tmp_path / "report.png"
     finished = subprocess.run([sys.executable, str(script), str(benchmark_run / "report.html"), str(shot)],
                               capture_output=True, text=True, timeout=180)

@@ -11,7 +11,7 @@ import soundfile
 
 from voxanon.data_prep.corpus import read_data_dir
 
-CORPUS = Path(__file__).resolve().parents[1] / "data_prep" / "demo" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "data_prep" / "demo" / "corpus"
 # As documented in data_prep/demo/README.md.
 FEMALE = {"slt", "us1", "de1", "de3", "de5"}
 MALE = {"kal", "awb", "rms", "ked", "us2", "us3", "en1", "joe"}

@@ -1,6 +1,6 @@
 """YAAPT F0 with the SSL-SAS settings, both backends: parity with direct pYAAPT calls, frame counts, silence, cache.
 
-The fast backend's parity on speech and synthetic voices, and its batched version: tests/test_fast_yaapt.py."""
+The fast backend's parity on speech and synthetic voices, and its batched version: tests/models/test_fast_yaapt.py."""
 from __future__ import annotations
 
 import amfm_decompy.basic_tools as basic

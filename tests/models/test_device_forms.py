@@ -34,7 +34,7 @@ from voxanon.pipeline.systems.recipes import build_system, device_overrides, loa
 from tests.helpers.corpora import make_corpus
 from tests.helpers.device_checks import MIN_CONTENT_COSINE, MIN_CONTENT_SNR_DB, MIN_WAVE_SNR_DB, voiced_waves
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
