@@ -168,7 +168,7 @@ def test_cuda_without_a_cuda_device_is_one_error_before_any_work(name, tmp_path,
     with pytest.raises(SystemExit) as exit_:
         main(argv + ["--device", "gpu"])
     assert exit_.value.code == 2
-    assert "expected cpu, cuda, auto or cuda:N" in capsys.readouterr().err
+    assert "expected cpu, cuda, auto, cuda:N or cpu:N" in capsys.readouterr().err
 
 
 def test_computations_batch_utterances_of_similar_length(tmp_path):
