@@ -99,18 +99,36 @@ def utterance_f0(job: F0Job) -> UtteranceF0:
     return UtteranceF0(job.utt, moments.mean_hz, moments.std_hz, moments.n_voiced)
 
 
+def _tracker_pool(workers: int, backend: str) -> ProcessPoolExecutor:
+    """Worker processes for :func:`utterance_f0`. On Linux the tracker is loaded once, here, and the workers
+    are forked from this process with it: spawned workers each imported it and loaded the fast version's
+    compiled kernels again (2-4 s of CPU per worker, about a third of the demo corpus's F0 on one core).
+    Elsewhere, or when this process already runs other threads, they are spawned."""
+    from ...execution.pool import fork_safe
+    from ..f0 import F0Stage
+
+    if not fork_safe():
+        return ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    F0Stage(backend=backend).load_models()
+    from ....data_prep.audio import load_audio  # noqa: F401  (what utterance_f0 imports, imported before the fork)
+    from .chain import SslSasInputStage  # noqa: F401
+    return ProcessPoolExecutor(workers, mp_context=get_context("fork"))
+
+
 def _track_all(jobs: list[F0Job], workers: int, progress: bool) -> list[UtteranceF0]:
     desc = f"F0 ({jobs[0].backend if jobs else 'YAAPT'})"
-    bar = tqdm(total=len(jobs), unit="utt", desc=desc, disable=not progress, dynamic_ncols=True)
     results: list[UtteranceF0] = []
-    with bar:
-        if workers <= 1 or len(jobs) <= 1:
+    if workers <= 1 or len(jobs) <= 1:
+        with tqdm(total=len(jobs), unit="utt", desc=desc, disable=not progress, dynamic_ncols=True) as bar:
             for job in jobs:
                 results.append(utterance_f0(job))
                 bar.update(1)
-        else:
-            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-                for future in as_completed([pool.submit(utterance_f0, job) for job in jobs]):
+    else:
+        # Every job submitted, which starts the processes, before the progress bar starts its thread.
+        with _tracker_pool(min(workers, len(jobs)), jobs[0].backend) as pool:
+            futures = [pool.submit(utterance_f0, job) for job in jobs]
+            with tqdm(total=len(jobs), unit="utt", desc=desc, disable=not progress, dynamic_ncols=True) as bar:
+                for future in as_completed(futures):
                     results.append(future.result())
                     bar.update(1)
     order = {job.utt: index for index, job in enumerate(jobs)}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,3 +133,25 @@ def test_sets_must_agree_on_speakers_and_not_repeat_utterances(tmp_path, capsys)
         (second.path / name).unlink(missing_ok=True)
     code, _, err = run_cli(["--data", str(first.path), "--data", str(second.path), "--no-cache"], capsys)
     assert code == 2 and "speaker 'spk0' is 'm' here but 'f'" in err
+
+
+def test_workers_are_forked_with_the_tracker_loaded_and_compute_what_one_process_does(tmp_path, capsys, monkeypatch):
+    from voxanon.pipeline.systems.ssl_sas import f0_targets
+
+    data = unbalanced_corpus(tmp_path)
+    code, alone, _ = run_cli(["--data", str(data.path), "--no-cache", "--workers", "1"], capsys)
+    assert code == 0
+    start_methods = []
+    pool_class = f0_targets.ProcessPoolExecutor
+
+    def recording_pool(workers, mp_context):
+        start_methods.append(mp_context.get_start_method())
+        return pool_class(workers, mp_context=mp_context)
+
+    monkeypatch.setattr(f0_targets, "ProcessPoolExecutor", recording_pool)
+    # As in a fresh command: the test process may still run the thread of an earlier progress bar.
+    monkeypatch.setattr("voxanon.pipeline.execution.pool.fork_safe", lambda: sys.platform == "linux")
+    code, pooled, _ = run_cli(["--data", str(data.path), "--no-cache", "--workers", "2"], capsys)
+    assert code == 0 and pooled == alone
+    # Spawned workers each imported the tracker and loaded its compiled kernels again (2-4 s of CPU each).
+    assert start_methods == (["fork"] if sys.platform == "linux" else ["spawn"])
