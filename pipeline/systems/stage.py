@@ -22,6 +22,7 @@ number of workers give bit-identical output.
 from __future__ import annotations
 
 import hashlib
+from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -136,7 +137,7 @@ class Stage:
             self.process(utt)
 
 
-class ModelStage(Stage):
+class ModelStage(Stage, metaclass=ABCMeta):
     """A stage that runs models of the installed model set ``models`` on ``device``: it needs the set, and loads
     its models on the CPU before the runner forks its workers, or on another device in the process that runs
     its batches (checking first that the device is there). Subclasses set ``name`` and define :meth:`model`;
@@ -153,9 +154,9 @@ class ModelStage(Stage):
     def needs(self) -> list[str]:
         return [f"checkpoint:{self.models}"]
 
+    @abstractmethod
     def model(self) -> Any:
         """The stage's models on its device, loaded once per process (the model service caches them)."""
-        raise NotImplementedError
 
     def load_models(self) -> None:
         if self.device == "cpu":
