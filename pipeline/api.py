@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 from ..data_prep.corpus import DataDir, load_corpus, read_data_dir
 from ..data_prep.errors import VoxanonError
 from .systems.plugins import import_path_of
-from .systems.recipes import (apply_overrides, build_system, check_needs, device_overrides, load_system_config,
-                              precision_overrides, resolve_system_config)
+from .systems.recipes import (apply_overrides, build_system, check_needs, configure, load_system_config,
+                              resolve_system_config)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,14 +65,7 @@ def system_config(system: SystemSpec, settings: Mapping[str, Any] | None = None,
 
     if load is not None:
         return load_system_config(load, overrides, device=device, precision=precision)
-
-    def resolved(extra: list[str]) -> dict:
-        return resolve_system_config(apply_overrides(base, extra))
-
-    config = resolved(overrides)
-    chosen = ((precision_overrides(config, precision) if precision is not None else [])
-              + (device_overrides(config, device) if device is not None else []))
-    return resolved(chosen + overrides) if chosen else config
+    return configure(lambda extra: resolve_system_config(apply_overrides(base, extra)), overrides, device, precision)
 
 
 def _overrides(settings: Mapping[str, Any], prefix: str = "") -> list[str]:

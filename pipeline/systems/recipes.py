@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...data_prep.errors import VoxanonError
 from .plugins import CODE_PATH_KEY, PLUGINS_KEY, PluginError, resolve_plugins
@@ -120,10 +120,18 @@ def load_system_config(system: str, overrides: list[str] = (), device: str | Non
     a device stage runs where it is, and the stages already on ``device`` keep their configuration (and
     with it the configuration hash of the outputs they made).
     """
-    config = _load_system_config(system, overrides)
+    return configure(lambda extra: _load_system_config(system, extra), overrides, device, precision,
+                     keep_placed=keep_placed)
+
+
+def configure(resolve: Callable[[list[str]], dict], overrides: list[str] = (), device: str | None = None,
+              precision: str | None = None, *, keep_placed: bool = False) -> dict:
+    """``resolve(overrides)`` (a recipe read and resolved with those overrides), with ``device`` and ``precision``
+    set on every stage that takes them before ``overrides``, as :func:`load_system_config` describes."""
+    config = resolve(list(overrides))
     stage_wide = (precision_overrides(config, precision) if precision is not None else []) + (
         [] if device is None else _placed_overrides(config, device) if keep_placed else device_overrides(config, device))
-    return _load_system_config(system, stage_wide + list(overrides)) if stage_wide else config
+    return resolve(stage_wide + list(overrides)) if stage_wide else config
 
 
 def _placed_overrides(config: dict, device: str) -> list[str]:
