@@ -56,6 +56,7 @@ def demo_run(tmp_path_factory) -> Path:
     return out / "corpus_pitch"
 
 
+@pytest.mark.slow  # the executors' own tests hold this guarantee for every stage
 def test_the_plugin_runs_alike_in_the_streaming_executor(toy_corpus, tmp_path):
     common = ["anonymise", "--system", str(RECIPE), "--data", str(toy_corpus.path), "--workers", "2", "--quiet"]
     assert main(common + ["--out", str(tmp_path / "pool")]) == 0
@@ -68,6 +69,7 @@ def test_the_plugin_runs_alike_in_the_streaming_executor(toy_corpus, tmp_path):
     assert set(record) == {"semitones"} and abs(record["semitones"]) <= 4
 
 
+@pytest.mark.slow  # the executors' own tests hold this guarantee for every stage
 def test_the_plugin_resumes_after_a_kill(demo_run, tmp_path, capsys):
     common = ["anonymise", "--system", str(RECIPE), "--data", str(demo_corpus_dir()), "--workers", "2", "--quiet",
               "--out", str(tmp_path)]
