@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BYTECODE := $(VENV)/.bytecode
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -25,17 +26,21 @@ $(UV): requirements/bootstrap.txt | $(PY)
 
 # Exactly the locked versions (hash-checked, no resolution: the lock is the whole set), then voxanon itself without resolving anything;
 # scripts/check_install.py then loads each compiled library and names a pair that does not load.
-# Bytecode is compiled here, once (uv does not by default, unlike pip): without it, where PYTHONDONTWRITEBYTECODE is
-# set, every process compiled torch's, SciPy's and our own sources again, 7 of the 14 CPU seconds of an anonymise
-# run over one utterance (docs/benchmarks.md).
 $(STAMP): pyproject.toml requirements/lock.txt | $(UV)
-	VIRTUAL_ENV=$(VENV) $(UV) pip install -q --no-deps --require-hashes --compile-bytecode -r requirements/lock.txt
+	VIRTUAL_ENV=$(VENV) $(UV) pip install -q --no-deps --require-hashes -r requirements/lock.txt
 	VIRTUAL_ENV=$(VENV) $(UV) pip install -q --no-deps --no-build-isolation -e .
-	$(PY) -m compileall -q -j 0 api pipeline models data_prep eval recipes > /dev/null
 	$(PY) scripts/check_install.py
 	touch $(STAMP)
 
-install: $(STAMP)
+# The environment's bytecode, compiled once (uv, unlike pip, installs none): where PYTHONDONTWRITEBYTECODE is set,
+# every process compiled torch's, SciPy's and our own sources again, 7 of the 14 CPU seconds of an anonymise run
+# over one utterance (docs/benchmarks.md). A stamp of its own, so that environments installed before it get it too.
+$(BYTECODE): $(STAMP)
+	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	  api pipeline models data_prep eval recipes > /dev/null
+	touch $(BYTECODE)
+
+install: $(STAMP) $(BYTECODE)
 
 lock: | $(UV)
 	$(UV) pip compile -q $(LOCK_INPUTS) $(LOCK_FLAGS) -o requirements/lock.txt

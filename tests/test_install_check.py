@@ -44,3 +44,18 @@ def test_a_torchaudio_built_for_another_torch_fails_in_one_line_naming_the_pair(
     assert f"torchaudio 2.11.1 with torch {metadata.version('torch')}" in lines[0]
     assert "libtorchaudio.so: undefined symbol: torch_exception_get_what_without_backtrace" in lines[0]
     assert "/venv/" not in lines[0]
+
+
+def test_the_environment_has_the_bytecode_of_what_the_neural_command_imports():
+    # `make install` compiles it (uv installs none): where PYTHONDONTWRITEBYTECODE is set, every voxanon process
+    # otherwise compiled torch's, SciPy's and our own sources again (7 CPU s of a 14 CPU s run; docs/benchmarks.md).
+    import importlib.util
+
+    import scipy.signal
+    import torch
+
+    from voxanon.pipeline.systems.ssl_sas import chain
+
+    missing = [module.__name__ for module in (torch, scipy.signal, chain)
+               if not Path(importlib.util.cache_from_source(module.__file__)).exists()]
+    assert not missing, f"no bytecode for {missing}: run make install"

@@ -37,7 +37,8 @@ def add_parser(subparsers) -> None:
                              "the recipe's, float32). float32 is strict FP32 on GPUs too; tf32 lets a GPU compute "
                              "float32 matrix products and convolutions in TF32 (float32 on a CPU). bfloat16 is "
                              "about 1.7x faster on CPUs with AMX, at about 36 dB SNR against float32: not the "
-                             "published systems' exact output. float16 is for GPUs (--device cuda)")
+                             "published systems' exact output; on CPUs without bfloat16 instructions it is "
+                             "slower than float32. float16 is for GPUs (--device cuda)")
     parser.add_argument("--device", type=device_option, metavar="cpu|cuda|auto|cuda:N|cpu:N",
                         help="where the neural stages run (content, speaker, vocoder, and B1's set embedding; "
                              "default: the recipe's, cpu; cpu:N runs their device code path on the CPU, in the "

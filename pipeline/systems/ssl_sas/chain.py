@@ -29,7 +29,9 @@ bfloat16``; ``float32``, the default, is unchanged) runs their matrix products a
 bfloat16, on model copies whose weights are already bfloat16: about 1.6x (content) and 3.4x
 (vocoder) faster on CPUs with AMX, at about 37 dB content SNR and 38 dB waveform SNR against
 float32 (random full-size weights; 36 dB against the float32 reference's 16-bit output in
-``benchmarks/pipeline.py``). The speaker stage has no such option: ECAPA is about 5 % of the
+``benchmarks/pipeline.py``). On a CPU without bfloat16 instructions (no AMX, no ``avx512_bf16``, e.g. the
+Ice Lake development machine) oneDNN emulates them and the stages run about 3.4x slower than in float32
+(docs/benchmarks.md). The speaker stage has no such option: ECAPA is about 5 % of the
 chain and gained under 0.005 RTF.
 """
 from __future__ import annotations
