@@ -18,11 +18,12 @@ one of two ways (``decoding``):
 * ``packed`` (the default): several utterances share a 30 s window, one second of silence
   between them, decoded with timestamps; the decoder's words are aligned to the audio
   (the model's cross-attention alignment heads, as faster-whisper's word timestamps) and each
-  word goes to the utterance whose samples hold it. An utterance that gets no word, or a word
-  that lands in the silence between two utterances or past the last one, or a window whose
-  decoding hit the token limit, is decoded again on its own (``per-utterance``), so no word is
-  given to the wrong utterance and none is dropped by the packing. A transcript then also
-  depends on its window's other utterances (the decoder reads them as one text).
+  word goes to the utterance whose samples hold it. An utterance the alignment leaves in doubt
+  (:func:`assign_words`: no word, a word in the silence next to it or stretched over it) or in a
+  window whose decoding hit the token limit is packed once more beside other neighbours, and if
+  still in doubt decoded on its own (``per-utterance``), so no word is given to the wrong
+  utterance and none is dropped by the packing. A transcript then also depends on its window's
+  other utterances (the decoder reads them as one text).
 * ``per-utterance`` (the decoding before packing): each utterance its own window, run through
   faster-whisper's ``BatchedInferencePipeline`` several at a time (one encoder call and one
   beam search per batch). Each window holds exactly one utterance's samples and the same mel
@@ -55,6 +56,8 @@ DEFAULT_WHISPER_DECODING = "packed"
 PACK_GAP_SAMPLES = SAMPLE_RATE
 # Longer than any word of read speech: an aligned word this long spans audio the decoder skipped.
 MAX_WORD_SECONDS = 1.5
+# Utterances in doubt after a packed window are packed once more beside other neighbours, then decoded alone.
+PACKING_ROUNDS = 2
 SPEECHBRAIN_HPARAMS = "hyperparams.yaml"
 
 
@@ -212,20 +215,25 @@ class WhisperASR:
     def _transcribe_packed(self, checked: list[np.ndarray], indices: list[int], transcripts: list[str],
                            bar) -> list[int]:
         """Fills ``transcripts`` for the utterances ``indices`` that packed decoding attributes with certainty;
-        returns the others (a window of one, or an utterance :func:`assign_words` is unsure of), in order."""
-        windows = pack_windows([len(checked[i]) for i in indices])
-        shared = [[indices[p] for p in window] for window in windows if len(window) > 1]
-        alone = [indices[p] for window in windows if len(window) == 1 for p in window]
-        for start in range(0, len(shared), self.batch_size):
-            block = shared[start:start + self.batch_size]
-            for window, texts in zip(block, self._decode_packed([[checked[i] for i in w] for w in block])):
-                for i, text in zip(window, texts):
-                    if text is None:
-                        alone.append(i)
-                    else:
-                        transcripts[i] = text
-                        bar.update(1)
-        return sorted(alone, key=lambda i: len(checked[i]))
+        returns the others, in order of length: windows of one, and utterances :func:`assign_words` is still
+        unsure of after ``PACKING_ROUNDS`` (each round packs the doubtful ones again, beside other neighbours)."""
+        alone, left = [], indices
+        for _ in range(PACKING_ROUNDS):
+            windows = pack_windows([len(checked[i]) for i in left])
+            alone += [left[window[0]] for window in windows if len(window) == 1]
+            shared = [[left[p] for p in window] for window in windows if len(window) > 1]
+            left = []
+            for start in range(0, len(shared), self.batch_size):
+                block = shared[start:start + self.batch_size]
+                for window, texts in zip(block, self._decode_packed([[checked[i] for i in w] for w in block])):
+                    for i, text in zip(window, texts):
+                        if text is None:
+                            left.append(i)
+                        else:
+                            transcripts[i] = text
+                            bar.update(1)
+            left.sort(key=lambda i: len(checked[i]))
+        return sorted(alone + left, key=lambda i: len(checked[i]))
 
     def _decode_packed(self, windows: list[list[np.ndarray]]) -> list[list[str | None]]:
         """One batched pass over windows of several utterances each: per window, each utterance's text, or None
