@@ -85,9 +85,10 @@ def compare_decodings(data, rounds: int, utterances: int | None) -> None:
               f"{audio_seconds / median / CORES:5.1f} audio s/s per core   WER {wer:.2f} %")
     speed_up = statistics.median(seconds["per-utterance"]) / statistics.median(seconds["packed"])
     differ = sum(normalise_english(a) != normalise_english(b) for a, b in zip(texts["per-utterance"], texts["packed"]))
-    print(f"  packed / per-utterance: {speed_up:.2f}x faster; {differ} of {len(utts)} transcripts differ; "
-          f"{attributed['in doubt'] / rounds:.0f} per round decoded on their own (in doubt), "
-          f"{attributed['packed'] / rounds:.0f} attributed in their windows")
+    print(f"  packed / per-utterance: {speed_up:.2f}x faster; {differ} of {len(utts)} transcripts differ; per round "
+          f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
+          f"{len(utts) - attributed['packed'] / rounds:.0f} decoded alone; {attributed['in doubt'] / rounds:.0f} "
+          f"times an utterance was in doubt (first or second packing)")
 
 
 def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> float:
