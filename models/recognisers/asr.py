@@ -21,9 +21,9 @@ one of two ways (``decoding``):
   word goes to the utterance whose samples hold it. An utterance the alignment leaves in doubt
   (:func:`assign_words`: no word, a word in the silence next to it or stretched over it) or in a
   window whose decoding hit the token limit is packed once more beside other neighbours, and if
-  still in doubt decoded on its own (``per-utterance``), so no word is given to the wrong
-  utterance and none is dropped by the packing. A transcript then also depends on its window's
-  other utterances (the decoder reads them as one text).
+  still in doubt decoded on its own (``per-utterance``): a word goes to an utterance only where
+  the alignment puts it clearly inside that utterance's samples. A transcript then also depends
+  on its window's other utterances (the decoder reads them as one text).
 * ``per-utterance`` (the decoding before packing): each utterance its own window, run through
   faster-whisper's ``BatchedInferencePipeline`` several at a time (one encoder call and one
   beam search per batch). Each window holds exactly one utterance's samples and the same mel
@@ -261,7 +261,7 @@ class WhisperASR:
                                        max_length=model.max_length, suppress_blank=True,
                                        suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])))
         tokens = [[t for t in result.sequences_ids[0] if t < tokenizer.eot] for result in results]
-        words = model.find_alignment(tokenizer, tokens, encoded, frames)
+        words = model.find_alignment(tokenizer, tokens, encoded, frames)  # [] for a window without text
         texts = []
         for window_spans, result, window_words in zip(spans, results, words):
             if len(prompt) + len(result.sequences_ids[0]) >= model.max_length:

@@ -96,6 +96,12 @@ def test_packed_decoding_gives_each_utterance_its_own_words(batched_transcripts,
     assert word_error_rate(references, {DEMO_UTTERANCES[i]: t for i, t in transcripts.items()}).wer < 60.0
 
 
+def test_packed_window_without_speech_leaves_its_utterances_to_be_decoded_alone():
+    silence = np.zeros(16000, dtype=np.float32)
+    packed = WhisperASR(decoding="packed")
+    assert packed._decode_packed([[silence, silence], [silence, silence, silence]]) == [[None, None], [None] * 3]
+
+
 def test_pack_windows_fills_30_second_windows_in_order():
     second = 16000
     assert pack_windows([]) == []
