@@ -27,6 +27,11 @@ def whisper() -> WhisperASR:
 
 
 @pytest.fixture(scope="module")
+def packed_whisper() -> WhisperASR:
+    return WhisperASR(batch_size=4, decoding="packed")
+
+
+@pytest.fixture(scope="module")
 def demo() -> tuple[dict[str, str], list[np.ndarray]]:
     data = read_data_dir(DEMO_CORPUS)
     audio = []
@@ -70,9 +75,9 @@ def test_utterance_over_30_seconds_is_decoded_whole(whisper, batched_transcripts
     assert words.count("horn") == 2
 
 
-def test_packed_decoding_gives_each_utterance_its_own_words(batched_transcripts, demo, monkeypatch):
+def test_packed_decoding_gives_each_utterance_its_own_words(packed_whisper, batched_transcripts, demo, monkeypatch):
     references, audio = demo
-    packed = WhisperASR(batch_size=4, decoding="packed")
+    packed = packed_whisper
     decoded = []
 
     def spied(windows):
@@ -96,10 +101,9 @@ def test_packed_decoding_gives_each_utterance_its_own_words(batched_transcripts,
     assert word_error_rate(references, {DEMO_UTTERANCES[i]: t for i, t in transcripts.items()}).wer < 60.0
 
 
-def test_packed_window_without_speech_leaves_its_utterances_to_be_decoded_alone():
+def test_packed_window_without_speech_leaves_its_utterances_to_be_decoded_alone(packed_whisper):
     silence = np.zeros(16000, dtype=np.float32)
-    packed = WhisperASR(decoding="packed")
-    assert packed._decode_packed([[silence, silence], [silence, silence, silence]]) == [[None, None], [None] * 3]
+    assert packed_whisper._decode_packed([[silence, silence], [silence] * 3]) == [[None, None], [None] * 3]
 
 
 def test_pack_windows_fills_30_second_windows_in_order():
