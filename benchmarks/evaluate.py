@@ -1,16 +1,24 @@
-"""Evaluation speed: cold and warm runs on the demo corpus, and speaker-embedding throughput.
+"""Evaluation speed: Whisper's two decodings side by side, cold and warm runs on the demo corpus, and
+speaker-embedding throughput.
 
-- cold: ``voxanon evaluate`` (vpc2022: GE2E ASV, similarity matrices, Whisper tiny.en WER) of
-  B2 against the original demo corpus with an empty cache; warm: the same run again, served
-  from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
+- ASR: Whisper tiny.en on the original demo utterances, ``per-utterance`` (each utterance its own 30 s
+  window, the decoding before packing) and ``packed`` (several to a window), alternating in the same run,
+  ``--rounds`` each: the median in audio seconds per second per core (the cores this process may use), the
+  WER of each, and how many transcripts differ after normalisation.
+- cold: ``voxanon evaluate`` (vpc2022: GE2E ASV, similarity matrices, rho_F0, Whisper tiny.en WER) of
+  B2 against the original demo corpus with an empty cache, with each decoding; warm: the same run again,
+  served from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
+  Audio seconds per second per core count both sides (original and B2).
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
-    .venv/bin/python -m benchmarks.evaluate [--utterances 48]
+    .venv/bin/python -m benchmarks.evaluate [--rounds 3] [--asr-utterances N] [--asr-only] [--utterances 48]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +28,8 @@ import numpy as np
 from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
+from voxanon.eval.wer import normalise_english, word_error_rate
+from voxanon.models.recognisers.asr import WHISPER_DECODINGS, WhisperASR
 from voxanon.pipeline.evaluation.protocols import load_protocol
 from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
 from voxanon.pipeline.evaluation.evaluate import evaluate_sets
@@ -29,11 +39,56 @@ from voxanon.pipeline.runner import anonymise_set
 from voxanon.pipeline.systems.recipes import load_system_config
 
 
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def timed_evaluation(sets, protocol, cache: ContentCache) -> tuple[float, int]:
     start = time.perf_counter()
     found = evaluate_sets(sets, protocol, "b2", embedder=make_embedder(protocol["asv"]), cache=cache,
-                          asr=make_transcriber(protocol.get("asr")))
+                          asr=make_transcriber(protocol.get("asr"), decoding=protocol.get("asr_decoding")))
     return time.perf_counter() - start, found.computed
+
+
+def compare_decodings(data, rounds: int, utterances: int | None) -> None:
+    """Both Whisper decodings on the same utterances, alternating, each model loaded once beforehand."""
+    utts = data.utterances[:utterances]
+    waves = [load_audio(data.audio_path(u), 16000).samples for u in utts]
+    audio_seconds = sum(map(len, waves)) / 16000
+    models = {decoding: WhisperASR(decoding=decoding) for decoding in WHISPER_DECODINGS}
+    for model in models.values():
+        model.transcribe(waves[0])  # CTranslate2's first call sets up its kernels
+    packed = models["packed"]
+    attributed = {"packed": 0, "in doubt": 0}
+
+    def counted(windows):
+        texts = type(packed)._decode_packed(packed, windows)
+        for window in texts:
+            attributed["packed"] += sum(text is not None for text in window)
+            attributed["in doubt"] += sum(text is None for text in window)
+        return texts
+
+    packed._decode_packed = counted
+    seconds: dict[str, list[float]] = {decoding: [] for decoding in models}
+    texts: dict[str, list[str]] = {}
+    for round_ in range(rounds):
+        for decoding in (models if round_ % 2 == 0 else reversed(models)):
+            start = time.perf_counter()
+            texts[decoding] = models[decoding].transcribe_many(waves)
+            seconds[decoding].append(time.perf_counter() - start)
+    print(f"Whisper tiny.en on {len(utts)} original demo utterances ({audio_seconds:.0f} s), {rounds} alternating "
+          f"rounds, {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    references = {u: data.text[u] for u in utts}
+    for decoding in ("per-utterance", "packed"):
+        median = statistics.median(seconds[decoding])
+        wer = word_error_rate(references, dict(zip(utts, texts[decoding]))).wer
+        print(f"  {decoding:14s} median {median:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[decoding])})  "
+              f"{audio_seconds / median / CORES:5.1f} audio s/s per core   WER {wer:.2f} %")
+    speed_up = statistics.median(seconds["per-utterance"]) / statistics.median(seconds["packed"])
+    differ = sum(normalise_english(a) != normalise_english(b) for a, b in zip(texts["per-utterance"], texts["packed"]))
+    print(f"  packed / per-utterance: {speed_up:.2f}x faster; {differ} of {len(utts)} transcripts differ; per round "
+          f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
+          f"{len(utts) - attributed['packed'] / rounds:.0f} decoded alone; {attributed['in doubt'] / rounds:.0f} "
+          f"times an utterance was in doubt (first or second packing)")
 
 
 def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> float:
@@ -47,21 +102,32 @@ def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--utterances", type=int, default=48, help="utterances for the throughput figures")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each Whisper decoding")
+    parser.add_argument("--asr-utterances", type=int, default=None,
+                        help="original demo utterances for the decodings' comparison (default: all 182)")
+    parser.add_argument("--asr-only", action="store_true", help="only the decodings' comparison")
     args = parser.parse_args()
     corpus = demo_corpus_dir()
+    data = read_data_dir(corpus)
+    compare_decodings(data, args.rounds, args.asr_utterances)
+    if args.asr_only:
+        return
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        data = read_data_dir(corpus)
         anonymise_set(data, load_system_config("b2"), work / "demo_b2", progress=False)
         sets = discover_sets(corpus, work / "demo_b2")
-        protocol = load_protocol("vpc2022")
-        cache = ContentCache(work / "cache")
-        cold, computed_cold = timed_evaluation(sets, protocol, cache)
-        warm, computed_warm = timed_evaluation(sets, protocol, cache)
+        timings = {}
+        for decoding in ("per-utterance", "packed"):
+            protocol = load_protocol("vpc2022", [f"asr_decoding={decoding}"])
+            cache = ContentCache(work / f"cache-{decoding}")
+            timings[decoding] = (timed_evaluation(sets, protocol, cache), timed_evaluation(sets, protocol, cache))
     audio_seconds = sum(data.utt2dur.values())
-    print(f"evaluate (vpc2022, GE2E + Whisper tiny.en) of B2 on the demo corpus ({audio_seconds:.0f} s of audio)")
-    print(f"  cold: {cold:7.1f} s  ({computed_cold} embeddings/transcripts computed)")
-    print(f"  warm: {warm:7.1f} s  ({computed_warm} computed)   speed-up {cold / warm:.1f}x")
+    print(f"evaluate (vpc2022, GE2E + Whisper tiny.en) of B2 on the demo corpus ({audio_seconds:.0f} s of audio "
+          f"each side), {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for decoding, ((cold, computed_cold), (warm, computed_warm)) in timings.items():
+        print(f"  {decoding:14s} cold: {cold:7.1f} s  ({computed_cold} embeddings/transcripts computed, "
+              f"{2 * audio_seconds / cold / CORES:.1f} audio s/s per core)   warm: {warm:5.1f} s  ({computed_warm} "
+              f"computed)")
 
     waves = [load_audio(data.audio_path(u), 16000).samples for u in data.utterances[:args.utterances]]
     encoders = {}

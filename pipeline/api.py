@@ -351,7 +351,8 @@ def evaluate(original: str | os.PathLike, anonymised: str | os.PathLike, *, out:
         digest = FileDigests(content_cache.root)
         asv = protocol_config.get("asv", {})
         embedder = make_embedder(asv, device=device, digest=digest)
-        transcriber = make_transcriber(protocol_config.get("asr"), trust_model_code, device=device)
+        transcriber = make_transcriber(protocol_config.get("asr"), trust_model_code, device=device,
+                                       decoding=protocol_config.get("asr_decoding"))
         notes = {"protocol": protocol_config["name"], "original": str(original), "anonymised": str(anonymised)}
         semi_informed = None
         if asv_model is not None:

@@ -90,3 +90,22 @@ def test_validate_reports_problems_with_exit_code(tmp_path, capsys):
 def test_user_errors_print_cleanly(tmp_path, capsys):
     assert main(["anonymise", "--system", "b2", "--data", str(tmp_path / "nowhere")]) == 2
     assert "voxanon anonymise: error:" in capsys.readouterr().err
+
+
+def test_demo_asr_decoding_reaches_the_protocol(monkeypatch, tmp_path):
+    from voxanon.pipeline.evaluation import benchmark
+
+    seen = []
+
+    def compare(sets, systems, protocol, *args, **kwargs):
+        seen.append(protocol["asr_decoding"])
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmark, "compare", compare)  # the demo imports it when it runs
+    for extra in ([], ["--asr-decoding", "per-utterance"]):
+        with pytest.raises(SystemExit):
+            main(["demo", "--out", str(tmp_path / "demo"), "--quiet", *extra])
+    assert seen == ["packed", "per-utterance"]
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["demo", "--asr-decoding", "joined"])
+    assert exit_info.value.code == 2

@@ -12,12 +12,25 @@ float32 mono 16 kHz arrays and returns one transcript per utterance; WER is comp
 by :mod:`voxanon.eval.wer`.
 
 Whisper speed: the encoder always sees a 30 s window, so decoding one utterance at a
-time costs about the same for a 2 s clip as for a 30 s one. ``transcribe_many`` gives
-each utterance its own window and runs the windows through faster-whisper's
-``BatchedInferencePipeline`` several at a time (one encoder call and one beam search per
-batch). Each window holds exactly one utterance's samples and the same mel features,
-prompt and decoding settings as ``transcribe``, so the transcripts are the same as one
-at a time; utterances over 30 s go through the one-at-a-time long-form decoder.
+time costs about the same for a 2 s clip as for a 30 s one. ``transcribe_many`` decodes in
+one of two ways (``decoding``):
+
+* ``packed`` (the default): several utterances share a 30 s window, one second of silence
+  between them, decoded with timestamps; the decoder's words are aligned to the audio
+  (the model's cross-attention alignment heads, as faster-whisper's word timestamps) and each
+  word goes to the utterance whose samples hold it. An utterance the alignment leaves in doubt
+  (:func:`assign_words`: no word, a word in the silence next to it or stretched over it) or in a
+  window whose decoding hit the token limit is packed once more beside other neighbours, and if
+  still in doubt decoded on its own (``per-utterance``): a word goes to an utterance only where
+  the alignment puts it clearly inside that utterance's samples. A transcript then also depends
+  on its window's other utterances (the decoder reads them as one text).
+* ``per-utterance`` (the decoding before packing): each utterance its own window, run through
+  faster-whisper's ``BatchedInferencePipeline`` several at a time (one encoder call and one
+  beam search per batch). Each window holds exactly one utterance's samples and the same mel
+  features, prompt and decoding settings as ``transcribe``, so the transcripts are the same as
+  one at a time.
+
+Either way, utterances over 30 s go through the one-at-a-time long-form decoder.
 """
 from __future__ import annotations
 
@@ -37,6 +50,14 @@ SAMPLE_RATE = 16000
 DEFAULT_ASR = "whisper-tiny.en"
 WHISPER_WINDOW_SAMPLES = 30 * SAMPLE_RATE
 WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
+WHISPER_DECODINGS = ("packed", "per-utterance")
+DEFAULT_WHISPER_DECODING = "packed"
+# Silence between packed utterances: Whisper's word alignment is off by a few 20 ms frames, far less than this.
+PACK_GAP_SAMPLES = SAMPLE_RATE
+# Longer than any word of read speech: an aligned word this long spans audio the decoder skipped.
+MAX_WORD_SECONDS = 1.5
+# Utterances in doubt after a packed window are packed once more beside other neighbours, then decoded alone.
+PACKING_ROUNDS = 2
 SPEECHBRAIN_HPARAMS = "hyperparams.yaml"
 
 
@@ -105,7 +126,8 @@ class WhisperASR:
     skipping, so a transcript depends on its utterance alone.
 
     ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on.
-    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``device``: ``cpu``, or
+    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``decoding``: ``packed`` or
+    ``per-utterance`` (see the module's notes; :meth:`transcribe` is always per utterance). ``device``: ``cpu``, or
     ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
     ``int8`` weights on either, so a transcript differs between them by float rounding only.
     """
@@ -114,10 +136,13 @@ class WhisperASR:
 
     def __init__(self, model_dir: str | os.PathLike | None = None, compute_type: str = "int8",
                  beam_size: int = 5, language: str = "en", threads: int = 0, batch_size: int = 8,
-                 device: str = "cpu"):
+                 device: str = "cpu", decoding: str = DEFAULT_WHISPER_DECODING):
         if beam_size < 1 or batch_size < 1 or threads < 0:
             raise ValueError(f"beam_size and batch_size must be >= 1 and threads >= 0, "
                              f"got {beam_size}, {batch_size}, {threads}")
+        if decoding not in WHISPER_DECODINGS:
+            raise ValueError(f"decoding must be one of {', '.join(WHISPER_DECODINGS)}, got {decoding!r}")
+        self.decoding = decoding
         is_default = model_dir is None
         self.model_dir = default_whisper_dir() if is_default else Path(model_dir)
         self.name = DEFAULT_ASR if is_default else f"whisper:{self.model_dir.name}"
@@ -166,7 +191,8 @@ class WhisperASR:
         return "".join(segment.text for segment in segments).strip()
 
     def transcribe_many(self, audios: Sequence[np.ndarray], progress: bool = False) -> list[str]:
-        """Transcripts of many utterances, the same as :meth:`transcribe` on each, batched."""
+        """Transcripts of many utterances, batched: ``per-utterance``, the same as :meth:`transcribe` on each;
+        ``packed``, several utterances to a window (see the module's notes)."""
         checked = [_checked_audio(audio, i) for i, audio in enumerate(audios)]
         transcripts: list[str] = [""] * len(checked)
         short = [i for i, samples in enumerate(checked) if len(samples) <= WHISPER_WINDOW_SAMPLES]
@@ -174,6 +200,8 @@ class WhisperASR:
         short.sort(key=lambda i: len(checked[i]))
         long = [i for i, samples in enumerate(checked) if len(samples) > WHISPER_WINDOW_SAMPLES]
         with tqdm(total=len(checked), desc="ASR", unit="utt", disable=not progress) as bar:
+            if self.decoding == "packed":
+                short = self._transcribe_packed(checked, short, transcripts, bar)
             for start in range(0, len(short), self.batch_size):
                 block = short[start:start + self.batch_size]
                 for i, text in zip(block, self._transcribe_windows([checked[i] for i in block])):
@@ -183,6 +211,66 @@ class WhisperASR:
                 transcripts[i] = self.transcribe(checked[i])
                 bar.update(1)
         return transcripts
+
+    def _transcribe_packed(self, checked: list[np.ndarray], indices: list[int], transcripts: list[str],
+                           bar) -> list[int]:
+        """Fills ``transcripts`` for the utterances ``indices`` that packed decoding attributes with certainty;
+        returns the others, in order of length: windows of one, and utterances :func:`assign_words` is still
+        unsure of after ``PACKING_ROUNDS`` (each round packs the doubtful ones again, beside other neighbours)."""
+        alone, left = [], indices
+        for _ in range(PACKING_ROUNDS):
+            windows = pack_windows([len(checked[i]) for i in left])
+            alone += [left[window[0]] for window in windows if len(window) == 1]
+            shared = [[left[p] for p in window] for window in windows if len(window) > 1]
+            left = []
+            for start in range(0, len(shared), self.batch_size):
+                block = shared[start:start + self.batch_size]
+                for window, texts in zip(block, self._decode_packed([[checked[i] for i in w] for w in block])):
+                    for i, text in zip(window, texts):
+                        if text is None:
+                            left.append(i)
+                        else:
+                            transcripts[i] = text
+                            bar.update(1)
+            left.sort(key=lambda i: len(checked[i]))
+        return sorted(alone + left, key=lambda i: len(checked[i]))
+
+    def _decode_packed(self, windows: list[list[np.ndarray]]) -> list[list[str | None]]:
+        """One batched pass over windows of several utterances each: per window, each utterance's text, or None
+        where the words cannot be attributed with certainty."""
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        model = self._model
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                              language=self.language)
+        spans, features, frames = [], [], []
+        for utterances in windows:
+            starts = np.cumsum([0] + [len(u) + PACK_GAP_SAMPLES for u in utterances[:-1]])
+            audio = np.zeros(starts[-1] + len(utterances[-1]), dtype=np.float32)
+            for start, samples in zip(starts, utterances):
+                audio[start:start + len(samples)] = samples
+            spans.append([(start / SAMPLE_RATE, (start + len(u)) / SAMPLE_RATE) for start, u in zip(starts, utterances)])
+            features.append(pad_or_trim(model.feature_extractor(audio)[..., :-1]))
+            frames.append(len(audio) // model.feature_extractor.hop_length)
+        encoded = model.encode(np.stack(features))
+        # Timestamps on (the prompt without <|notimestamps|>): Whisper's long-form mode, which expects several phrases.
+        prompt = list(tokenizer.sot_sequence)
+        results = model.model.generate(encoded, [prompt] * len(windows), beam_size=self.beam_size,
+                                       max_length=model.max_length, suppress_blank=True,
+                                       suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])))
+        tokens = [[t for t in result.sequences_ids[0] if t < tokenizer.eot] for result in results]
+        words = model.find_alignment(tokenizer, tokens, encoded, frames)  # [] for a window without text
+        texts = []
+        for window_spans, result, window_words in zip(spans, results, words):
+            if len(prompt) + len(result.sequences_ids[0]) >= model.max_length:
+                texts.append([None] * len(window_spans))  # cut at the token limit: words may be missing
+                continue
+            owned, unsure = assign_words(window_words, window_spans)
+            texts.append([None if k in unsure or not owned[k] else tokenizer.decode(owned[k]).strip()
+                          for k in range(len(window_spans))])
+        return texts
 
     def _transcribe_windows(self, utterances: list[np.ndarray]) -> list[str]:
         """One batched pass; every utterance (at most 30 s) is a window of its own.
@@ -211,6 +299,60 @@ class WhisperASR:
         for segment in segments:
             texts[segment.seek].append(segment.text)
         return ["".join(texts[int(s) * frames_per_second]).strip() for s in starts_seconds]
+
+
+def pack_windows(lengths: Sequence[int], capacity: int = WHISPER_WINDOW_SAMPLES,
+                 gap: int = PACK_GAP_SAMPLES) -> list[list[int]]:
+    """Positions of ``lengths`` (samples) in consecutive runs that fit one window of ``capacity`` samples with
+    ``gap`` samples between neighbours."""
+    windows: list[list[int]] = []
+    used = 0
+    for position, length in enumerate(lengths):
+        if windows and used + gap + length <= capacity:
+            windows[-1].append(position)
+            used += gap + length
+        else:
+            windows.append([position])
+            used = length
+    return windows
+
+
+def assign_words(words: list[dict], spans: list[tuple[float, float]],
+                 tolerance: float = PACK_GAP_SAMPLES / SAMPLE_RATE / 4) -> tuple[list[list[int]], set[int]]:
+    """Each aligned word's tokens (faster-whisper's ``find_alignment``: ``word``, ``tokens``, ``start``, ``end`` in
+    seconds) given to the utterance whose span (start, end seconds in the window) holds the word's middle, within
+    ``tolerance``; punctuation goes with the word before it (the first word's: after it).
+
+    Returns the tokens per utterance and the utterances the alignment leaves in doubt: those next to a word whose
+    middle lies in the silence between spans or past the last, those a word longer than ``MAX_WORD_SECONDS``
+    overlaps (an alignment stretched over speech the decoder skipped), and those that got no word, with their
+    neighbours (whose words may have been stretched over them)."""
+    owned: list[list[int]] = [[] for _ in spans]
+    unsure: set[int] = set()
+    owner, held = None, []
+    for word in words:
+        if not any(character.isalnum() for character in word["word"]):
+            if owner is None:
+                held += word["tokens"]
+            else:
+                owned[owner] += word["tokens"]
+            continue
+        middle = (word["start"] + word["end"]) / 2
+        holding = [k for k, (start, end) in enumerate(spans) if start - tolerance <= middle <= end + tolerance]
+        if word["end"] - word["start"] > MAX_WORD_SECONDS:
+            unsure |= {k for k, (start, end) in enumerate(spans) if word["start"] < end and start < word["end"]}
+        if holding:
+            owner = holding[0]
+            owned[owner] += held + word["tokens"]
+        else:
+            started = sum(start <= middle for start, _ in spans)  # the span before the silence, then the next
+            unsure |= {started - 1, started} & set(range(len(spans)))
+            owner = None
+        held = []
+    for k, tokens in enumerate(owned):
+        if not tokens:
+            unsure |= {k - 1, k, k + 1} & set(range(len(spans)))
+    return owned, unsure
 
 
 class SpeechBrainASR:
@@ -519,19 +661,20 @@ def check_asr_model(spec: str | os.PathLike | None = None, trust_model_code: boo
                    f"({SPEECHBRAIN_HPARAMS})")
 
 
-def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu",
-             threads: int = 0, trust_model_code: bool = False) -> SpeechRecognizer:
+def load_asr(spec: str | os.PathLike | None = None, *, device: str = "cpu", threads: int = 0,
+             trust_model_code: bool = False, decoding: str = DEFAULT_WHISPER_DECODING) -> SpeechRecognizer:
     """The ASR model a recipe names (checked by :func:`check_asr_model`).
 
     ``None`` or ``"whisper-tiny.en"``: the bundled Whisper tiny.en. A directory holding
     ``model.bin``: a CTranslate2 Whisper model. A directory holding ``hyperparams.yaml``:
     a SpeechBrain EncoderASR: the wav2vec2 CTC layout in voxanon's own modules, any other built by
-    speechbrain once its YAML passes the code allow-list (or ``trust_model_code``). ``threads``
-    applies to Whisper on the CPU.
+    speechbrain once its YAML passes the code allow-list (or ``trust_model_code``). ``threads`` (on the CPU) and
+    ``decoding`` (:data:`WHISPER_DECODINGS`) apply to Whisper.
     """
     kind = check_asr_model(spec, trust_model_code)
     if kind == "whisper":
-        return WhisperASR(None if spec is None or str(spec) == DEFAULT_ASR else spec, threads=threads, device=device)
+        return WhisperASR(None if spec is None or str(spec) == DEFAULT_ASR else spec, threads=threads, device=device,
+                          decoding=decoding)
     if kind == "wav2vec2-ctc":
         return Wav2Vec2CTCASR(spec, device=device)
     return SpeechBrainASR(spec, device=device, trust_model_code=trust_model_code)

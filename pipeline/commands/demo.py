@@ -99,6 +99,9 @@ def add_parser(subparsers) -> None:
                              "the other speakers (voxanon challenge on the demo; no WER)")
     parser.add_argument("--attacker-epochs", type=int, default=None, metavar="N",
                         help="with --semi-informed: attacker training epochs (default 20)")
+    parser.add_argument("--asr-decoding", choices=("packed", "per-utterance"), default=None,
+                        help="Whisper's decoding (default: the protocol's, packed): several utterances to a 30 s "
+                             "window, or each its own window as before 2026-12 (docs/evaluation.md, ASR decoding)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(run=run)
 
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     sets = discover_sets(demo_corpus_dir())
     data = sets[0].trials
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")
-    protocol = load_protocol(DEMO_PROTOCOL)
+    protocol = load_protocol(DEMO_PROTOCOL, [f"asr_decoding={args.asr_decoding}"] if args.asr_decoding else [])
     evaluation = compare(sets, list(DEMO_SYSTEMS), protocol, args.out, max(1, args.workers),
                          ContentCache(args.out / "cache"), allow_missing=False, progress=not args.quiet)
     for system in DEMO_SYSTEMS:

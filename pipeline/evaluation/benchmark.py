@@ -61,7 +61,8 @@ def compare(sets: list[EvaluationSet], systems: list[str], protocol: dict, out: 
     from ..feature_cache import FileDigests
 
     embedder = make_embedder(protocol.get("asv", {}), device=device, digest=FileDigests(cache.root))
-    transcriber = make_transcriber(protocol.get("asr"), trust_model_code, device=device)
+    transcriber = make_transcriber(protocol.get("asr"), trust_model_code, device=device,
+                                   decoding=protocol.get("asr_decoding"))
     run_computations_on(backend, batch_size, embedder, transcriber, progress=progress)
     # Every system is anonymised before any evaluation model loads: the runner forks its workers from
     # this process, which must not hold the evaluation models' threads by then.

@@ -180,7 +180,8 @@ def run_challenge(inputs: ChallengeInputs) -> ChallengeOutcome:
     # The evaluation's models (--asv-eval, --asr), checked as evaluate checks them; they load when first needed.
     digest = FileDigests(cache.root)
     embedder = make_embedder(asv, device=inputs.device, digest=digest)
-    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device)
+    transcriber = make_transcriber(protocol.get("asr"), inputs.trust_model_code, device=inputs.device,
+                                   decoding=protocol.get("asr_decoding"))
     train_sets = original_plan.sets
     eval_sets = discover_sets(inputs.data, allow_pipes=inputs.allow_pipes)
     iemocap_sets = [read_data_dir(Path(p), allow_pipes=inputs.allow_pipes) for p in inputs.iemocap]

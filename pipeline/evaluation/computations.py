@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 # their loaded audio alone.
 COMPUTE_BYTES_PER_SAMPLE = {"ge2e": 60.0, "ecapa": 227.0, "whisper": 57.0}
 
+PACKED_ASR_BATCH = 64
+
 ENCODERS = "ge2e (embedded), ecapa:DIR (SSL-SAS-style speechbrain folder), ecapa-voxceleb:DIR (spkrec-ecapa-voxceleb)"
 
 
@@ -113,20 +115,28 @@ def semi_informed_attacker(model_dir: Path, asv: dict, sets: list[EvaluationSet]
     return SemiInformed(embedder, encoder_label(spec, embedder.tag), attacker_training_summary(training)), warnings
 
 
-def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
-                     device: str = "cpu") -> CachedComputation | None:
+def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device: str = "cpu",
+                     decoding: str | None = None) -> CachedComputation | None:
     """The protocol's ASR model (a name or a model directory), built on ``device`` only when a transcript is not
     cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
+
+    ``decoding`` (the protocol's ``asr_decoding``; None: ``packed``) is Whisper's: ``packed`` transcripts are
+    tagged (labelled and cached) ``<model>-packed``, ``per-utterance`` ones ``<model>`` as before packing, so the
+    cache never hands one decoding's transcript to the other. Other ASR models ignore it.
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
     outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`). The spec and its folder
     are checked now (:func:`~voxanon.models.recognisers.asr.check_asr_model`), before any work."""
-    from ...models.recognisers.asr import check_asr_model
+    from ...models.recognisers.asr import DEFAULT_WHISPER_DECODING, WHISPER_DECODINGS, check_asr_model
     from ..feature_cache import CachedComputation
 
     if not spec:
         return None
+    decoding = decoding or DEFAULT_WHISPER_DECODING
+    if decoding not in WHISPER_DECODINGS:
+        raise VoxanonError(f"asr_decoding {decoding!r}: expected one of {', '.join(WHISPER_DECODINGS)}")
     asr_kind = check_asr_model(str(spec), trust_model_code)
+    packed = asr_kind == "whisper" and decoding == "packed"
     model = {}
 
     def transcribe(waves):
@@ -134,11 +144,13 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *,
             from ...models.recognisers.asr import load_asr
             from ..model_service import resolve_device
 
-            model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device))
+            model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device),
+                                    decoding=decoding)
         return model["asr"].transcribe_many(waves)
 
-    tag = Path(spec).name if os.sep in str(spec) else str(spec)
-    return CachedComputation(tag, transcribe, kind="text", batch_size=8,
+    tag = (Path(spec).name if os.sep in str(spec) else str(spec)) + ("-packed" if packed else "")
+    # Packed: enough utterances per batch to fill several 30 s windows (about ten demo utterances each).
+    return CachedComputation(tag, transcribe, kind="text", batch_size=PACKED_ASR_BATCH if packed else 8,
                              bytes_per_sample=COMPUTE_BYTES_PER_SAMPLE.get(asr_kind, 0.0))
 
 

@@ -145,6 +145,28 @@ def test_whisper_runs_on_cuda_only_where_ctranslate2_sees_it(monkeypatch, caplog
     assert whisper_device("cuda") == ("cuda", 0) and whisper_device("cuda:1") == ("cuda", 1)
 
 
+def test_whisper_decodings_are_tagged_apart_and_chosen_by_the_protocol(monkeypatch):
+    from voxanon.data_prep.errors import VoxanonError
+    from voxanon.models.recognisers import asr
+    from voxanon.pipeline.evaluation.computations import PACKED_ASR_BATCH, make_transcriber
+    from voxanon.pipeline.evaluation.protocols import load_protocol
+
+    assert load_protocol("vpc2022")["asr_decoding"] == "packed"
+    protocol = load_protocol("vpc2022", ["asr_decoding=per-utterance"])
+    loaded = []
+    monkeypatch.setattr(asr, "WhisperASR", lambda *args, **options: loaded.append(options) or
+                        type("Stub", (), {"transcribe_many": lambda self, waves: ["x"] * len(waves)})())
+    before = make_transcriber(protocol["asr"], decoding=protocol["asr_decoding"])
+    packed = make_transcriber("whisper-tiny.en")
+    # Today's decoding keeps its tag, so its cached transcripts stay valid; packed ones are cached apart.
+    assert (before.tag, before.batch_size) == ("whisper-tiny.en", 8)
+    assert (packed.tag, packed.batch_size) == ("whisper-tiny.en-packed", PACKED_ASR_BATCH)
+    assert before.compute([SIGNALS[0]]) == packed.compute([SIGNALS[0]]) == ["x"]
+    assert [options["decoding"] for options in loaded] == ["per-utterance", "packed"]
+    with pytest.raises(VoxanonError, match="asr_decoding 'joined': expected one of packed, per-utterance"):
+        make_transcriber("whisper-tiny.en", decoding="joined")
+
+
 COMMANDS = {
     "evaluate": ["evaluate", "--orig", "{data}", "--anon", "{data}", "--out", "{out}", "--cache", "{cache}"],
     "benchmark": ["benchmark", "--systems", "b2", "--data", "{data}", "--out", "{out}", "--cache", "{cache}"],

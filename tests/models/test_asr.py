@@ -12,7 +12,8 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.wer import normalise_english, word_error_rate
-from voxanon.models.recognisers.asr import DEFAULT_ASR, SpeechBrainASR, WhisperASR, default_whisper_dir, load_asr
+from voxanon.models.recognisers.asr import (DEFAULT_ASR, PACK_GAP_SAMPLES, WHISPER_WINDOW_SAMPLES, SpeechBrainASR,
+                                            WhisperASR, assign_words, default_whisper_dir, load_asr, pack_windows)
 from tests.helpers.asr_dirs import write_tiny_encoder_asr
 
 DEMO_CORPUS = Path(__file__).resolve().parents[2] / "data_prep" / "demo" / "corpus"
@@ -22,7 +23,12 @@ DEMO_UTTERANCES = ("awb-0001", "joe-0002", "rms-0003", "slt-0004", "us2-0005", "
 
 @pytest.fixture(scope="module")
 def whisper() -> WhisperASR:
-    return WhisperASR(batch_size=4)
+    return WhisperASR(batch_size=4, decoding="per-utterance")
+
+
+@pytest.fixture(scope="module")
+def packed_whisper() -> WhisperASR:
+    return WhisperASR(batch_size=4, decoding="packed")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,7 @@ def test_whisper_tiny_en_wer_on_demo_utterances(batched_transcripts, demo):
     assert result.hits > result.n_reference_words / 2
 
 
-def test_batched_transcripts_equal_one_at_a_time(whisper, batched_transcripts, demo):
+def test_per_utterance_decoding_equals_one_at_a_time(whisper, batched_transcripts, demo):
     # batch_size 4 over 6 utterances: two batches, and sorting by length reorders them.
     one_at_a_time = [whisper.transcribe(samples) for samples in demo[1]]
     assert batched_transcripts == one_at_a_time
@@ -67,6 +73,87 @@ def test_utterance_over_30_seconds_is_decoded_whole(whisper, batched_transcripts
     words = normalise_english(long_text).split()
     assert words.count("box") == 2
     assert words.count("horn") == 2
+
+
+def test_packed_decoding_gives_each_utterance_its_own_words(packed_whisper, batched_transcripts, demo, monkeypatch):
+    references, audio = demo
+    packed = packed_whisper
+    decoded = []
+
+    def spied(windows):
+        decoded.append(WhisperASR._decode_packed(packed, windows))
+        return decoded[-1]
+
+    monkeypatch.setattr(packed, "_decode_packed", spied)
+    # Longest first, as the evaluation sends them: the six fill one window in that order.
+    order = sorted(range(6), key=lambda i: -len(audio[i]))
+    assert pack_windows([len(audio[i]) for i in order]) == [list(range(6))]
+    transcripts = dict(zip(order, packed.transcribe_many([audio[i] for i in order])))
+    # The first window holds all six, most of them attributed there (the rest packed again or decoded alone).
+    assert len(decoded[0]) == 1 and sum(text is not None for text in decoded[0][0]) >= 4
+    for i, text in transcripts.items():
+        words = set(normalise_english(text).split())
+        own = set(normalise_english(references[DEMO_UTTERANCES[i]]).split())
+        others = [set(normalise_english(references[u]).split()) for u in DEMO_UTTERANCES if u != DEMO_UTTERANCES[i]]
+        # Its own sentence's words, more of them than of any other demo sentence's.
+        assert len(words & own) > max(len(words & other) for other in others), (i, text)
+    assert [transcripts[i] for i in range(6)] != batched_transcripts
+    assert word_error_rate(references, {DEMO_UTTERANCES[i]: t for i, t in transcripts.items()}).wer < 60.0
+
+
+def test_packed_window_without_speech_leaves_its_utterances_to_be_decoded_alone(packed_whisper):
+    silence = np.zeros(16000, dtype=np.float32)
+    assert packed_whisper._decode_packed([[silence, silence], [silence] * 3]) == [[None, None], [None] * 3]
+
+
+def test_pack_windows_fills_30_second_windows_in_order():
+    second = 16000
+    assert pack_windows([]) == []
+    assert pack_windows([10 * second, 9 * second, 9 * second, 2 * second]) == [[0, 1, 2], [3]]
+    # Exactly full: 3 x 9.33 s plus two gaps of one second.
+    third = (WHISPER_WINDOW_SAMPLES - 2 * PACK_GAP_SAMPLES) // 3
+    assert pack_windows([third] * 4) == [[0, 1, 2], [3]]
+    assert pack_windows([third + 1] * 3) == [[0, 1], [2]]
+    assert pack_windows([WHISPER_WINDOW_SAMPLES, 1]) == [[0], [1]]
+
+
+def word(text, start, end, tokens):
+    return {"word": text, "start": start, "end": end, "tokens": tokens}
+
+
+def test_assign_words_gives_words_to_the_utterance_that_holds_them():
+    spans = [(0.0, 2.0), (3.0, 5.0), (6.0, 8.0)]
+    words = [word(" The", 0.1, 0.4, [1]), word(" box", 0.4, 1.9, [2]), word(".", 1.9, 3.1, [3]),
+             word(" A", 3.1, 4.0, [4]), word(" tusk", 4.0, 5.2, [5]),   # ends in the gap, its middle inside
+             word(" is", 6.2, 6.5, [6]), word(" used", 6.5, 7.9, [7]), word(".", 7.9, 8.3, [8])]
+    owned, unsure = assign_words(words, spans)
+    assert owned == [[1, 2, 3], [4, 5], [6, 7, 8]]
+    assert unsure == set()
+
+
+def test_assign_words_doubts_words_in_the_silence_and_stretched_or_missing_utterances():
+    spans = [(0.0, 2.0), (3.0, 5.0), (6.0, 8.0), (9.0, 11.0)]
+    # " voiced" lies in the silence between the first two: both are in doubt, the others not.
+    owned, unsure = assign_words([word(" fence", 0.5, 1.5, [1]), word(" voiced", 2.2, 2.8, [2]),
+                                  word(" the", 3.2, 3.5, [3]), word(" load", 6.5, 7.0, [4]),
+                                  word(" now", 9.5, 10.0, [5])], spans)
+    assert unsure == {0, 1} and owned[2] == [4] and owned[3] == [5]
+    # A word stretched over 3.4 s: the decoder skipped speech; the utterances it covers are in doubt.
+    _, unsure = assign_words([word(" The", 0.0, 3.4, [1]), word(" box", 3.4, 4.0, [2]), word(" is", 6.5, 7.0, [3]),
+                              word(" here", 9.5, 10.0, [4])], spans)
+    assert unsure == {0, 1}
+    # An utterance without a word: it and its neighbours (whose words may have been stretched over it).
+    _, unsure = assign_words([word(" a", 0.5, 1.0, [1]), word(" b", 3.5, 4.0, [2]), word(" d", 9.5, 10.0, [4])], spans)
+    assert unsure == {1, 2, 3}
+    # A word past the last utterance.
+    _, unsure = assign_words([word(" a", 0.5, 1.0, [1]), word(" b", 3.5, 4.0, [2]), word(" c", 6.5, 7.0, [3]),
+                              word(" d", 9.5, 10.0, [4]), word(" e", 11.5, 12.5, [5])], spans)
+    assert unsure == {3}
+
+
+def test_whisper_decoding_setting_is_checked():
+    with pytest.raises(ValueError, match="decoding must be one of packed, per-utterance"):
+        WhisperASR(decoding="together")
 
 
 def test_transcribe_many_empty_list_and_bad_audio(whisper):
