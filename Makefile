@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml requirements/lock.txt | $(UV)
 # every process compiled torch's, SciPy's and our own sources again, 7 of the 14 CPU seconds of an anonymise run
 # over one utterance (docs/benchmarks.md). A stamp of its own, so that environments installed before it get it too.
 $(BYTECODE): $(STAMP)
-	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	$(PY) -W ignore -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	  api pipeline models data_prep eval recipes > /dev/null
 	touch $(BYTECODE)
 

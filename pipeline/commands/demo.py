@@ -100,7 +100,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--attacker-epochs", type=int, default=None, metavar="N",
                         help="with --semi-informed: attacker training epochs (default 20)")
     parser.add_argument("--asr-decoding", choices=("packed", "per-utterance"), default=None,
-                        help="Whisper's decoding (default: the protocol's, packed): several utterances to a 30 s "
+                        help="Whisper's decoding (default: the protocol's, per-utterance): several utterances to a 30 s "
                              "window, or each its own window as before 2026-12 (docs/evaluation.md, ASR decoding)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(run=run)

@@ -120,7 +120,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device
     """The protocol's ASR model (a name or a model directory), built on ``device`` only when a transcript is not
     cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
 
-    ``decoding`` (the protocol's ``asr_decoding``; None: ``packed``) is Whisper's: ``packed`` transcripts are
+    ``decoding`` (the protocol's ``asr_decoding``; None: ``per-utterance``) is Whisper's: ``packed`` transcripts are
     tagged (labelled and cached) ``<model>-packed``, ``per-utterance`` ones ``<model>`` as before packing, so the
     cache never hands one decoding's transcript to the other. Other ASR models ignore it.
 

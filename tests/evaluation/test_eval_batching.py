@@ -151,13 +151,13 @@ def test_whisper_decodings_are_tagged_apart_and_chosen_by_the_protocol(monkeypat
     from voxanon.pipeline.evaluation.computations import PACKED_ASR_BATCH, make_transcriber
     from voxanon.pipeline.evaluation.protocols import load_protocol
 
-    assert load_protocol("vpc2022")["asr_decoding"] == "packed"
-    protocol = load_protocol("vpc2022", ["asr_decoding=per-utterance"])
+    assert load_protocol("vpc2022")["asr_decoding"] == "per-utterance"
+    protocol = load_protocol("vpc2022")
     loaded = []
     monkeypatch.setattr(asr, "WhisperASR", lambda *args, **options: loaded.append(options) or
                         type("Stub", (), {"transcribe_many": lambda self, waves: ["x"] * len(waves)})())
     before = make_transcriber(protocol["asr"], decoding=protocol["asr_decoding"])
-    packed = make_transcriber("whisper-tiny.en")
+    packed = make_transcriber("whisper-tiny.en", decoding="packed")
     # Today's decoding keeps its tag, so its cached transcripts stay valid; packed ones are cached apart.
     assert (before.tag, before.batch_size) == ("whisper-tiny.en", 8)
     assert (packed.tag, packed.batch_size) == ("whisper-tiny.en-packed", PACKED_ASR_BATCH)
