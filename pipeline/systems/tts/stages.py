@@ -32,12 +32,14 @@ the assignment are always computed on the CPU, so the deal does not depend on th
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ....data_prep.atomic import atomic_write_text
 from ....data_prep.errors import VoxanonError
 from ....data_prep.paths import contained_path
 from ...model_service import cached_model, model_set, resolve_device
@@ -52,6 +54,7 @@ STREAMS = {"sttts_speaker": 1, "sttts_prosody": 2, "sttts_synthesise": 3, "gan_v
 GAN_VECTORS = 5000
 SIMILARITY_THRESHOLD = 0.7
 TRIES = 20
+SAMPLE_RATE = 16_000
 INPUTS_HINT = "B3's stages run in the order sttts_recognise, sttts_speaker, sttts_prosody, sttts_synthesise"
 
 
@@ -85,6 +88,11 @@ def generator(utt: Utterance, stream: str, level: str = "utterance"):
     import torch
 
     return torch.Generator().manual_seed(stream_seed(utt.seeds[level], stream))
+
+
+def unembedded_path(originals: Path) -> Path:
+    """Beside the table of original embeddings: the utterances left out of it and why (JSON)."""
+    return originals.with_name(originals.stem + "-unembedded.json")
 
 
 def content_rng(wave: np.ndarray) -> np.random.Generator:
@@ -145,38 +153,48 @@ class SttsSpeakerStage(_SttsStage):
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         """Embed every utterance of the set (its original style; cached per audio content) and write the table,
         in sorted-id order, under ``work_dir``, named by its digest."""
+        from tqdm import tqdm
+
+        from ....data_prep.audio import AudioError, load_audio
+        from ....data_prep.digest import sha256_file
         from ....data_prep.vectors import Vectors, write_vectors
-        from ...feature_cache import CachedComputation, ContentCache
+        from ....models.nets.tts.style import style_embedding
+        from ...feature_cache import ContentCache
 
         cache = ContentCache.from_option(self.cache_dir)
-        digest = model_set(self.models, RELEASE).manifest["files"]["style.safetensors"]
-        computation = CachedComputation(f"sttts-style-{digest[:16]}", self._embed, kind="vector", progress=progress)
-        files, failures = {}, {}
-        for utt in sorted(data.utterances):
+        tag = f"sttts-style-{model_set(self.models, RELEASE).manifest['files']['style.safetensors'][:16]}"
+        found, failures = {}, {}
+        for utt in tqdm(sorted(data.utterances), desc=f"B3 style {data.name}", unit="utt", leave=False,
+                        disable=not progress, dynamic_ncols=True):
             if data.is_pipe(utt):
                 failures[utt] = f"wav.scp entry {data.wav[utt]!r} is a command; B3 embeds the set's files before the run"
-            else:
-                files[utt] = data.audio_path(utt)
-        found = computation.run(files, cache, f"B3 style {data.name}")
-        failures.update(computation.take_failures(""))
-        for utt, message in failures.items():
-            # Such an utterance fails again, by name, when the runner reads it or reaches this stage.
-            log.warning("sttts_speaker: no original style embedding for %s: %s", utt, message)
+                continue
+            try:
+                digest = sha256_file(data.audio_path(utt))
+                vector = cache.get(tag, digest, "vector")
+                if vector is None:
+                    wave = load_audio(data.audio_path(utt), SAMPLE_RATE).samples
+                    vector = style_embedding(load_component(self.models, "style"), wave, content_rng(wave))
+                    cache.put(tag, digest, "vector", vector)
+            except (AudioError, OSError, ValueError) as error:
+                failures[utt] = str(error)
+                continue
+            found[utt] = np.asarray(vector, dtype=np.float32)
         if not found:
-            raise VoxanonError(f"sttts_speaker: no utterance of {data.name} could be embedded (see the warnings)")
+            first = next(iter(failures.items()))
+            raise VoxanonError(f"sttts_speaker: no utterance of {data.name} could be embedded (e.g. {first[0]}: "
+                               f"{first[1]})")
+        if failures:
+            # Each fails by name in failures.tsv, when the runner reads it or when it reaches this stage.
+            log.info("sttts_speaker: %d utterance(s) of %s left out of the GAN deal", len(failures), data.name)
         ids = sorted(found)
-        matrix = np.stack([np.asarray(found[utt], dtype=np.float32) for utt in ids])
+        matrix = np.stack([found[utt] for utt in ids])
         digest = hashlib.sha256("\n".join(ids).encode() + matrix.astype("<f4").tobytes()).hexdigest()
         path = contained_path(Path(work_dir).resolve(), f"sttts-originals-{self.models}-{digest[:16]}.npy")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_vectors(path, Vectors(tuple(ids), matrix))
+        atomic_write_text(unembedded_path(path), json.dumps(failures, indent=1, sort_keys=True) + "\n")
         return {"originals": str(path)}
-
-    def _embed(self, waves: list[np.ndarray]) -> list[np.ndarray]:
-        from ....models.nets.tts.style import style_embedding
-
-        embedder = load_component(self.models, "style")
-        return [style_embedding(embedder, wave, content_rng(wave)) for wave in waves]
 
     def _deal(self, utt: Utterance) -> tuple[np.ndarray, dict[str, int]]:
         """The set's GAN vectors and each utterance's index among them, computed once per process."""
@@ -190,7 +208,7 @@ class SttsSpeakerStage(_SttsStage):
 
             table = read_vectors(self.originals)
             wgan = load_component(self.models, "wgan")
-            vectors = generate_vectors(wgan, self.vectors, generator(utt, "gan_vectors", "run"))
+            vectors = generate_vectors(wgan, wgan.mean, wgan.std, self.vectors, generator(utt, "gan_vectors", "run"))
             originals = [row.astype(np.float32) for row in table.matrix]
             chosen = assign_targets(originals, vectors, rng(utt, "gan_assignment", "run"), self.threshold, self.tries)
             _deals[key] = (np.asarray(vectors, dtype=np.float32), dict(zip(table.ids, map(int, chosen))))
@@ -202,8 +220,9 @@ class SttsSpeakerStage(_SttsStage):
     def process(self, utt: Utterance) -> None:
         vectors, dealt = self._deal(utt)
         if utt.utt_id not in dealt:
-            raise VoxanonError(f"{utt.utt_id}: no original style embedding (it could not be embedded before the run, "
-                               "see the warnings), so no GAN target was dealt to it")
+            reason = json.loads(unembedded_path(Path(self.originals)).read_text(encoding="utf-8")).get(
+                utt.utt_id, "not in the set prepared before the run")
+            raise VoxanonError(f"{utt.utt_id}: no original style embedding, so no GAN target ({reason})")
         index = dealt[utt.utt_id]
         utt.features["style"] = vectors[index]
         utt.record["gan_index"] = index
