@@ -1,0 +1,187 @@
+"""B3's speaker side on random weights, CPU: our style embedding, WGAN generator and target assignment against
+the transcribed recipe code (``tests/reference/toucan/{gst,wgan}.py``) given the same draws, and the published
+files (written as their publishers' code writes them) read as data, checked key by key."""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers.sttts_speaker_fixtures import (EMBEDDING_FILE, WGAN_FILE, reference_style, write_speaker_release,
+                                                  write_wgan)
+from tests.reference.toucan import gst as gst_ref
+from tests.reference.toucan import wgan as wgan_ref
+from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
+from voxanon.models.checkpoints.sttts_speaker import (build_style, build_wgan, convert_style, convert_wgan,
+                                                      random_style, random_wgan, read_style, read_wgan)
+from voxanon.models.nets.tts.style import style_embedding
+from voxanon.models.nets.tts.vad import speech_span
+from voxanon.models.nets.tts.wgan import assign_targets, generate_vectors
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+RELATIVE = 1e-5
+
+
+def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
+    return float(np.max(np.abs(ours - reference)) / np.max(np.abs(reference)))
+
+
+def utterance(seconds: float, seed: int) -> np.ndarray:
+    """Noise-excited tones with silence before and after, at 16 kHz."""
+    rng = np.random.default_rng(seed)
+    speech = int(seconds * 16000)
+    t = np.arange(speech) / 16000
+    voiced = (np.sin(2 * np.pi * 140 * t) + 0.3 * np.sin(2 * np.pi * 1130 * t)) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    voiced = 0.2 * voiced + 0.02 * rng.standard_normal(speech)
+    pad = 0.0005 * rng.standard_normal(4000)
+    return np.concatenate([pad, voiced, pad]).astype(np.float32)
+
+
+def reference_extraction(embed, audio: np.ndarray, rng: np.random.Generator, monkeypatch) -> np.ndarray:
+    """The recipe's ``normalize_wave`` + ``extract_vector`` (extractor in training mode), its window start drawn
+    from ``rng``."""
+    monkeypatch.setattr(gst_ref.numpy.random, "randint", lambda low, high: rng.integers(low, high))
+    embed.train()
+    wave = gst_ref.normalize_wave(torch.from_numpy(audio).unsqueeze(0), 16000, "cpu")
+    return gst_ref.extract_vector(embed, wave, speech_span).numpy()
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> dict[str, Path]:
+    """Tiny files under a recipe ``models_dir``, written once for the module (the tests never change them)."""
+    return write_speaker_release(tmp_path_factory.mktemp("release") / "exp" / "sttts_models", size="tiny")
+
+
+@pytest.fixture(scope="module")
+def style_model():
+    state, config = random_style("full", 3)
+    return built_with_weights(lambda: build_style(config), state)
+
+
+@pytest.mark.parametrize("seconds", [0.9, 3.2])
+def test_style_embedding_matches_the_recipe_extraction(style_model, seconds, monkeypatch):
+    audio = utterance(seconds, seed=int(seconds * 10))
+    ours = style_embedding(style_model, audio, np.random.default_rng(7))
+    reference = reference_extraction(reference_style("full", 3), audio, np.random.default_rng(7), monkeypatch)
+    assert ours.shape == (128,) and ours.dtype == np.float32
+    assert relative_error(ours, reference) < RELATIVE
+
+
+def test_style_embedding_draws_its_window_from_the_given_generator(style_model):
+    audio = utterance(3.2, seed=1)
+    first = style_embedding(style_model, audio, np.random.default_rng(1))
+    assert np.array_equal(first, style_embedding(style_model, audio, np.random.default_rng(1)))
+    assert not np.allclose(first, style_embedding(style_model, audio, np.random.default_rng(2)))
+
+
+def test_speech_span_cuts_the_silence_around_speech():
+    audio = utterance(1.0, seed=0)
+    start, end = speech_span(audio)
+    assert 4000 - 512 - 480 <= start <= 4000 and 20000 <= end <= 20000 + 512 + 480
+    assert speech_span(np.zeros(16000, np.float32)) == (0, 16000)
+
+
+def test_wgan_vectors_match_the_recipe_generator(tmp_path):
+    path = write_wgan(tmp_path / "style-embed_wgan.pt", size="full", seed=4)
+    state, config = convert_wgan(read_wgan(path), path)
+    model = built_with_weights(lambda: build_wgan(config), state)
+    ours = generate_vectors(model, model.mean, model.std, 300, torch.Generator().manual_seed(11))
+    reference_generator = wgan_ref.EmbeddingsGenerator(gan_path=path, device=torch.device("cpu"))
+    with torch.random.fork_rng():
+        torch.manual_seed(11)
+        reference = reference_generator.generate_embeddings(n=300).numpy()
+    assert ours.shape == (300, 128) and ours.dtype == np.float32
+    assert relative_error(ours, reference) < RELATIVE
+
+
+@pytest.mark.parametrize("spread", [0.0, 3.0])
+def test_assign_targets_equals_the_recipe_loop(spread, monkeypatch):
+    """``spread`` 0: vectors near the originals, so most draws are refused, runs of 20 tries keep the last;
+    3: most first draws accepted. 40 utterances over 9 vectors reset the unused pool several times."""
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(16).astype(np.float32)
+    vectors = (base + spread * rng.standard_normal((9, 16))).astype(np.float32)
+    originals = [(base + 0.3 * rng.standard_normal(16)).astype(np.float32) for _ in range(40)]
+    ours = assign_targets(originals, vectors, np.random.default_rng(21))
+    draws = np.random.default_rng(21)
+    monkeypatch.setattr(wgan_ref.np.random, "choice", draws.choice)
+    reference = wgan_ref.select_gan_vectors([torch.from_numpy(o) for o in originals], torch.from_numpy(vectors))
+    assert ours == reference
+    assert len(set(ours[:9])) == 9
+
+
+def test_published_files_convert_and_load_strictly(release):
+    paths = release
+    assert paths["style"].as_posix().endswith(EMBEDDING_FILE.as_posix())
+    assert paths["wgan"].as_posix().endswith(WGAN_FILE.as_posix())
+    published = torch.load(paths["wgan"], weights_only=True)
+    assert {"gen_optimizer_state_dict", "critic_optimizer_state_dict", "iterations"} <= set(published)
+    assert published["gen_optimizer_state_dict"]["state"], "the fixture holds a trained optimizer's moments"
+    for read, convert, build, random_weights in ((read_style, convert_style, build_style, random_style),
+                                                 (read_wgan, convert_wgan, build_wgan, random_wgan)):
+        path = paths["style"] if read is read_style else paths["wgan"]
+        state, config = convert(read(path), path)
+        model = build(config)
+        model.load_state_dict(state, strict=True)
+        assert config == random_weights("tiny", 0)[1]
+
+
+def test_full_size_random_weights_have_the_published_shapes():
+    style_state, style_config = random_style("full", 0)
+    assert style_state["gst.ref_enc.gru.weight_ih_l0"].shape == (384, 256)
+    assert style_state["gst.stl.gst_embs"].shape == (10, 32)
+    assert style_state["gst.stl.mha.linear_k.weight"].shape == (128, 32)
+    wgan_state, _ = random_wgan("full", 0)
+    assert wgan_state["fc_out.weight"].shape == (128, 192) and wgan_state["fc.weight"].shape == (256, 16)
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (str(self.marker),))
+
+
+@pytest.mark.parametrize("read", [read_style, read_wgan])
+def test_a_reduce_payload_is_refused_and_never_run(tmp_path, read, release):
+    checkpoint = torch.load(release["style"], weights_only=True)
+    path = tmp_path / "embedding_function.pt"
+    checkpoint["default_emb"] = Payload(tmp_path / "ran")
+    torch.save(checkpoint, path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
+    with pytest.raises(UnsafeCheckpointError, match="os.makedirs|posix.makedirs|makedirs"):
+        read(path)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_wrong_shape_is_refused_naming_its_key(release):
+    style_path = release["style"]
+    checkpoint = read_style(style_path)
+    checkpoint["style_emb_func"]["gst.stl.mha.linear_v.bias"] = torch.zeros(3)
+    with pytest.raises(CheckpointError, match=r"embedding_function\.pt.*gst\.stl\.mha\.linear_v\.bias \(3,\)"):
+        convert_style(checkpoint, style_path)
+    wgan_path = release["wgan"]
+    checkpoint = read_wgan(wgan_path)
+    checkpoint["generator_state_dict"]["module.resnet.0.conv_1.weight"] = torch.zeros(1, 1, 3, 3)
+    with pytest.raises(CheckpointError, match=r"style-embed_wgan\.pt.*resnet\.0\.conv_1\.weight \(1, 1, 3, 3\)"):
+        convert_wgan(checkpoint, wgan_path)
+
+
+def test_missing_entries_and_keys_are_refused_naming_them(release, tmp_path):
+    wgan_path = release["wgan"]
+    checkpoint = read_wgan(wgan_path)
+    without_std = copy.copy(checkpoint)
+    del without_std["std"]
+    with pytest.raises(CheckpointError, match="'std'"):
+        convert_wgan(without_std, wgan_path)
+    del checkpoint["generator_state_dict"]["module.fc_out.bias"]
+    with pytest.raises(CheckpointError, match=r"missing fc_out\.bias"):
+        convert_wgan(checkpoint, wgan_path)
+    with pytest.raises(CheckpointError, match="style_emb_func"):
+        convert_style({"model": {}}, tmp_path / "embedding_function.pt")
