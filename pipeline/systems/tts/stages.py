@@ -153,17 +153,40 @@ class SttsSpeakerStage(_SttsStage):
     def prepare_set(self, data, work_dir, progress: bool = True) -> dict[str, Any]:
         """Embed every utterance of the set (its original style; cached per audio content) and write the table,
         in sorted-id order, under ``work_dir``, named by its digest."""
-        from tqdm import tqdm
-
-        from ....data_prep.audio import AudioError, load_audio
-        from ....data_prep.digest import sha256_file
         from ....data_prep.vectors import Vectors, write_vectors
-        from ....models.nets.tts.style import style_embedding
+        from ...execution.workers import one_cpu_thread
         from ...feature_cache import ContentCache
 
         cache = ContentCache.from_option(self.cache_dir)
         tag = f"sttts-style-{model_set(self.models, RELEASE).manifest['files']['style.safetensors'][:16]}"
         found, failures = {}, {}
+        # One thread, as every worker computes: the embeddings must not depend on the machine's cores.
+        with one_cpu_thread():
+            self._embed_set(data, cache, tag, found, failures, progress)
+        if not found:
+            first = next(iter(failures.items()))
+            raise VoxanonError(f"sttts_speaker: no utterance of {data.name} could be embedded (e.g. {first[0]}: "
+                               f"{first[1]})")
+        if failures:
+            # Each fails by name in failures.tsv, when the runner reads it or when it reaches this stage.
+            log.info("sttts_speaker: %d utterance(s) of %s left out of the GAN deal", len(failures), data.name)
+        ids = sorted(found)
+        matrix = np.stack([found[utt] for utt in ids])
+        digest = hashlib.sha256("\n".join(ids).encode() + matrix.astype("<f4").tobytes()).hexdigest()
+        path = contained_path(Path(work_dir).resolve(), f"sttts-originals-{self.models}-{digest[:16]}.npy")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_vectors(path, Vectors(tuple(ids), matrix))
+        atomic_write_text(unembedded_path(path), json.dumps(failures, indent=1, sort_keys=True) + "\n")
+        return {"originals": str(path)}
+
+    def _embed_set(self, data, cache, tag: str, found: dict, failures: dict, progress: bool) -> None:
+        """Each utterance's original style embedding into ``found``, or why not into ``failures``."""
+        from tqdm import tqdm
+
+        from ....data_prep.audio import AudioError, load_audio
+        from ....data_prep.digest import sha256_file
+        from ....models.nets.tts.style import style_embedding
+
         for utt in tqdm(sorted(data.utterances), desc=f"B3 style {data.name}", unit="utt", leave=False,
                         disable=not progress, dynamic_ncols=True):
             if data.is_pipe(utt):
@@ -180,21 +203,6 @@ class SttsSpeakerStage(_SttsStage):
                 failures[utt] = str(error)
                 continue
             found[utt] = np.asarray(vector, dtype=np.float32)
-        if not found:
-            first = next(iter(failures.items()))
-            raise VoxanonError(f"sttts_speaker: no utterance of {data.name} could be embedded (e.g. {first[0]}: "
-                               f"{first[1]})")
-        if failures:
-            # Each fails by name in failures.tsv, when the runner reads it or when it reaches this stage.
-            log.info("sttts_speaker: %d utterance(s) of %s left out of the GAN deal", len(failures), data.name)
-        ids = sorted(found)
-        matrix = np.stack([found[utt] for utt in ids])
-        digest = hashlib.sha256("\n".join(ids).encode() + matrix.astype("<f4").tobytes()).hexdigest()
-        path = contained_path(Path(work_dir).resolve(), f"sttts-originals-{self.models}-{digest[:16]}.npy")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_vectors(path, Vectors(tuple(ids), matrix))
-        atomic_write_text(unembedded_path(path), json.dumps(failures, indent=1, sort_keys=True) + "\n")
-        return {"originals": str(path)}
 
     def _deal(self, utt: Utterance) -> tuple[np.ndarray, dict[str, int]]:
         """The set's GAN vectors and each utterance's index among them, computed once per process."""
