@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .audio import log_mel, normalise_loudness
+from .audio import HOP_LENGTH, N_FFT, log_mel, normalise_loudness
 from .vad import speech_span
 
 WINDOW_FRAMES = 256
@@ -132,17 +132,28 @@ class StyleEmbedding(nn.Module):
         return self.gst(windows)
 
 
-def embedding_window(spectrogram: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The recipe's 256-frame window of a (frames, n_mels) spectrogram: short ones tiled to at least 512 frames
-    first; the start drawn from ``rng`` whenever the (tiled) spectrogram is longer than the window."""
-    frames = len(spectrogram)
-    if frames < WINDOW_FRAMES:
-        spectrogram = np.tile(spectrogram, (math.ceil(2 * WINDOW_FRAMES / frames), 1))
-        frames = len(spectrogram)
-    if frames == WINDOW_FRAMES:
-        return spectrogram
+def window_log_mel(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The recipe's 256-frame log-mel window of ``audio``: a spectrogram shorter than the window is tiled
+    ``ceil(512 / frames)`` times first; the window's start is drawn from ``rng`` whenever the (tiled) spectrogram
+    is longer than the window.
+
+    For a long utterance only the window's frames are computed: frame ``t`` of the centred STFT sees samples
+    ``[256 t, 256 t + 1024)`` of the audio reflect-padded by 512, so the window is frames 2..257 of the
+    spectrogram of that stretch of the padded audio (each frame the same 1024 samples, hence the same values)."""
+    frames = 1 + len(audio) // HOP_LENGTH
+    if frames <= WINDOW_FRAMES:
+        spectrogram = log_mel(audio)
+        if frames < WINDOW_FRAMES:
+            spectrogram = np.tile(spectrogram, (math.ceil(2 * WINDOW_FRAMES / frames), 1))
+        if len(spectrogram) == WINDOW_FRAMES:
+            return spectrogram
+        start = int(rng.integers(0, len(spectrogram) - WINDOW_FRAMES))
+        return spectrogram[start:start + WINDOW_FRAMES]
     start = int(rng.integers(0, frames - WINDOW_FRAMES))
-    return spectrogram[start:start + WINDOW_FRAMES]
+    padded = np.pad(audio, N_FFT // 2, mode="reflect")
+    stretch = padded[start * HOP_LENGTH:(start + WINDOW_FRAMES - 1) * HOP_LENGTH + N_FFT]
+    lead = N_FFT // 2 // HOP_LENGTH
+    return log_mel(stretch)[lead:lead + WINDOW_FRAMES]
 
 
 def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -151,7 +162,7 @@ def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random
     Raises ValueError for audio the loudness meter cannot measure (shorter than 0.4 s, or silent)."""
     audio = normalise_loudness(np.asarray(audio_16k, dtype=np.float32))
     start, end = speech_span(audio)
-    window = embedding_window(log_mel(audio[start:end]), rng)
+    window = window_log_mel(audio[start:end], rng)
     with torch.inference_mode():
         vector = model(torch.from_numpy(np.ascontiguousarray(window)).unsqueeze(0))
     return vector[0].numpy().astype(np.float32)

@@ -7,21 +7,21 @@ vendored IMS-Toucan (DigitalPhonetics/IMS-Toucan, Apache-2.0; ``GST.py`` Copyrig
   ``forward`` from ``Layers/Attention.py``; the mask branch, never taken here, left out);
 - ``TrainingInterfaces/Spectrogram_to_Embedding/StyleEmbedding.py``: ``StyleEmbedding`` (its constructor takes the
   StyleEncoder's arguments so that tests can build a small one; the recipe's is the default);
-- ``Preprocessing/AudioPreprocessor.py``: ``logmelfilterbank``;
-
 and the recipe's glue around them (Voice-Privacy-Challenge-2024, GPL-3.0):
 ``evaluation/privacy/asv/utils.py`` ``normalize_wave`` (16 kHz input, so no resampling) and
 ``anonymization/modules/sttts/speaker_embeddings/extraction/embedding_methods/style_embeddings.py``
 ``StyleEmbeddings.extract_vector``, whose Silero VAD cut (``cut_silence_from_audio``) is given here as the
-``speech_span`` argument, voxanon's stated difference (``models/nets/tts/vad.py``).
+``speech_span`` argument, voxanon's stated difference (``models/nets/tts/vad.py``); its log-mel is the
+``AudioPreprocessor`` transcribed in ``tests/reference/toucan/audio.py``.
 """
 import math
 
-import librosa
 import numpy
 import numpy as np
 import pyloudnorm as pyln
 import torch
+
+from .audio import AudioPreprocessor
 
 
 # ---- Layers/Attention.py ----
@@ -241,23 +241,6 @@ class StyleEmbedding(torch.nn.Module):
         return self.gst(batch_of_spectrograms_unified_length)
 
 
-# ---- Preprocessing/AudioPreprocessor.py ----
-
-def logmelfilterbank(audio, sampling_rate, n_fft=1024, hop_length=256, mel_buckets=80, fmin=40, fmax=8000,
-                     eps=1e-10):
-    if isinstance(audio, torch.Tensor):
-        audio = audio.numpy()
-    # get amplitude spectrogram
-    x_stft = librosa.stft(audio, n_fft=n_fft, hop_length=hop_length, win_length=None, window="hann", pad_mode="reflect")
-    spc = np.abs(x_stft).T
-    # get mel basis
-    fmin = 0 if fmin is None else fmin
-    fmax = sampling_rate / 2 if fmax is None else fmax
-    mel_basis = librosa.filters.mel(sr=sampling_rate, n_fft=n_fft, n_mels=mel_buckets, fmin=fmin, fmax=fmax)
-    # apply log and return
-    return torch.Tensor(np.log10(np.maximum(eps, np.dot(spc, mel_basis.T)))).transpose(0, 1)
-
-
 # ---- evaluation/privacy/asv/utils.py (Voice-Privacy-Challenge-2024, GPL-3.0) ----
 
 def normalize_wave(wave, sr, device):
@@ -286,7 +269,7 @@ def extract_vector(extractor, audio, speech_span):
     as the recipe leaves it; ``speech_span(audio) -> (start, end)`` in place of the Silero cut."""
     start, end = speech_span(audio.numpy())
     audio = audio[start:end]
-    spec = logmelfilterbank(audio, 16000).transpose(0, 1)
+    spec = AudioPreprocessor(input_sr=16000, output_sr=16000).logmelfilterbank(audio, 16000).transpose(0, 1)
     spec_len = torch.LongTensor([len(spec)])
     vector = extractor(spec.unsqueeze(0), spec_len.unsqueeze(0))
     return vector.squeeze().detach()

@@ -19,6 +19,7 @@ from tests.reference.toucan import wgan as wgan_ref
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
 from voxanon.models.checkpoints.sttts_speaker import (build_style, build_wgan, convert_style, convert_wgan,
                                                       random_style, random_wgan, read_style, read_wgan)
+from voxanon.models.nets.tts import style
 from voxanon.models.nets.tts.style import style_embedding
 from voxanon.models.nets.tts.vad import speech_span
 from voxanon.models.nets.tts.wgan import assign_targets, generate_vectors
@@ -43,13 +44,14 @@ def utterance(seconds: float, seed: int) -> np.ndarray:
     return np.concatenate([pad, voiced, pad]).astype(np.float32)
 
 
-def reference_extraction(embed, audio: np.ndarray, rng: np.random.Generator, monkeypatch) -> np.ndarray:
+def reference_extraction(embed, audio: np.ndarray, rng: np.random.Generator, monkeypatch, span=speech_span
+                         ) -> np.ndarray:
     """The recipe's ``normalize_wave`` + ``extract_vector`` (extractor in training mode), its window start drawn
     from ``rng``."""
     monkeypatch.setattr(gst_ref.numpy.random, "randint", lambda low, high: rng.integers(low, high))
     embed.train()
     wave = gst_ref.normalize_wave(torch.from_numpy(audio).unsqueeze(0), 16000, "cpu")
-    return gst_ref.extract_vector(embed, wave, speech_span).numpy()
+    return gst_ref.extract_vector(embed, wave, span).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def style_model():
     return built_with_weights(lambda: build_style(config), state)
 
 
-@pytest.mark.parametrize("seconds", [0.9, 3.2])
+@pytest.mark.parametrize("seconds", [0.9, 6.0])
 def test_style_embedding_matches_the_recipe_extraction(style_model, seconds, monkeypatch):
     audio = utterance(seconds, seed=int(seconds * 10))
     ours = style_embedding(style_model, audio, np.random.default_rng(7))
@@ -73,8 +75,19 @@ def test_style_embedding_matches_the_recipe_extraction(style_model, seconds, mon
     assert relative_error(ours, reference) < RELATIVE
 
 
+@pytest.mark.parametrize("samples", [255 * 256, 256 * 256, 300 * 256 + 77])
+def test_window_edges_match_the_recipe(style_model, samples, monkeypatch):
+    """Exactly 256 frames (taken whole), 257 (one start possible) and more, silence cut off on both sides."""
+    audio = utterance(samples / 16000, seed=samples)[4000:4000 + samples]
+    monkeypatch.setattr(style, "speech_span", lambda wave: (0, len(wave)))
+    ours = style_embedding(style_model, audio, np.random.default_rng(3))
+    reference = reference_extraction(reference_style("full", 3), audio, np.random.default_rng(3), monkeypatch,
+                                     lambda wave: (0, len(wave)))
+    assert relative_error(ours, reference) < RELATIVE
+
+
 def test_style_embedding_draws_its_window_from_the_given_generator(style_model):
-    audio = utterance(3.2, seed=1)
+    audio = utterance(6.0, seed=1)
     first = style_embedding(style_model, audio, np.random.default_rng(1))
     assert np.array_equal(first, style_embedding(style_model, audio, np.random.default_rng(1)))
     assert not np.allclose(first, style_embedding(style_model, audio, np.random.default_rng(2)))
