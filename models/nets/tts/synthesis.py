@@ -1,0 +1,60 @@
+"""B3's synthesis of one utterance, as the recipe's ``ImsTTS.read_text`` does it (``modules/sttts/tts/ims_tts.py``
+with IMS-Toucan's ``AnonFastSpeech2``): FastSpeech2 with the given durations, pitch, energy and target style,
+HiFi-GAN at 48 kHz, the recipe's silences and short-output rule. The recipe then resamples to 16 kHz with
+``resampy.resample(wave, 48000, 16000)``: :func:`voxanon.models.dsp.resample.resample_kaiser_best` (its port) cut to
+resampy's floor(n / 3) samples, done by the caller (networks import no other part of ``models``).
+
+The recipe's quirks, kept:
+
+* short output: while the 48 kHz waveform is under :data:`MIN_SAMPLES_48K` (0.5 s) the recipe multiplies the
+  style embedding by a random mask (integers drawn uniformly from [-2, 2), from [-40, 40) at every tenth try) and
+  synthesises again, at most :data:`RETRIES` + 1 times. The waveform's length is the durations' sum times the hop,
+  whatever the embedding, so a short utterance always takes every try and keeps the last: here the masks are
+  drawn in the same order from ``generator`` (the recipe draws from torch's global generator, unseeded) and the
+  utterance is synthesised once, with the last embedding;
+* silences: the leading and trailing silence the prosody extraction cut (in 16 kHz samples) are put back as
+  that many zeros into the 48 kHz waveform, i.e. a third as long after resampling.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..hifigan import HifiganGenerator
+from .fastspeech2 import FastSpeech2, regulated
+from .hifigan import vocode
+
+MIN_SAMPLES_48K = 24_000
+"""The recipe's shortest accepted 48 kHz waveform (0.5 s)."""
+RETRIES = 30
+"""The recipe stops once its retry counter passes 30: 31 masks."""
+
+
+def retried_style(style: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The embedding the recipe's last retry synthesises with: ``style`` times each of its 31 random masks, in
+    its order."""
+    for attempt in range(RETRIES + 1):
+        bound = 40 if attempt > 0 and attempt % 10 == 0 else 2
+        mask = torch.zeros(style.shape[0]).random_(-bound, bound, generator=generator)
+        style = style * mask
+    return style
+
+
+def synthesise_48k(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, phones: np.ndarray, durations, pitch, energy,
+               style: np.ndarray, generator: torch.Generator, start_silence: int = 0,
+               end_silence: int = 0) -> np.ndarray:
+    """One utterance -> float32 waveform at 48 kHz (:data:`~voxanon.models.nets.tts.hifigan.SAMPLE_RATE`).
+
+    ``phones``: the articulatory vectors (N, 62) of the phone string as Toucan's text front end gives them;
+    ``durations`` (N,) frames, ``pitch`` and ``energy`` (N,) or (N, 1) per phone, as the prosody stage gives
+    them; ``style`` the 128-d target embedding; ``generator`` draws the short-output masks; ``start_silence``,
+    ``end_silence``: the 16 kHz samples the prosody extraction cut from the original's ends."""
+    vectors = torch.as_tensor(np.asarray(phones, dtype=np.float32))
+    durations = regulated(durations)
+    style = torch.as_tensor(np.asarray(style, dtype=np.float32)).reshape(-1)
+    if int(durations.sum()) * hifigan.config.hop_length < MIN_SAMPLES_48K:
+        style = retried_style(style, generator)
+    mel = fastspeech2(vectors, durations, torch.as_tensor(np.asarray(pitch, dtype=np.float32)),
+                      torch.as_tensor(np.asarray(energy, dtype=np.float32)), style)
+    wave = vocode(hifigan, mel)
+    return np.concatenate([np.zeros(int(start_silence), np.float32), wave, np.zeros(int(end_silence), np.float32)])
