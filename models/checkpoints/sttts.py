@@ -44,6 +44,7 @@ PART_DESCRIPTIONS = {"asr": "ESPnet model-zoo zip: Branchformer + Transformer de
                      "aligner": "IMS-Toucan CTC aligner, asr_model", "fastspeech2": "IMS-Toucan FastSpeech2 (Conformer)",
                      "hifigan": "IMS-Toucan HiFi-GAN generator (48 kHz)"}
 SIZES = ("full", "tiny")
+FULL_AT_EVERY_SIZE = ("style", "wgan")
 
 
 def _part(component: str):
@@ -96,7 +97,10 @@ def random_sttts(size: str = "full", seed: int = 0) -> tuple[dict, dict]:
         raise VoxanonError(f"model size must be 'full' or 'tiny', got {size!r}")
     components, config = {}, {"release": RELEASE, "sample_rate": SAMPLE_RATE}
     for component in COMPONENTS:
-        components[component], config[component] = getattr(_part(component), f"random_{component}")(size, seed)
+        # The style and the GAN vectors keep their 128 dimensions at every size: FastSpeech2 is conditioned on the
+        # GAN vector (its tiny size keeps 128), which is compared with the style embedding; both networks are small.
+        part_size = "full" if component in FULL_AT_EVERY_SIZE else size
+        components[component], config[component] = getattr(_part(component), f"random_{component}")(part_size, seed)
     config["files"] = {"random_init": size}
     return components, config
 

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 MODELS = "sttts"
 RELEASE = "sttts"
-STREAMS = {"sttts_speaker": 1, "sttts_prosody": 2, "sttts_synthesise": 3, "gan_vectors": 4, "gan_assignment": 5}
+STREAMS = {"sttts_prosody": 1, "prosody_factors": 2, "sttts_synthesise": 3, "gan_vectors": 4, "gan_assignment": 5}
 """The generator stream of each stage's draws (and of the run-level GAN draws), so no two share a sequence."""
 GAN_VECTORS = 5000
 SIMILARITY_THRESHOLD = 0.7
@@ -251,16 +251,25 @@ class SttsProsodyStage(_SttsStage):
         self.lower, self.upper = int(lower), int(upper)
 
     def process_batch(self, batch: list[Utterance]) -> None:
+        import torch
+
         from ....models.nets.tts.prosody import anonymise_prosody, extract_prosody
+        from ....models.nets.tts.vad import speech_span
 
         self.check_inputs(batch)
         aligner = self.model()
         for utt in batch:
-            prosody = extract_prosody(aligner, utt.features["phones"], utt.audio, generator(utt, self.name))
-            anonymised = anonymise_prosody(prosody, rng(utt, self.name), self.lower, self.upper)
-            utt.features["prosody"] = anonymised
-            utt.record["prosody_factors"] = {key: [int(v) for v in np.asarray(anonymised[f"{key}_factors"])]
-                                             for key in ("pitch", "energy") if f"{key}_factors" in anonymised}
+            prosody = extract_prosody(aligner, utt.features["phones"], utt.audio, generator(utt, self.name),
+                                      find_speech=speech_span)
+            factors = generator(utt, "prosody_factors")
+            drawn = factors.get_state()
+            utt.features["prosody"] = anonymise_prosody(prosody, factors, self.lower, self.upper)
+            # The factors anonymise_prosody drew (energy's, then pitch's), drawn again from the same state for the journal.
+            factors.set_state(drawn)
+            size = (len(prosody["energy"]),)
+            energy = torch.randint(self.lower, self.upper, size, generator=factors)
+            pitch = torch.randint(self.lower, self.upper, size, generator=factors)
+            utt.record["prosody_factors"] = {"pitch": pitch.tolist(), "energy": energy.tolist()}
 
 
 class SttsSynthesiseStage(_SttsStage):
@@ -281,12 +290,18 @@ class SttsSynthesiseStage(_SttsStage):
             load_component(self.models, "hifigan", self.device)
 
     def process_batch(self, batch: list[Utterance]) -> None:
-        from ....models.nets.tts.synthesis import synthesise
+        from ....models.dsp.resample import resample_kaiser_best
+        from ....models.nets.tts.articulatory import articulatory_vectors
+        from ....models.nets.tts.hifigan import SAMPLE_RATE as SYNTHESIS_RATE
+        from ....models.nets.tts.synthesis import synthesise_48k
 
         self.check_inputs(batch)
         fastspeech2, hifigan = self.model(), load_component(self.models, "hifigan", self.device)
         for utt in batch:
             prosody = utt.features["prosody"]
-            utt.audio = synthesise(fastspeech2, hifigan, utt.features["phones"], prosody["durations"],
-                                   prosody["pitch"], prosody["energy"], utt.features["style"],
-                                   generator(utt, self.name)).astype(np.float32)
+            wave = synthesise_48k(fastspeech2, hifigan, articulatory_vectors(utt.features["phones"]),
+                                  prosody["durations"], prosody["pitch"], prosody["energy"], utt.features["style"],
+                                  generator(utt, self.name), prosody["start_silence"], prosody["end_silence"])
+            # resampy.resample's output length (the recipe resamples with it): ceil would give one more sample.
+            utt.audio = resample_kaiser_best(wave, SYNTHESIS_RATE, utt.sample_rate)[:len(wave) * utt.sample_rate
+                                                                                 // SYNTHESIS_RATE].astype(np.float32)
