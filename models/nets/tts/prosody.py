@@ -14,7 +14,8 @@
 4. energy: the frame's STFT magnitude summed over frequency (1024-point Hann, hop 256, centred), averaged over each
    phone's frames, 0 for symbols that are no phone; pitch: Praat's autocorrelation F0 (parselmouth, 40-600 Hz, a
    16 ms step) padded or cut to the mel's frame count, the mean of its voiced (> 0) frames per phone, 0 for unvoiced
-   phones; each divided by the mean of its non-zero values.
+   phones; each divided by the mean of its non-zero values (all zero: kept at zero, where the recipe's NaN would
+   reach the synthesis).
 
 :func:`anonymise_prosody` multiplies energy, then pitch, by integer factors drawn uniformly from [60, 140) and
 divided by 100 (``torch.randint``'s exclusive upper bound: 0.60 to 1.39); durations are kept.
@@ -70,7 +71,9 @@ def _mean_per_phone(values: torch.Tensor, durations: np.ndarray, voiced_only: bo
 
 
 def _normalised_by_mean(values: torch.Tensor) -> torch.Tensor:
-    return values / values[values != 0.0].mean()
+    """``values`` over the mean of the non-zero ones; all 0 stay 0 (the recipe divides by an empty mean: NaN)."""
+    non_zero = values[values != 0.0]
+    return values / non_zero.mean() if len(non_zero) else values
 
 
 def frame_energy(wave: torch.Tensor) -> torch.Tensor:
@@ -103,11 +106,14 @@ def extract_prosody(aligner: Aligner, phones: str, audio_16k: np.ndarray, genera
     ``phones`` spoken in ``audio_16k``, and the samples of silence cut before and after the speech
     (``start_silence``, ``end_silence``). ``aligner`` (evaluation mode) is not modified; the fine-tuning's dropout
     draws come from ``generator``; ``find_speech`` gives (start, end) of the speech in the loudness-normalised
-    audio (None: all of it). Raises ValueError for audio too short or silent and for phones that leave nothing to
-    align."""
+    audio (None: all of it). Raises ValueError for audio too short or silent, speech shorter than one analysis
+    window and phones that leave nothing to align."""
     wave = audio.normalise_loudness(audio_16k)
     start, end = find_speech(wave) if find_speech is not None else (0, len(wave))
     start_silence, end_silence = int(start), len(wave) - int(end)
+    if end - start < audio.N_FFT:
+        raise ValueError(f"the speech found spans {max(0, end - start)} samples, too few for one "
+                         f"{audio.N_FFT}-sample analysis window")
     wave = wave[start:end]
     vectors = articulatory.articulatory_vectors(phones)
     tokens = torch.from_numpy(articulatory.aligner_tokens(vectors))

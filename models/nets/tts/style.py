@@ -7,8 +7,9 @@ recipe's per-utterance extraction (``speaker_embeddings/extraction/embedding_met
 Two things the recipe does that a reader would not expect, both kept:
 
 - the extractor is never put in eval mode, so its batch norms normalise with the statistics of the utterance's
-  own 256-frame window (training mode), not with the running statistics the file holds; :class:`StyleEmbedding`
-  computes exactly that, whatever its module mode (the running statistics stay in the state dict, unused, so
+  own 256-frame window (training mode on a batch of one), not with the running statistics the file holds;
+  :class:`StyleEmbedding` computes exactly that, whatever its module mode, as an instance norm, so that a batch
+  of windows gives each the result it gets alone (the running statistics stay in the state dict, unused, so
   the published file loads strictly);
 - utterances shorter than 256 frames are tiled ``ceil(512 / frames)`` times, and the window's start is drawn
   from ``[0, frames - 256)`` (the last possible start never comes).
@@ -70,9 +71,8 @@ class ReferenceEncoder(nn.Module):
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
         hidden = windows.unsqueeze(1)
         for conv, norm in zip(self.convs[0::3], self.convs[1::3]):
-            # Batch statistics, as the recipe's never-evaluated extractor computes them.
-            hidden = F.relu(F.batch_norm(conv(hidden), None, None, norm.weight, norm.bias, training=True,
-                                         eps=norm.eps))
+            # Each window's own statistics: the recipe's training-mode batch norm on a batch of one.
+            hidden = F.relu(F.instance_norm(conv(hidden), weight=norm.weight, bias=norm.bias, eps=norm.eps))
         hidden = hidden.transpose(1, 2)
         _, last = self.gru(hidden.reshape(hidden.size(0), hidden.size(1), -1))
         return last[-1]
@@ -156,13 +156,25 @@ def window_log_mel(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return log_mel(stretch)[lead:lead + WINDOW_FRAMES]
 
 
-def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The (token_dim,) float32 style embedding of one utterance, as the recipe extracts it: loudness normalised
-    (-30 LUFS, then peak 1), leading and trailing silence cut, 80-bin log-mel, one random 256-frame window.
+def style_window(audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The (256, 80) float32 log-mel window the recipe embeds for one utterance: loudness normalised (-30 LUFS,
+    then peak 1), leading and trailing silence cut, one window drawn from ``rng`` (:func:`window_log_mel`).
     Raises ValueError for audio the loudness meter cannot measure (shorter than 0.4 s, or silent)."""
     audio = normalise_loudness(np.asarray(audio_16k, dtype=np.float32))
     start, end = speech_span(audio)
-    window = window_log_mel(audio[start:end], rng)
+    return window_log_mel(audio[start:end], rng)
+
+
+def embed_windows(model: StyleEmbedding, windows: np.ndarray) -> np.ndarray:
+    """(batch, token_dim) float32 style embeddings of (batch, 256, 80) windows, on the model's device; each row
+    is what its window gives alone."""
+    device = next(model.parameters()).device
     with torch.inference_mode():
-        vector = model(torch.from_numpy(np.ascontiguousarray(window)).unsqueeze(0))
-    return vector[0].numpy().astype(np.float32)
+        vectors = model(torch.from_numpy(np.ascontiguousarray(windows, dtype=np.float32)).to(device))
+    return vectors.cpu().numpy().astype(np.float32)
+
+
+def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The (token_dim,) float32 style embedding of one utterance, as the recipe extracts it
+    (:func:`style_window`, then the model)."""
+    return embed_windows(model, style_window(audio_16k, rng)[np.newaxis])[0]

@@ -20,7 +20,7 @@ from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointErr
 from voxanon.models.checkpoints.sttts_speaker import (build_style, build_wgan, convert_style, convert_wgan,
                                                       random_style, random_wgan, read_style, read_wgan)
 from voxanon.models.nets.tts import style
-from voxanon.models.nets.tts.style import style_embedding
+from voxanon.models.nets.tts.style import embed_windows, style_embedding, style_window
 from voxanon.models.nets.tts.vad import speech_span
 from voxanon.models.nets.tts.wgan import assign_targets, generate_vectors
 
@@ -91,6 +91,14 @@ def test_style_embedding_draws_its_window_from_the_given_generator(style_model):
     first = style_embedding(style_model, audio, np.random.default_rng(1))
     assert np.array_equal(first, style_embedding(style_model, audio, np.random.default_rng(1)))
     assert not np.allclose(first, style_embedding(style_model, audio, np.random.default_rng(2)))
+
+
+def test_a_batch_of_windows_embeds_each_as_alone(style_model):
+    rng = np.random.default_rng(9)
+    windows = np.stack([style_window(utterance(seconds, seed=i), rng) for i, seconds in enumerate([0.8, 2.5, 7.0])])
+    batched = embed_windows(style_model, windows)
+    for window, row in zip(windows, batched):
+        assert relative_error(row, embed_windows(style_model, window[np.newaxis])[0]) < 1e-6
 
 
 def test_speech_span_cuts_the_silence_around_speech():
