@@ -17,7 +17,7 @@ from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
 from voxanon.models.checkpoints.sttts_prosody import build_aligner, convert_aligner, random_aligner, read_aligner
 from voxanon.models.nets.tts import prosody
-from voxanon.models.nets.tts.aligner import AlignerConfig, fine_tuned_copy
+from voxanon.models.nets.tts.aligner import AlignerConfig, fine_tuned_copy, monotonic_path, path_durations
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -137,6 +137,19 @@ def test_fine_tuning_leaves_the_shared_aligner_alone(release):
     for key, value in aligner.state_dict().items():
         assert torch.equal(value, before[key]), key
     assert not torch.equal(tuned.state_dict()["proj.weight"], before["proj.weight"])
+
+
+def test_monotonic_alignment_durations_as_the_recipe_finds_them():
+    """Random scores, coarse ones (ties everywhere) and more phones than frames."""
+    rng = np.random.default_rng(0)
+    calculator = prosody_ref.DurationCalculator(reduction_factor=1)
+    for frames, phones, step in [(50, 12, 0.0), (80, 30, 0.5), (40, 39, 0.0), (7, 10, 0.0), (30, 5, 2.0)]:
+        scores = rng.normal(0.0, 3.0, size=(frames, phones)).astype(np.float32)
+        if step:
+            scores = (np.round(scores / step) * step).astype(np.float32)
+        expected = calculator(torch.LongTensor(aligner_ref.binarize_alignment(scores)), vis=None)
+        ours = path_durations(monotonic_path(scores), phones)
+        np.testing.assert_array_equal(ours, expected.numpy(), err_msg=f"{frames}x{phones}")
 
 
 def test_prosody_matches_the_recipe(release, utterance):
