@@ -5,10 +5,11 @@ prosody extractor: from the first speech segment's start to the last one's end).
 :class:`SileroVad` is the 16 kHz network with the keys of ``silero_vad_16k.safetensors`` (shipped in the
 ``silero-vad`` package; read as data by ``models/checkpoints/sttts_speaker.py``): a 256-point STFT as a fixed
 convolution, four conv1d layers, an LSTM cell carried from chunk to chunk, and a sigmoid head, on 512-sample
-chunks each preceded by the previous chunk's last 64 samples. The convolutions of every chunk run at once; only
-the LSTM cell steps through them. :func:`speech_span` applies ``get_speech_timestamps``' rules at its defaults
-(threshold 0.5, exit threshold 0.35, speech of 250 ms at least, 100 ms of silence to end a segment, 30 ms of
-padding; no maximum length), keeping the whole utterance when no speech is found, as the recipe does.
+chunks each preceded by the previous chunk's last 64 samples. The convolutions of every chunk run at once, then
+the LSTM cell runs through them in one sequence call. :func:`speech_span` applies ``get_speech_timestamps``' rules
+at its defaults (threshold 0.5, exit threshold 0.35, speech of 250 ms at least, 100 ms of silence to end a
+segment, 30 ms of padding; no maximum length), keeping the whole utterance when no speech is found, as the recipe
+does.
 
 A stated difference: the recipe loads Silero with ``torch.hub`` from the repository's moving default branch, so
 its model is whichever version was current when a machine first downloaded it (4 until mid 2024, then 5); this
@@ -58,13 +59,13 @@ class SileroVad(nn.Module):
         chunks = -(-len(audio) // CHUNK)
         padded = F.pad(audio, (CONTEXT, chunks * CHUNK - len(audio)))
         features = self.encode(padded.unfold(0, CHUNK + CONTEXT, CHUNK))
-        state = (features.new_zeros(1, HIDDEN), features.new_zeros(1, HIDDEN))
-        outputs = []
-        for feature in features:
-            state = self.lstm_cell(feature.unsqueeze(0), state)
-            outputs.append(state[0])
-        hidden = F.relu(torch.cat(outputs).unsqueeze(-1))
-        return torch.sigmoid(self.final_conv(hidden)).reshape(-1)
+        zeros = features.new_zeros(1, 1, HIDDEN)
+        cell = self.lstm_cell
+        # The cell stepped through the chunks in one call: torch's sequence LSTM on the cell's weights.
+        hidden = torch.lstm(features.unsqueeze(1), (zeros, zeros),
+                            [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh], True, 1, 0.0, False, False,
+                            False)[0]
+        return torch.sigmoid(self.final_conv(F.relu(hidden.reshape(-1, HIDDEN, 1)))).reshape(-1)
 
 
 def speech_probabilities(vad: SileroVad, audio: np.ndarray) -> np.ndarray:
