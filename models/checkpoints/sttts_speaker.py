@@ -3,19 +3,22 @@
 (``anonymization/gan_style-embed/style-embed_wgan.pt``, as ``WassersteinGanQuadraticCost.save_model_checkpoint``
 writes it: ``generator_state_dict`` and ``critic_state_dict`` with ``nn.DataParallel``'s ``module.`` prefix,
 both optimizers' states, ``model_parameters`` (the training JSON), ``iterations``, and the training data's
-scalar ``mean`` and ``std``).
+scalar ``mean`` and ``std``); and Silero VAD's 16 kHz weights from the installed ``silero-vad`` package
+(``silero_vad/data/silero_vad_16k.safetensors``), which the recipe's ``torch.hub`` load stands for.
 
 Each ``convert_*`` checks the weights key by key against the module its shapes describe; the critic, the
 optimizers and the counters are training state, accepted and dropped.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import torch
 
 from ...data_prep.errors import VoxanonError
 from ..nets.tts.style import StyleConfig, StyleEmbedding
+from ..nets.tts.vad import SileroVad
 from ..nets.tts.wgan import EmbeddingGenerator, WganConfig
 from .safe import CheckpointError, check_state_fits, safe_load
 
@@ -166,3 +169,48 @@ def random_wgan(size: str, seed: int) -> tuple[dict[str, torch.Tensor], dict]:
     (``configs/train_gan.json`` for 128-d style embeddings), ``tiny`` for fast tests."""
     config = _size(size, WganConfig(), TINY_WGAN)
     return _random_state(EmbeddingGenerator(config), seed), config.to_dict()
+
+
+SILERO_PACKAGE = "silero_vad"
+SILERO_WEIGHTS = "data/silero_vad_16k.safetensors"
+
+
+def packaged_vad_path() -> Path:
+    """The installed ``silero-vad`` package's 16 kHz weights, found without importing the package (its
+    ``__init__`` loads TorchScript models' helpers and sets torch's thread count)."""
+    spec = importlib.util.find_spec(SILERO_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError("the silero-vad package is not installed (pip install silero-vad); B3 cuts silence "
+                              "with its weights")
+    return Path(next(iter(spec.submodule_search_locations))) / SILERO_WEIGHTS
+
+
+def read_vad(path: Path) -> dict[str, torch.Tensor]:
+    """Silero VAD's safetensors file: tensors only, nothing to run."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise CheckpointError(f"Silero VAD weights not found: {path}")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def convert_vad(checkpoint, path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    state = _tensor_state(checkpoint, "Silero VAD weights", path)
+    with torch.device("meta"):
+        module = SileroVad()
+    check_state_fits(module, state, "Silero VAD weights", str(path))
+    return state, {}
+
+
+def build_vad(config: dict) -> SileroVad:
+    return SileroVad()
+
+
+def random_vad(size: str, seed: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """Random :class:`SileroVad` weights (one size: the network is small)."""
+    _size(size, None, None)
+    return _random_state(SileroVad(), seed), {}

@@ -105,10 +105,12 @@ class RelPositionAttention(nn.Module):
 
 
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, 2T-1) scores by relative position -> (B, H, T, T) by key position (ESPnet's shifting trick)."""
+    """(B, H, T, 2T-1) scores by relative position -> (B, H, T, T) by key position: query i, key j takes relative
+    position T-1-i+j, what ESPnet's shifting trick (pad, reshape, slice) selects, here as a strided view."""
     batch, heads, frames, width = x.shape
-    padded = torch.cat([x.new_zeros(batch, heads, frames, 1), x], dim=-1).view(batch, heads, width + 1, frames)
-    return padded[:, :, 1:].view_as(x)[:, :, :, : width // 2 + 1]
+    x = x.contiguous()
+    return x.as_strided((batch, heads, frames, frames), (heads * frames * width, frames * width, width - 1, 1),
+                        storage_offset=x.storage_offset() + frames - 1)
 
 
 class FeedForward(nn.Module):

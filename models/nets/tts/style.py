@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .audio import HOP_LENGTH, N_FFT, log_mel, normalise_loudness
-from .vad import speech_span
+from .vad import SileroVad, speech_span
 
 WINDOW_FRAMES = 256
 CONV_KERNEL = 3
@@ -156,12 +156,13 @@ def window_log_mel(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return log_mel(stretch)[lead:lead + WINDOW_FRAMES]
 
 
-def style_window(audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def style_window(audio_16k: np.ndarray, rng: np.random.Generator, vad: SileroVad) -> np.ndarray:
     """The (256, 80) float32 log-mel window the recipe embeds for one utterance: loudness normalised (-30 LUFS,
-    then peak 1), leading and trailing silence cut, one window drawn from ``rng`` (:func:`window_log_mel`).
+    then peak 1), leading and trailing silence cut (``vad``), one window drawn from ``rng``
+    (:func:`window_log_mel`).
     Raises ValueError for audio the loudness meter cannot measure (shorter than 0.4 s, or silent)."""
     audio = normalise_loudness(np.asarray(audio_16k, dtype=np.float32))
-    start, end = speech_span(audio)
+    start, end = speech_span(vad, audio)
     return window_log_mel(audio[start:end], rng)
 
 
@@ -174,7 +175,8 @@ def embed_windows(model: StyleEmbedding, windows: np.ndarray) -> np.ndarray:
     return vectors.cpu().numpy().astype(np.float32)
 
 
-def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def style_embedding(model: StyleEmbedding, audio_16k: np.ndarray, rng: np.random.Generator,
+                    vad: SileroVad) -> np.ndarray:
     """The (token_dim,) float32 style embedding of one utterance, as the recipe extracts it
     (:func:`style_window`, then the model)."""
-    return embed_windows(model, style_window(audio_16k, rng)[np.newaxis])[0]
+    return embed_windows(model, style_window(audio_16k, rng, vad)[np.newaxis])[0]

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..hifigan import HifiganGenerator
+from .articulatory import articulatory_vectors
 from .fastspeech2 import FastSpeech2, regulated
 from .hifigan import vocode
 
@@ -40,16 +41,29 @@ def retried_style(style: torch.Tensor, generator: torch.Generator) -> torch.Tens
     return style
 
 
-def synthesise_48k(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, phones: np.ndarray, durations, pitch, energy,
-               style: np.ndarray, generator: torch.Generator, start_silence: int = 0,
-               end_silence: int = 0) -> np.ndarray:
+def synthesise_48k(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, phones: str, durations, pitch, energy,
+                   style: np.ndarray, generator: torch.Generator, start_silence: int = 0,
+                   end_silence: int = 0) -> np.ndarray:
     """One utterance -> float32 waveform at 48 kHz (:data:`~voxanon.models.nets.tts.hifigan.SAMPLE_RATE`).
 
-    ``phones``: the articulatory vectors (N, 62) of the phone string as Toucan's text front end gives them;
-    ``durations`` (N,) frames, ``pitch`` and ``energy`` (N,) or (N, 1) per phone, as the prosody stage gives
-    them; ``style`` the 128-d target embedding; ``generator`` draws the short-output masks; ``start_silence``,
-    ``end_silence``: the 16 kHz samples the prosody extraction cut from the original's ends."""
-    vectors = torch.as_tensor(np.asarray(phones, dtype=np.float32))
+    ``phones``: the recogniser's phone string (Toucan's front end with ``input_phonemes``, whose vectors are the
+    aligner's too: one per duration); ``durations`` (N,) frames, ``pitch`` and ``energy`` (N,) or (N, 1) per
+    phone, ``start_silence`` and ``end_silence`` (the 16 kHz samples cut from the original's ends), as
+    :func:`~voxanon.models.nets.tts.prosody.extract_prosody` and ``anonymise_prosody`` give them; ``style`` the
+    128-d target embedding; ``generator`` draws the short-output masks."""
+    vectors = articulatory_vectors(phones)
+    if len(vectors) != len(np.asarray(durations).reshape(-1)):
+        raise ValueError(f"{len(vectors)} phones in {phones!r} but {len(np.asarray(durations).reshape(-1))} "
+                         "durations")
+    return synthesise_vectors(fastspeech2, hifigan, vectors, durations, pitch, energy, style, generator,
+                              start_silence, end_silence)
+
+
+def synthesise_vectors(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, vectors: np.ndarray, durations, pitch,
+                       energy, style: np.ndarray, generator: torch.Generator, start_silence: int = 0,
+                       end_silence: int = 0) -> np.ndarray:
+    """:func:`synthesise_48k` from the phones' articulatory vectors (N, 62)."""
+    vectors = torch.as_tensor(np.asarray(vectors, dtype=np.float32))
     durations = regulated(durations)
     style = torch.as_tensor(np.asarray(style, dtype=np.float32)).reshape(-1)
     if int(durations.sum()) * hifigan.config.hop_length < MIN_SAMPLES_48K:

@@ -10,9 +10,9 @@ vendored IMS-Toucan (DigitalPhonetics/IMS-Toucan, Apache-2.0; ``GST.py`` Copyrig
 and the recipe's glue around them (Voice-Privacy-Challenge-2024, GPL-3.0):
 ``evaluation/privacy/asv/utils.py`` ``normalize_wave`` (16 kHz input, so no resampling) and
 ``anonymization/modules/sttts/speaker_embeddings/extraction/embedding_methods/style_embeddings.py``
-``StyleEmbeddings.extract_vector``, whose Silero VAD cut (``cut_silence_from_audio``) is given here as the
-``speech_span`` argument, voxanon's stated difference (``models/nets/tts/vad.py``); its log-mel is the
-``AudioPreprocessor`` transcribed in ``tests/reference/toucan/audio.py``.
+``StyleEmbeddings.extract_vector``, whose Silero cut (``cut_silence_from_audio``, transcribed in
+``tests/reference/silero.py``) is given as the ``cut_silence`` argument; its log-mel is the ``AudioPreprocessor``
+transcribed in ``tests/reference/toucan/audio.py``.
 """
 import math
 
@@ -264,11 +264,10 @@ def normalize_wave(wave, sr, device):
 
 # ---- speaker_embeddings/extraction/embedding_methods/style_embeddings.py (GPL-3.0) ----
 
-def extract_vector(extractor, audio, speech_span):
+def extract_vector(extractor, audio, cut_silence):
     """``StyleEmbeddings.extract_vector`` at 16 kHz; ``extractor`` a :class:`StyleEmbedding` left in training mode
-    as the recipe leaves it; ``speech_span(audio) -> (start, end)`` in place of the Silero cut."""
-    start, end = speech_span(audio.numpy())
-    audio = audio[start:end]
+    as the recipe leaves it; ``cut_silence`` the audio preprocessor's ``cut_silence_from_audio``."""
+    audio = cut_silence(audio)
     spec = AudioPreprocessor(input_sr=16000, output_sr=16000).logmelfilterbank(audio, 16000).transpose(0, 1)
     spec_len = torch.LongTensor([len(spec)])
     vector = extractor(spec.unsqueeze(0), spec_len.unsqueeze(0))

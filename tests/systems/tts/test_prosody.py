@@ -15,9 +15,9 @@ from tests.reference.toucan import aligner as aligner_ref
 from tests.reference.toucan import prosody as prosody_ref
 from voxanon.data_prep.demo_corpus import demo_corpus_dir
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
-from voxanon.models.checkpoints.sttts_prosody import build_aligner, convert_aligner, read_aligner
+from voxanon.models.checkpoints.sttts_prosody import build_aligner, convert_aligner, random_aligner, read_aligner
 from voxanon.models.nets.tts import prosody
-from voxanon.models.nets.tts.aligner import fine_tuned_copy
+from voxanon.models.nets.tts.aligner import AlignerConfig, fine_tuned_copy, monotonic_path, path_durations
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -58,6 +58,16 @@ def test_published_entries_are_accepted_and_only_the_aligner_kept(release):
     state, _ = convert_aligner(checkpoint, path)
     assert set(state) == set(checkpoint["asr_model"])
     assert config == {"n_mels": 80, "num_symbols": 145, "lstm_dim": 16, "conv_dim": 16}
+
+
+def test_random_full_has_the_published_shapes(release):
+    path, _, _ = release
+    state, config = random_aligner("full", 0)
+    assert config == AlignerConfig().to_dict() == {"n_mels": 80, "num_symbols": 145, "lstm_dim": 512, "conv_dim": 512}
+    assert convert_aligner({"asr_model": state}, path)[1] == config
+    assert state["rnn.weight_ih_l0"].shape == (2048, 512) and state["proj.weight"].shape == (145, 1024)
+    with pytest.raises(ValueError, match="unknown size 'huge'"):
+        random_aligner("huge", 0)
 
 
 def test_wrong_shape_missing_key_and_bad_entries_are_named(release):
@@ -129,6 +139,19 @@ def test_fine_tuning_leaves_the_shared_aligner_alone(release):
     assert not torch.equal(tuned.state_dict()["proj.weight"], before["proj.weight"])
 
 
+def test_monotonic_alignment_durations_as_the_recipe_finds_them():
+    """Random scores, coarse ones (ties everywhere) and more phones than frames."""
+    rng = np.random.default_rng(0)
+    calculator = prosody_ref.DurationCalculator(reduction_factor=1)
+    for frames, phones, step in [(50, 12, 0.0), (80, 30, 0.5), (40, 39, 0.0), (7, 10, 0.0), (30, 5, 2.0)]:
+        scores = rng.normal(0.0, 3.0, size=(frames, phones)).astype(np.float32)
+        if step:
+            scores = (np.round(scores / step) * step).astype(np.float32)
+        expected = calculator(torch.LongTensor(aligner_ref.binarize_alignment(scores)), vis=None)
+        ours = path_durations(monotonic_path(scores), phones)
+        np.testing.assert_array_equal(ours, expected.numpy(), err_msg=f"{frames}x{phones}")
+
+
 def test_prosody_matches_the_recipe(release, utterance):
     path, aligner, config = release
     wav_path, wave = utterance
@@ -163,3 +186,28 @@ def test_anonymisation_factors_are_60_to_139_hundredths():
         assert hundredths.min() == 60 and hundredths.max() == 139
         np.testing.assert_array_equal(factors[name], (hundredths.astype(np.float32) / 100).astype(np.float32))
     assert not np.array_equal(factors["energy"], factors["pitch"])
+
+
+def test_unvoiced_phones_keep_pitch_at_zero_where_the_recipe_gives_nan(release, utterance):
+    path, aligner, config = release
+    wav_path, wave = utterance
+    extractor = prosody_ref.ImsProsodyExtractor(
+        aligner_path=path, device="cpu", aligner_sizes=reference_sizes(config),
+        get_speech_timestamps=lambda audio, model, sampling_rate: [dict(zip(("start", "end"), _speech(audio)))])
+    torch.manual_seed(0)
+    _, pitch, _, _, _ = extractor.extract_prosody("~sˈt st~#", str(wav_path), input_is_phones=True)
+    ours = prosody.extract_prosody(aligner, "~sˈt st~#", wave, torch.Generator().manual_seed(0), _speech)
+    assert torch.isnan(pitch).all()
+    np.testing.assert_array_equal(ours["pitch"], np.zeros(len(ours["durations"]), dtype=np.float32))
+    assert ours["durations"][3] == 0 and ours["durations"].sum() == 1 + (len(wave) - 2400) // 256  # " " at 3
+
+
+def test_unusable_inputs_are_refused(release, utterance):
+    _, aligner, _ = release
+    _, wave = utterance
+    with pytest.raises(ValueError, match="no symbol to align"):
+        prosody.extract_prosody(aligner, " ", wave, torch.Generator())
+    with pytest.raises(ValueError, match="too few for one 1024-sample"):
+        prosody.extract_prosody(aligner, PHONES, wave, torch.Generator(), lambda audio: (100, 900))
+    with pytest.raises(ValueError, match="too short for a loudness"):
+        prosody.extract_prosody(aligner, PHONES, wave[:6000], torch.Generator())

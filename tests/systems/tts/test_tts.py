@@ -19,7 +19,8 @@ from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointErr
 from voxanon.models.nets.tts.fastspeech2 import VOICED_DIM
 from voxanon.models.nets.tts.hifigan import vocode
 from voxanon.models.dsp.resample import resample_kaiser_best
-from voxanon.models.nets.tts.synthesis import MIN_SAMPLES_48K, synthesise_48k
+from voxanon.models.nets.tts.articulatory import articulatory_vectors
+from voxanon.models.nets.tts.synthesis import MIN_SAMPLES_48K, synthesise_48k, synthesise_vectors
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -126,11 +127,24 @@ def test_synthesis_matches_the_recipe(tiny, max_duration):
             expected = tts.read_text(torch.tensor(vectors), torch.tensor(style), duration=torch.tensor(durations),
                                      pitch=torch.tensor(pitch), energy=torch.tensor(energy), start_silence=160,
                                      end_silence=321)
-    wave_48k = synthesise_48k(ours, generator, vectors, durations, pitch, energy, style,
-                              torch.Generator().manual_seed(11), start_silence=160, end_silence=321)
+    wave_48k = synthesise_vectors(ours, generator, vectors, durations, pitch, energy, style,
+                                  torch.Generator().manual_seed(11), start_silence=160, end_silence=321)
     wave = resample_kaiser_best(wave_48k, 48_000, 16_000)[:len(wave_48k) // 3].astype(np.float32)
     assert wave.dtype == np.float32 and wave.shape == expected.shape
     assert relative_error(wave, expected) < 1e-5
+
+
+def test_phone_string_synthesis(tiny):
+    """The recogniser's phone string through the articulatory front end, one duration per vector."""
+    _, _, ours, generator = tiny
+    phones = "~ðɪs ɪz ɐ tˈɛst~#"
+    vectors = articulatory_vectors(phones)
+    _, durations, pitch, energy, style = utterance(12, len(vectors))
+    wave = synthesise_48k(ours, generator, phones, durations, pitch, energy, style, torch.Generator().manual_seed(1))
+    assert np.array_equal(wave, synthesise_vectors(ours, generator, vectors, durations, pitch, energy, style,
+                                                   torch.Generator().manual_seed(1)))
+    with pytest.raises(ValueError, match="durations"):
+        synthesise_48k(ours, generator, phones, durations[1:], pitch[1:], energy[1:], style, torch.Generator())
 
 
 def test_training_entries_are_read_and_dropped(tiny):

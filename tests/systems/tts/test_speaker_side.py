@@ -1,6 +1,8 @@
 """B3's speaker side on random weights, CPU: our style embedding, WGAN generator and target assignment against
-the transcribed recipe code (``tests/reference/toucan/{gst,wgan}.py``) given the same draws, and the published
-files (written as their publishers' code writes them) read as data, checked key by key."""
+the transcribed recipe code (``tests/reference/toucan/{gst,wgan}.py``) given the same draws, the Silero cut
+against the ``silero-vad`` package's own ``get_speech_timestamps`` (its network transcribed in
+``tests/reference/silero.py``, with the weights the package ships), and the published files (written as their
+publishers' code writes them) read as data, checked key by key."""
 from __future__ import annotations
 
 import copy
@@ -14,14 +16,16 @@ import torch
 
 from tests.helpers.sttts_speaker_fixtures import (EMBEDDING_FILE, WGAN_FILE, reference_style, write_speaker_release,
                                                   write_wgan)
+from tests.reference import silero as silero_ref
 from tests.reference.toucan import gst as gst_ref
 from tests.reference.toucan import wgan as wgan_ref
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
-from voxanon.models.checkpoints.sttts_speaker import (build_style, build_wgan, convert_style, convert_wgan,
-                                                      random_style, random_wgan, read_style, read_wgan)
+from voxanon.models.checkpoints.sttts_speaker import (build_style, build_vad, build_wgan, convert_style, convert_vad,
+                                                      convert_wgan, packaged_vad_path, random_style, random_vad,
+                                                      random_wgan, read_style, read_vad, read_wgan)
 from voxanon.models.nets.tts import style
 from voxanon.models.nets.tts.style import embed_windows, style_embedding, style_window
-from voxanon.models.nets.tts.vad import speech_span
+from voxanon.models.nets.tts.vad import speech_probabilities, speech_segments, speech_span
 from voxanon.models.nets.tts.wgan import assign_targets, generate_vectors
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -44,14 +48,48 @@ def utterance(seconds: float, seed: int) -> np.ndarray:
     return np.concatenate([pad, voiced, pad]).astype(np.float32)
 
 
-def reference_extraction(embed, audio: np.ndarray, rng: np.random.Generator, monkeypatch, span=speech_span
-                         ) -> np.ndarray:
+def demo_utterance(index: int) -> np.ndarray:
+    """A demo-corpus utterance at 16 kHz: real speech, with silence the VAD cuts."""
+    from voxanon.data_prep.audio import load_audio
+    from voxanon.data_prep.corpus import read_data_dir
+    from voxanon.data_prep.demo_corpus import demo_corpus_dir
+
+    data = read_data_dir(demo_corpus_dir())
+    return load_audio(data.audio_path(sorted(data.utterances)[index]), 16000).samples.astype(np.float32)
+
+
+def reference_cut(network):
+    from silero_vad.utils_vad import get_speech_timestamps
+
+    model = silero_ref.ChunkedModel(network)
+    return lambda wave: silero_ref.cut_silence_from_audio(wave, model, get_speech_timestamps)
+
+
+def reference_extraction(embed, audio: np.ndarray, rng: np.random.Generator, monkeypatch, cut) -> np.ndarray:
     """The recipe's ``normalize_wave`` + ``extract_vector`` (extractor in training mode), its window start drawn
     from ``rng``."""
     monkeypatch.setattr(gst_ref.numpy.random, "randint", lambda low, high: rng.integers(low, high))
     embed.train()
     wave = gst_ref.normalize_wave(torch.from_numpy(audio).unsqueeze(0), 16000, "cpu")
-    return gst_ref.extract_vector(embed, wave, span).numpy()
+    return gst_ref.extract_vector(embed, wave, cut).numpy()
+
+
+@pytest.fixture(scope="module")
+def vad_state():
+    path = packaged_vad_path()
+    return convert_vad(read_vad(path), path)[0]
+
+
+@pytest.fixture(scope="module")
+def vad(vad_state):
+    return built_with_weights(lambda: build_vad({}), vad_state)
+
+
+@pytest.fixture(scope="module")
+def vad_reference(vad_state):
+    network = silero_ref.TinySileroVAD()
+    network.load_state_dict(vad_state)
+    return network.eval()
 
 
 @pytest.fixture(scope="module")
@@ -66,46 +104,89 @@ def style_model():
     return built_with_weights(lambda: build_style(config), state)
 
 
-@pytest.mark.parametrize("seconds", [0.9, 6.0])
-def test_style_embedding_matches_the_recipe_extraction(style_model, seconds, monkeypatch):
-    audio = utterance(seconds, seed=int(seconds * 10))
-    ours = style_embedding(style_model, audio, np.random.default_rng(7))
-    reference = reference_extraction(reference_style("full", 3), audio, np.random.default_rng(7), monkeypatch)
+@pytest.mark.parametrize("source", ["tones 0.9 s", "tones 6 s", "demo 0", "demo 1"])
+def test_style_embedding_matches_the_recipe_extraction(style_model, vad, vad_reference, source, monkeypatch):
+    """Tones (no speech for Silero: nothing cut; short and long), and demo speech (silence cut)."""
+    kind, value = source.split()[:2]
+    audio = utterance(float(value), seed=7) if kind == "tones" else demo_utterance(int(value))
+    ours = style_embedding(style_model, audio, np.random.default_rng(7), vad)
+    reference = reference_extraction(reference_style("full", 3), audio, np.random.default_rng(7), monkeypatch,
+                                     reference_cut(vad_reference))
     assert ours.shape == (128,) and ours.dtype == np.float32
     assert relative_error(ours, reference) < RELATIVE
 
 
 @pytest.mark.parametrize("samples", [255 * 256, 256 * 256, 300 * 256 + 77])
 def test_window_edges_match_the_recipe(style_model, samples, monkeypatch):
-    """Exactly 256 frames (taken whole), 257 (one start possible) and more, silence cut off on both sides."""
+    """Exactly 256 frames (taken whole), 257 (one start possible) and more, nothing cut."""
     audio = utterance(samples / 16000, seed=samples)[4000:4000 + samples]
-    monkeypatch.setattr(style, "speech_span", lambda wave: (0, len(wave)))
-    ours = style_embedding(style_model, audio, np.random.default_rng(3))
+    monkeypatch.setattr(style, "speech_span", lambda vad, wave: (0, len(wave)))
+    ours = style_embedding(style_model, audio, np.random.default_rng(3), None)
     reference = reference_extraction(reference_style("full", 3), audio, np.random.default_rng(3), monkeypatch,
-                                     lambda wave: (0, len(wave)))
+                                     lambda wave: wave)
     assert relative_error(ours, reference) < RELATIVE
 
 
-def test_style_embedding_draws_its_window_from_the_given_generator(style_model):
+def test_style_embedding_draws_its_window_from_the_given_generator(style_model, vad):
     audio = utterance(6.0, seed=1)
-    first = style_embedding(style_model, audio, np.random.default_rng(1))
-    assert np.array_equal(first, style_embedding(style_model, audio, np.random.default_rng(1)))
-    assert not np.allclose(first, style_embedding(style_model, audio, np.random.default_rng(2)))
+    first = style_embedding(style_model, audio, np.random.default_rng(1), vad)
+    assert np.array_equal(first, style_embedding(style_model, audio, np.random.default_rng(1), vad))
+    assert not np.allclose(first, style_embedding(style_model, audio, np.random.default_rng(2), vad))
 
 
-def test_a_batch_of_windows_embeds_each_as_alone(style_model):
+def test_a_batch_of_windows_embeds_each_as_alone(style_model, vad):
     rng = np.random.default_rng(9)
-    windows = np.stack([style_window(utterance(seconds, seed=i), rng) for i, seconds in enumerate([0.8, 2.5, 7.0])])
+    windows = np.stack([style_window(utterance(seconds, seed=i), rng, vad)
+                        for i, seconds in enumerate([0.8, 2.5, 7.0])])
     batched = embed_windows(style_model, windows)
     for window, row in zip(windows, batched):
         assert relative_error(row, embed_windows(style_model, window[np.newaxis])[0]) < 1e-6
 
 
-def test_speech_span_cuts_the_silence_around_speech():
-    audio = utterance(1.0, seed=0)
-    start, end = speech_span(audio)
-    assert 4000 - 512 - 480 <= start <= 4000 and 20000 <= end <= 20000 + 512 + 480
-    assert speech_span(np.zeros(16000, np.float32)) == (0, 16000)
+@pytest.mark.parametrize("weights", ["packaged", "random"])
+def test_vad_probabilities_match_the_package_network_chunk_by_chunk(vad, vad_reference, weights):
+    if weights == "random":
+        state, _ = random_vad("full", 6)
+        vad = built_with_weights(lambda: build_vad({}), state)
+        vad_reference = silero_ref.TinySileroVAD()
+        vad_reference.load_state_dict(state)
+    audio = utterance(2.3, seed=2)[:-100]
+    model = silero_ref.ChunkedModel(vad_reference.eval())
+    chunks = torch.from_numpy(np.pad(audio, (0, -len(audio) % 512))).split(512)
+    reference = np.array([model(chunk, 16000).item() for chunk in chunks])
+    ours = speech_probabilities(vad, audio)
+    assert ours.shape == reference.shape and np.max(np.abs(ours - reference)) < 1e-5
+
+
+def test_speech_rules_equal_get_speech_timestamps_on_random_probabilities():
+    from silero_vad.utils_vad import get_speech_timestamps_from_probs
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        chunks = int(rng.integers(1, 120))
+        # Runs of speech and silence with probabilities near both thresholds.
+        levels = rng.choice([0.05, 0.34, 0.36, 0.49, 0.5, 0.9], size=chunks)
+        probabilities = np.repeat(levels, rng.integers(1, 12, size=chunks))[:chunks]
+        length = chunks * 512 - int(rng.integers(0, 512))
+        expected = get_speech_timestamps_from_probs(list(probabilities), audio_length_samples=length)
+        segments = speech_segments(probabilities, length)
+        assert len(segments) == len(expected), trial
+        if expected:
+            with_padding = (int(max(0, segments[0][0] - 480)), int(min(length, segments[-1][1] + 480)))
+            assert with_padding == (expected[0]["start"], expected[-1]["end"]), trial
+
+
+def test_speech_span_is_the_recipe_cut(vad, vad_reference):
+    cut = 0
+    for index in range(3):
+        audio = demo_utterance(index)
+        audio = audio / np.abs(audio).max()
+        start, end = speech_span(vad, audio)
+        reference = reference_cut(vad_reference)(torch.from_numpy(audio)).numpy()
+        assert np.array_equal(audio[start:end], reference)
+        cut += len(audio) - (end - start)
+    assert cut > 4000, "the demo utterances have silence to cut"
+    assert speech_span(vad, np.zeros(16000, np.float32)) == (0, 16000)
 
 
 def test_wgan_vectors_match_the_recipe_generator(tmp_path):
