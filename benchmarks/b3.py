@@ -3,8 +3,9 @@
 Writes B3's release with full-size random weights (the published shapes) as the publishers' code writes its files
 (the fixture writers of ``tests/helpers/sttts_*_fixtures.py``) into a temporary ``exp/sttts_models``, imports it as
 ``voxanon models import sttts`` does (:func:`voxanon.models.checkpoints.sttts.import_sttts`), and loads the
-reference from the same files: ESPnet's ``Speech2Text`` for the recogniser (when ``espnet`` is installed) and the
-test-only transcriptions of the recipe and IMS-Toucan under ``tests/reference/toucan/`` for the rest. Then it runs
+reference from the same files: ESPnet's ``Speech2Text`` for the recogniser (when ``espnet`` is installed), the
+``silero-vad`` package's own model and ``get_speech_timestamps`` for the silence cut, and the test-only
+transcriptions of the recipe and IMS-Toucan under ``tests/reference/toucan/`` for the rest. Then it runs
 each stage on the same synthetic utterance of ``--seconds`` seconds, in the order ours, reference, reference, ours
 (a load that drifts during the run weighs on both alike), each after one untimed call of both (first calls compile
 and fill caches), and prints each stage's seconds per audio second (means of
@@ -134,7 +135,7 @@ def our_models(models_dir: Path, device: str) -> dict:
         build = getattr(importlib.import_module(f"voxanon.models.checkpoints.{PART_MODULES[component]}"),
                         f"build_{component}")
         model = built_with_weights(lambda: build(config[component]), state).eval()
-        models[component] = model if component in ("style", "wgan") else model.to(device)
+        models[component] = model if component in ("style", "wgan", "vad") else model.to(device)
     return models
 
 
@@ -148,7 +149,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from voxanon.models.dsp.resample import resample_kaiser_best
-    from voxanon.models.nets.tts.articulatory import articulatory_vectors
     from voxanon.models.nets.tts.prosody import anonymise_prosody, extract_prosody
     from voxanon.models.nets.tts.recogniser import recognise
     from voxanon.models.nets.tts.style import style_embedding
@@ -180,7 +180,7 @@ def main() -> None:
         timings.side_by_side("recognise", on_device(lambda: recognise(models["asr"], wave)),
                              reference and reference.recognise)
         style = timings.side_by_side("style (original)", lambda: style_embedding(
-            models["style"], wave, np.random.default_rng(1)), reference and reference.style)
+            models["style"], wave, np.random.default_rng(1), models["vad"]), reference and reference.style)
 
         def deal():
             wgan = models["wgan"]
@@ -190,14 +190,15 @@ def main() -> None:
         target = timings.side_by_side("GAN 5,000 vectors + deal", deal, reference and (lambda: reference.deal(style)))
 
         def prosody():
-            extracted = extract_prosody(models["aligner"], phones, wave, torch.Generator().manual_seed(4), speech_span)
+            extracted = extract_prosody(models["aligner"], phones, wave, torch.Generator().manual_seed(4),
+                                        lambda audio: speech_span(models["vad"], audio))
             return anonymise_prosody(extracted, torch.Generator().manual_seed(5))
 
         anonymised = timings.side_by_side("prosody (aligner + F0)", on_device(prosody),
                                           reference and (lambda: reference.prosody(phones)))
 
         def synthesise():
-            wave_48k = synthesise_48k(models["fastspeech2"], models["hifigan"], articulatory_vectors(phones),
+            wave_48k = synthesise_48k(models["fastspeech2"], models["hifigan"], phones,
                                       anonymised["durations"], anonymised["pitch"], anonymised["energy"], target,
                                       torch.Generator().manual_seed(6), anonymised["start_silence"],
                                       anonymised["end_silence"])
@@ -221,7 +222,15 @@ class ReferenceChain:
         from tests.reference.toucan import gst, prosody, wgan
         from tests.reference.toucan.synthesis import ImsTTS
         from voxanon.models.checkpoints import sttts_prosody, sttts_tts
-        from voxanon.models.nets.tts.vad import speech_span
+        from tests.reference import silero
+
+        threads = torch.get_num_threads()
+        from silero_vad import load_silero_vad  # the recipe's Silero, the package's TorchScript model
+        from silero_vad.utils_vad import get_speech_timestamps
+
+        torch.set_num_threads(threads)  # importing silero_vad sets it
+        vad = load_silero_vad()
+        self.cut = lambda audio: silero.cut_silence_from_audio(audio, vad, get_speech_timestamps)
 
         self.wave_path = folder / "utterance.wav"
         soundfile.write(self.wave_path, wave, 16000, subtype="FLOAT")
@@ -233,12 +242,9 @@ class ReferenceChain:
         aligner_config = sttts_prosody.convert_aligner(sttts_prosody.read_aligner(paths["aligner"]),
                                                        paths["aligner"])[1]
 
-        def timestamps(audio, model, sampling_rate):
-            start, end = speech_span(audio.numpy() if isinstance(audio, torch.Tensor) else audio)
-            return [{"start": start, "end": end}]
-
         self.extractor = prosody.ImsProsodyExtractor(aligner_path=paths["aligner"], device="cpu",
-                                                     get_speech_timestamps=timestamps,
+                                                     get_speech_timestamps=lambda audio, model, sampling_rate:
+                                                     get_speech_timestamps(audio, vad, sampling_rate=sampling_rate),
                                                      aligner_sizes=reference_sizes(aligner_config))
         self.anonymiser = prosody.ImsProsodyAnonymization(random_offset_lower=60, random_offset_higher=140)
         fastspeech2_config = sttts_tts.convert_fastspeech2(sttts_tts.read_fastspeech2(paths["fastspeech2"]),
@@ -255,9 +261,7 @@ class ReferenceChain:
     def style(self):
         self.style_model.train()  # as the recipe leaves the extractor
         normalised = self.gst.normalize_wave(torch.from_numpy(self.wave).unsqueeze(0), 16000, "cpu")
-        from voxanon.models.nets.tts.vad import speech_span
-
-        return self.gst.extract_vector(self.style_model, normalised, speech_span).numpy()
+        return self.gst.extract_vector(self.style_model, normalised, self.cut).numpy()
 
     def deal(self, original: np.ndarray):
         generator = self.wgan_module.EmbeddingsGenerator(gan_path=self.wgan_path, device=torch.device("cpu"))

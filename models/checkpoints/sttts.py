@@ -10,7 +10,10 @@ DigitalPhonetics/speaker-anonymization unpacks, at any depth, each found once by
   (:mod:`voxanon.models.checkpoints.sttts_speaker`);
 * ``tts/Aligner/aligner.pt`` (:mod:`voxanon.models.checkpoints.sttts_prosody`);
 * ``tts/FastSpeech2_Multi/prosody_cloning.pt`` and ``tts/HiFiGAN_combined/best.pt``
-  (:mod:`voxanon.models.checkpoints.sttts_tts`).
+  (:mod:`voxanon.models.checkpoints.sttts_tts`);
+
+and, from the installed ``silero-vad`` package, Silero VAD's 16 kHz weights (``vad``), which cut the silence before
+the style embedding and the prosody extraction.
 
 Each is read as data by its part's ``read_<component>`` and checked key by key by its ``convert_<component>``;
 the set holds one safetensors file per component and their configurations in ``config.json``. The recipe's
@@ -34,15 +37,19 @@ FILES = {"asr": "asr/asr_branchformer_tts-phn_en.zip",
          "hifigan": "tts/HiFiGAN_combined/best.pt"}
 """Each component's file, as the recipe's ``configs/anon_sttts.yaml`` names it under ``models_dir``; found by its
 last two path parts (folder and name) below the folder given."""
-COMPONENTS = tuple(FILES)
+PACKAGED = ("vad",)
+"""Components read from an installed package rather than the release: Silero VAD's 16 kHz weights, as the
+``silero-vad`` package ships them (:func:`voxanon.models.checkpoints.sttts_speaker.packaged_vad_path`); the recipe
+fetches Silero from torch.hub."""
+COMPONENTS = tuple(FILES) + PACKAGED
 PART_MODULES = {"asr": "sttts_asr", "style": "sttts_speaker", "wgan": "sttts_speaker", "aligner": "sttts_prosody",
-                "fastspeech2": "sttts_tts", "hifigan": "sttts_tts"}
+                "fastspeech2": "sttts_tts", "hifigan": "sttts_tts", "vad": "sttts_speaker"}
 """The module of ``voxanon.models.checkpoints`` that reads, converts, builds and makes random weights of each."""
 PART_DESCRIPTIONS = {"asr": "ESPnet model-zoo zip: Branchformer + Transformer decoder + CTC phone recogniser",
                      "style": "IMS-Toucan StyleEmbedding (GST), style_emb_func",
                      "wgan": "WGAN-QC generator (model_parameters, generator/critic state dicts, mean, std)",
                      "aligner": "IMS-Toucan CTC aligner, asr_model", "fastspeech2": "IMS-Toucan FastSpeech2 (Conformer)",
-                     "hifigan": "IMS-Toucan HiFi-GAN generator (48 kHz)"}
+                     "hifigan": "IMS-Toucan HiFi-GAN generator (48 kHz)", "vad": "Silero VAD 16 kHz (silero-vad package)"}
 SIZES = ("full", "tiny")
 FULL_AT_EVERY_SIZE = ("style", "wgan")
 
@@ -82,12 +89,20 @@ def import_sttts(root: str | Path) -> tuple[dict, dict]:
     root = Path(root)
     files = find_release_files(root)
     components, config = {}, {"release": RELEASE, "sample_rate": SAMPLE_RATE}
-    for component, path in files.items():
+    for component, path in {**files, **packaged_files()}.items():
         part = _part(component)
         checkpoint = getattr(part, f"read_{component}")(path)
         components[component], config[component] = getattr(part, f"convert_{component}")(checkpoint, path)
     config["files"] = {component: str(path.relative_to(root)) for component, path in files.items()}
+    config["files"].update({component: str(path) for component, path in packaged_files().items()})
     return components, config
+
+
+def packaged_files() -> dict[str, Path]:
+    """The file of each component read from an installed package (:data:`PACKAGED`)."""
+    from .sttts_speaker import packaged_vad_path
+
+    return {"vad": packaged_vad_path()}
 
 
 def random_sttts(size: str = "full", seed: int = 0) -> tuple[dict, dict]:
@@ -132,6 +147,11 @@ def check_sttts_release(root: Path, read=None):
         return report
     for component, path in files.items():
         report.files.append(FileReport(str(path.relative_to(root)), PART_DESCRIPTIONS[component], keyed=False))
+    try:
+        report.files.extend(FileReport(str(path), PART_DESCRIPTIONS[component], keyed=False)
+                            for component, path in packaged_files().items())
+    except CheckpointError as error:
+        report.problems.append(str(error))
     try_import(report, f"voxanon models import sttts {root}", lambda: import_sttts(root)[0])
     return report
 

@@ -197,7 +197,8 @@ class SttsSpeakerStage(_SttsStage):
                 vector = cache.get(tag, digest, "vector")
                 if vector is None:
                     wave = load_audio(data.audio_path(utt), SAMPLE_RATE).samples
-                    vector = style_embedding(load_component(self.models, "style"), wave, content_rng(wave))
+                    vector = style_embedding(load_component(self.models, "style"), wave, content_rng(wave),
+                                             load_component(self.models, "vad"))
                     cache.put(tag, digest, "vector", vector)
             except (AudioError, OSError, ValueError) as error:
                 failures[utt] = str(error)
@@ -250,6 +251,10 @@ class SttsProsodyStage(_SttsStage):
                              f"{upper}")
         self.lower, self.upper = int(lower), int(upper)
 
+    def load_models(self) -> None:
+        super().load_models()
+        load_component(self.models, "vad")  # on the CPU whatever the device: where the speech is must not depend on it
+
     def process_batch(self, batch: list[Utterance]) -> None:
         import torch
 
@@ -257,10 +262,10 @@ class SttsProsodyStage(_SttsStage):
         from ....models.nets.tts.vad import speech_span
 
         self.check_inputs(batch)
-        aligner = self.model()
+        aligner, vad = self.model(), load_component(self.models, "vad")
         for utt in batch:
             prosody = extract_prosody(aligner, utt.features["phones"], utt.audio, generator(utt, self.name),
-                                      find_speech=speech_span)
+                                      find_speech=lambda wave: speech_span(vad, wave))
             factors = generator(utt, "prosody_factors")
             drawn = factors.get_state()
             utt.features["prosody"] = anonymise_prosody(prosody, factors, self.lower, self.upper)
@@ -291,7 +296,6 @@ class SttsSynthesiseStage(_SttsStage):
 
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.dsp.resample import resample_kaiser_best
-        from ....models.nets.tts.articulatory import articulatory_vectors
         from ....models.nets.tts.hifigan import SAMPLE_RATE as SYNTHESIS_RATE
         from ....models.nets.tts.synthesis import synthesise_48k
 
@@ -299,7 +303,7 @@ class SttsSynthesiseStage(_SttsStage):
         fastspeech2, hifigan = self.model(), load_component(self.models, "hifigan", self.device)
         for utt in batch:
             prosody = utt.features["prosody"]
-            wave = synthesise_48k(fastspeech2, hifigan, articulatory_vectors(utt.features["phones"]),
+            wave = synthesise_48k(fastspeech2, hifigan, utt.features["phones"],
                                   prosody["durations"], prosody["pitch"], prosody["energy"], utt.features["style"],
                                   generator(utt, self.name), prosody["start_silence"], prosody["end_silence"])
             # resampy.resample's output length (the recipe resamples with it): ceil would give one more sample.

@@ -16,6 +16,7 @@ from tests.helpers.sttts_prosody_fixtures import write_aligner
 from tests.helpers.sttts_speaker_fixtures import write_embedding_function, write_wgan
 from tests.helpers.sttts_tts_fixtures import write_fastspeech2, write_hifigan
 from voxanon.models.checkpoints.sttts import COMPONENTS, FILES, load_component
+from voxanon.models.checkpoints.sttts_speaker import packaged_vad_path
 from voxanon.pipeline.cli import main
 
 WRITERS = {"asr": write_asr_zip, "style": write_embedding_function, "wgan": write_wgan, "aligner": write_aligner,
@@ -53,7 +54,8 @@ def test_the_release_imports_checks_and_loads(release, tmp_path, monkeypatch, ca
     from voxanon.models.checkpoints.registry import load_model_set
 
     model_set = load_model_set("sttts")
-    assert model_set.config["files"] == FILES
+    assert {component: model_set.config["files"][component] for component in FILES} == FILES
+    assert model_set.config["files"]["vad"] == str(packaged_vad_path())
     assert all(isinstance(load_component(model_set, component), torch.nn.Module) for component in COMPONENTS)
 
 
