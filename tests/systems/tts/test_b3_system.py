@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def home_and_data(tmp_path_factory):
-    """A tiny random B3 set, and three demo utterances of two speakers (their first 1.5 s) plus a file that is not
+    """A tiny random B3 set, and three demo utterances of two speakers (their first second) plus a file that is not
     audio."""
     home = import_random_set(tmp_path_factory.mktemp("home"), "sttts")
     demo = read_data_dir(demo_corpus_dir())
@@ -31,7 +31,7 @@ def home_and_data(tmp_path_factory):
     for utt in chosen:
         audio, rate = soundfile.read(demo.audio_path(utt), dtype="float32")
         wav[utt] = str(folder / f"{utt}.wav")
-        soundfile.write(wav[utt], audio[:int(1.5 * rate)], rate, subtype="PCM_16")
+        soundfile.write(wav[utt], audio[:rate], rate, subtype="PCM_16")
     broken = folder / "broken.wav"
     broken.write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot audio")
     data = dataclasses.replace(demo.subset(chosen), wav={**wav, "slt-broken": str(broken)},
