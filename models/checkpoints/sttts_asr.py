@@ -209,7 +209,7 @@ def normaliser_buffers(stats: dict[str, np.ndarray]) -> tuple[torch.Tensor, torc
 
 def random_token_list(n_tokens: int) -> list[str]:
     """An ESPnet bpe token list: <blank>, <unk>, sentencepiece pieces of IPA, <sos/eos>."""
-    letters = list("ðθʃʒŋæɑɔəɛɪʊʌaeiouˈˌː,.?!") + [chr(code) for code in range(ord("b"), ord("z") + 1)]
+    letters = list(dict.fromkeys("ðθʃʒŋæɑɔəɛɪʊʌˈˌː,.?!abcdefghijklmnopqrstuvwxyz"))
     pieces = ["\u2581"] + [("\u2581" if index % 3 == 0 else "") + letter for index, letter in enumerate(letters)]
     return ["<blank>", "<unk>", *pieces[:n_tokens - 3], "<sos/eos>"]
 

@@ -64,3 +64,18 @@ def vocode(generator: HifiganGenerator, mel: torch.Tensor) -> np.ndarray:
         kept = audio[(window.keep_from - window.start) * hop:(window.keep_to - window.start) * hop]
         wave[window.keep_from * hop:window.keep_to * hop] = kept.numpy()
     return wave
+
+
+@torch.inference_mode()
+def vocode_padded(generator: HifiganGenerator, mels: list[torch.Tensor]) -> list[np.ndarray]:
+    """:func:`vocode` for several (frames, 80) mels as one zero-padded, length-masked batch on the generator's
+    device (the GPU path; give it utterances of similar length): each waveform equals its one-at-a-time one, to
+    float rounding."""
+    device = next(generator.parameters()).device
+    lengths = [len(mel) for mel in mels]
+    frames = torch.nn.utils.rnn.pad_sequence([mel.float() for mel in mels], batch_first=True).transpose(1, 2)
+    audio = generator(frames.to(device, generator.conv_pre.weight.dtype), torch.tensor(lengths, device=device))
+    audio = audio[:, 0].float().cpu().numpy()
+    hop = generator.config.hop_length
+    return [audio[row, :length * hop].copy() for row, length in enumerate(lengths)]
+

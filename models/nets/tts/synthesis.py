@@ -23,7 +23,7 @@ import torch
 from ..hifigan import HifiganGenerator
 from .articulatory import articulatory_vectors
 from .fastspeech2 import FastSpeech2, regulated
-from .hifigan import vocode
+from .hifigan import vocode, vocode_padded
 
 MIN_SAMPLES_48K = 24_000
 """The recipe's shortest accepted 48 kHz waveform (0.5 s)."""
@@ -52,9 +52,7 @@ def synthesise_48k(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, phones: 
     :func:`~voxanon.models.nets.tts.prosody.extract_prosody` and ``anonymise_prosody`` give them; ``style`` the
     128-d target embedding; ``generator`` draws the short-output masks."""
     vectors = articulatory_vectors(phones)
-    if len(vectors) != len(np.asarray(durations).reshape(-1)):
-        raise ValueError(f"{len(vectors)} phones in {phones!r} but {len(np.asarray(durations).reshape(-1))} "
-                         "durations")
+    _check_count(phones, vectors, durations)
     return synthesise_vectors(fastspeech2, hifigan, vectors, durations, pitch, energy, style, generator,
                               start_silence, end_silence)
 
@@ -63,12 +61,43 @@ def synthesise_vectors(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, vect
                        energy, style: np.ndarray, generator: torch.Generator, start_silence: int = 0,
                        end_silence: int = 0) -> np.ndarray:
     """:func:`synthesise_48k` from the phones' articulatory vectors (N, 62)."""
-    vectors = torch.as_tensor(np.asarray(vectors, dtype=np.float32))
+    inputs = _network_inputs(vectors, durations, pitch, energy, style, generator, hifigan.config.hop_length)
+    return _with_silences(vocode(hifigan, fastspeech2(*inputs)), start_silence, end_silence)
+
+
+def synthesise_batch_48k(fastspeech2: FastSpeech2, hifigan: HifiganGenerator, utterances: list[dict]) -> list[np.ndarray]:
+    """:func:`synthesise_48k` for several utterances (each a dict of its keyword arguments), FastSpeech2 and
+    HiFi-GAN each as one zero-padded, length-masked batch: the GPU path (on CPU one at a time is faster), for
+    utterances of similar length. Each waveform equals its one-at-a-time one, to float rounding; each
+    utterance's masks come from its own generator."""
+    inputs = []
+    for utt in utterances:
+        vectors = articulatory_vectors(utt["phones"])
+        _check_count(utt["phones"], vectors, utt["durations"])
+        inputs.append(_network_inputs(vectors, utt["durations"], utt["pitch"], utt["energy"], utt["style"],
+                                      utt["generator"], hifigan.config.hop_length))
+    waves = vocode_padded(hifigan, fastspeech2.batch(inputs))
+    return [_with_silences(wave, utt.get("start_silence", 0), utt.get("end_silence", 0))
+            for wave, utt in zip(waves, utterances)]
+
+
+def _check_count(phones: str, vectors: np.ndarray, durations) -> None:
+    count = len(np.asarray(durations).reshape(-1))
+    if len(vectors) != count:
+        raise ValueError(f"{len(vectors)} phones in {phones!r} but {count} durations")
+
+
+def _network_inputs(vectors, durations, pitch, energy, style, generator: torch.Generator,
+                    hop: int) -> tuple[torch.Tensor, ...]:
+    """FastSpeech2's inputs, the style replaced by the recipe's last retry's where the output is short."""
     durations = regulated(durations)
     style = torch.as_tensor(np.asarray(style, dtype=np.float32)).reshape(-1)
-    if int(durations.sum()) * hifigan.config.hop_length < MIN_SAMPLES_48K:
+    if int(durations.sum()) * hop < MIN_SAMPLES_48K:
         style = retried_style(style, generator)
-    mel = fastspeech2(vectors, durations, torch.as_tensor(np.asarray(pitch, dtype=np.float32)),
-                      torch.as_tensor(np.asarray(energy, dtype=np.float32)), style)
-    wave = vocode(hifigan, mel)
+    return (torch.as_tensor(np.asarray(vectors, dtype=np.float32)), durations,
+            torch.as_tensor(np.asarray(pitch, dtype=np.float32)), torch.as_tensor(np.asarray(energy, dtype=np.float32)),
+            style)
+
+
+def _with_silences(wave: np.ndarray, start_silence: int, end_silence: int) -> np.ndarray:
     return np.concatenate([np.zeros(int(start_silence), np.float32), wave, np.zeros(int(end_silence), np.float32)])

@@ -20,7 +20,7 @@ from voxanon.models.nets.tts.fastspeech2 import VOICED_DIM
 from voxanon.models.nets.tts.hifigan import vocode
 from voxanon.models.dsp.resample import resample_kaiser_best
 from voxanon.models.nets.tts.articulatory import articulatory_vectors
-from voxanon.models.nets.tts.synthesis import MIN_SAMPLES_48K, synthesise_48k, synthesise_vectors
+from voxanon.models.nets.tts.synthesis import MIN_SAMPLES_48K, synthesise_48k, synthesise_batch_48k, synthesise_vectors
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -145,6 +145,21 @@ def test_phone_string_synthesis(tiny):
                                                    torch.Generator().manual_seed(1)))
     with pytest.raises(ValueError, match="durations"):
         synthesise_48k(ours, generator, phones, durations[1:], pitch[1:], energy[1:], style, torch.Generator())
+
+
+def test_batch_synthesis_equals_one_at_a_time(tiny):
+    """The padded GPU path, run on CPU: a long and a short (retried) utterance, each with its own generator."""
+    _, _, ours, generator = tiny
+    utterances = []
+    for seed, phones in ((13, "~hˈɛloʊ wˈɜːld~#"), (14, "~ɐ~#")):
+        _, durations, pitch, energy, style = utterance(seed, len(articulatory_vectors(phones)))
+        utterances.append({"phones": phones, "durations": durations, "pitch": pitch, "energy": energy,
+                           "style": style, "start_silence": seed, "end_silence": 2 * seed})
+    batched = synthesise_batch_48k(ours, generator, [{**u, "generator": torch.Generator().manual_seed(5)}
+                                                     for u in utterances])
+    for utt, wave in zip(utterances, batched):
+        alone = synthesise_48k(ours, generator, **utt, generator=torch.Generator().manual_seed(5))
+        assert relative_error(wave, alone) < 1e-5
 
 
 def test_training_entries_are_read_and_dropped(tiny):
