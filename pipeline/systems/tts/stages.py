@@ -26,8 +26,11 @@ is drawn from the audio's own digest (:func:`content_rng`): the set is embedded 
 exists, and its embedding, cached per audio content, stays valid across seeds. A rerun, a resumed run, a run
 with other workers or under Ray gives the same bytes.
 
-``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N``) on the model stages runs their networks there; the GAN vectors and
-the assignment are always computed on the CPU, so the deal does not depend on the device.
+``device`` (``cpu``, ``cuda``, ``auto``, ``cpu:N``) on the model stages runs their networks there; the GAN vectors,
+the assignment and the silence cut (Silero VAD) are always computed on the CPU, so neither depends on the device.
+On a GPU the synthesis runs the runner's batch (the streaming executor's length-sorted device batches) as one
+padded, length-masked batch through FastSpeech2 and HiFi-GAN (:func:`batches_synthesis`): each waveform equals its
+one-at-a-time one to float rounding; on the CPU, ``cpu:N`` included, one utterance at a time.
 """
 from __future__ import annotations
 
@@ -297,15 +300,26 @@ class SttsSynthesiseStage(_SttsStage):
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.dsp.resample import resample_kaiser_best
         from ....models.nets.tts.hifigan import SAMPLE_RATE as SYNTHESIS_RATE
-        from ....models.nets.tts.synthesis import synthesise_48k
+        from ....models.nets.tts.synthesis import synthesise_48k, synthesise_batch_48k
 
         self.check_inputs(batch)
         fastspeech2, hifigan = self.model(), load_component(self.models, "hifigan", self.device)
-        for utt in batch:
-            prosody = utt.features["prosody"]
-            wave = synthesise_48k(fastspeech2, hifigan, utt.features["phones"],
-                                  prosody["durations"], prosody["pitch"], prosody["energy"], utt.features["style"],
-                                  generator(utt, self.name), prosody["start_silence"], prosody["end_silence"])
+        inputs = [{"phones": utt.features["phones"], "durations": utt.features["prosody"]["durations"],
+                   "pitch": utt.features["prosody"]["pitch"], "energy": utt.features["prosody"]["energy"],
+                   "style": utt.features["style"], "generator": generator(utt, self.name),
+                   "start_silence": utt.features["prosody"]["start_silence"],
+                   "end_silence": utt.features["prosody"]["end_silence"]} for utt in batch]
+        if batches_synthesis(self.device):
+            waves = synthesise_batch_48k(fastspeech2, hifigan, inputs)
+        else:
+            waves = [synthesise_48k(fastspeech2, hifigan, **utterance) for utterance in inputs]
+        for utt, wave in zip(batch, waves):
             # resampy.resample's output length (the recipe resamples with it): ceil would give one more sample.
             utt.audio = resample_kaiser_best(wave, SYNTHESIS_RATE, utt.sample_rate)[:len(wave) * utt.sample_rate
                                                                                  // SYNTHESIS_RATE].astype(np.float32)
+
+
+def batches_synthesis(device: str) -> bool:
+    """Whether the synthesis runs the runner's batch as one padded batch: on a GPU, where it pays; on the CPU
+    (``cpu:N`` included) one utterance at a time, faster there and the bytes of a local run."""
+    return not resolve_device(device).startswith("cpu")

@@ -129,3 +129,28 @@ def test_a_model_set_of_another_release_is_refused_before_any_utterance(home_and
     assert anonymise(data, tmp_path / "wrong", *[f"--set=sttts_{stage}.models=hubert-soft" for stage in
                                                  ("recognise", "speaker", "prosody", "synthesise")]) == 2
     assert "voxanon models import sttts" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_batched_synthesis_gives_the_one_at_a_time_output(home_and_data, tmp_path, monkeypatch):
+    """The GPU path of ``sttts_synthesise`` (the runner's batch as one padded batch), here on ``cpu:0`` in this
+    process (``--executor pool``, one worker), against the one-at-a-time run: the same lengths, the same audio to
+    the 16-bit rounding."""
+    from voxanon.models.nets.tts import synthesis
+    from voxanon.pipeline.systems.tts import stages
+
+    home, data, chosen = home_and_data
+    monkeypatch.setenv("VOXANON_HOME", str(home))
+    assert anonymise(data, tmp_path / "alone") == 1
+    batches = []
+    monkeypatch.setattr(stages, "batches_synthesis", lambda device: True)
+    real = synthesis.synthesise_batch_48k
+    monkeypatch.setattr(synthesis, "synthesise_batch_48k",
+                        lambda *args: batches.append(len(args[2])) or real(*args))
+    assert anonymise(data, tmp_path / "batched", "--executor", "pool", "--set", "sttts_synthesise.device=cpu:0",
+                     "--batch-size", "4") == 1
+    assert max(batches) > 1
+    for utt in chosen:
+        alone = soundfile.read(tmp_path / "alone" / "demo_b3" / "wav" / f"{utt}.wav")[0]
+        batched = soundfile.read(tmp_path / "batched" / "demo_b3" / "wav" / f"{utt}.wav")[0]
+        assert len(alone) == len(batched) and np.abs(alone - batched).max() <= 2 / 32768
