@@ -185,12 +185,36 @@ def build_asr(config: dict) -> Recogniser:
     return build_recogniser(config)
 
 
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale: linear below 1 kHz, logarithmic above."""
+    hz = np.asanyarray(hz, dtype=np.float64)
+    mels = hz / (200.0 / 3)
+    log_region = hz >= 1000.0
+    mels[log_region] = 15.0 + np.log(hz[log_region] / 1000.0) / (np.log(6.4) / 27.0)
+    return mels
+
+
+def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
+    hz = (200.0 / 3) * mels
+    log_region = mels >= 15.0
+    hz[log_region] = 1000.0 * np.exp((np.log(6.4) / 27.0) * (mels[log_region] - 15.0))
+    return hz
+
+
 def mel_matrix(config: RecogniserConfig) -> torch.Tensor:
-    """ESPnet's ``LogMel`` buffer: librosa's Slaney mel filters (0 Hz to Nyquist), transposed, float32."""
-    import librosa
-    mel = librosa.filters.mel(sr=config.sample_rate, n_fft=config.n_fft, n_mels=config.n_mels, fmin=0,
-                              fmax=config.sample_rate / 2, htk=False)
-    return torch.from_numpy(mel.T).float()
+    """ESPnet's ``LogMel`` buffer for random weights: librosa's ``filters.mel`` (Slaney scale and area
+    normalisation, 0 Hz to Nyquist, float32), transposed. A release's own buffer is used as it is."""
+    n_freq = config.n_fft // 2 + 1
+    frequencies = np.fft.rfftfreq(n=config.n_fft, d=1.0 / config.sample_rate)
+    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(np.array([0.0]))[0], _hz_to_mel(np.array([config.sample_rate / 2]))[0],
+                                   config.n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = np.subtract.outer(mel_f, frequencies)
+    weights = np.zeros((config.n_mels, n_freq), dtype=np.float32)
+    for i in range(config.n_mels):
+        weights[i] = np.maximum(0, np.minimum(-ramps[i] / fdiff[i], ramps[i + 2] / fdiff[i + 1]))
+    weights *= (2.0 / (mel_f[2:config.n_mels + 2] - mel_f[:config.n_mels]))[:, np.newaxis]
+    return torch.from_numpy(weights.T).float()
 
 
 def random_stats(n_mels: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
