@@ -3,7 +3,8 @@
 Writes B3's release with full-size random weights (the published shapes) as the publishers' code writes its files
 (the fixture writers of ``tests/helpers/sttts_*_fixtures.py``) into a temporary ``exp/sttts_models``, imports it as
 ``voxanon models import sttts`` does (:func:`voxanon.models.checkpoints.sttts.import_sttts`), and loads the
-reference from the same files: ESPnet's ``Speech2Text`` for the recogniser (when ``espnet`` is installed), the
+reference from the same files: ESPnet's ``Speech2Text`` for the recogniser (when ``espnet`` is installed; otherwise
+its transcription in ``tests/reference/espnet_asr.py``), the
 ``silero-vad`` package's own model and ``get_speech_timestamps`` for the silence cut, and the test-only
 transcriptions of the recipe and IMS-Toucan under ``tests/reference/toucan/`` for the rest. Then it runs
 each stage on the same synthetic utterance of ``--seconds`` seconds, in the order ours, reference, reference, ours
@@ -253,10 +254,9 @@ class ReferenceChain:
         self.tts = ImsTTS(paths["hifigan"], paths["fastspeech2"], "cpu",
                           hifigan_channels=hifigan_config["upsample_initial_channel"], **fastspeech2_config)
         self.speech2text = espnet_recogniser(paths["asr"], folder)
-        self.recognise = None if self.speech2text is None else self._recognise
 
-    def _recognise(self):
-        return self.speech2text(torch.from_numpy(self.wave.astype(np.float64)))[0][0]
+    def recognise(self):
+        return self.speech2text(torch.from_numpy(self.wave))[0][0]
 
     def style(self):
         self.style_model.train()  # as the recipe leaves the extractor
@@ -286,14 +286,20 @@ class ReferenceChain:
 
 
 def espnet_recogniser(zip_path: Path, folder: Path):
-    """ESPnet's ``Speech2Text`` on the model-zoo zip, as the recipe's ``ims_asr.py`` builds it (beam 15, CTC weight
-    0.2, no length limits, one utterance at a time); None when ``espnet`` is not installed."""
+    """ESPnet's ``Speech2Text`` on the model-zoo zip as the recipe's ``ims_asr.py`` builds it (beam 15, CTC weight
+    0.2, no length limits, one utterance at a time) when ``espnet`` is installed; otherwise the transcription of
+    ESPnet's ``Speech2Text`` in ``tests/reference/espnet_asr.py`` (the same beam search, ESPnet's classes)."""
     try:
         from espnet2.bin.asr_inference import Speech2Text
         from espnet_model_zoo.downloader import ModelDownloader
     except ImportError:
-        print("    (espnet and espnet_model_zoo not installed: the recogniser is timed without its reference)")
-        return None
+        from tests.reference.espnet_asr import Speech2Text as Transcribed
+        from voxanon.models.checkpoints.sttts_asr import convert_asr, read_asr
+
+        print("    (espnet not installed: the recogniser's reference is tests/reference/espnet_asr.py)")
+        checkpoint = read_asr(zip_path)
+        state, config = convert_asr(checkpoint, zip_path)
+        return Transcribed(config, state, checkpoint["bpe_model"])
     files = ModelDownloader(cachedir=folder / "espnet").download_and_unpack(str(zip_path.absolute()))
     return Speech2Text(asr_train_config=files["asr_train_config"], asr_model_file=files["asr_model_file"],
                        device="cpu", minlenratio=0.0, maxlenratio=0.0, ctc_weight=0.2, beam_size=15, batch_size=1,
