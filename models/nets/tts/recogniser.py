@@ -254,7 +254,7 @@ class BranchformerEncoder(nn.Module):
             raise UtteranceTooShortError(f"{features.size(1)} feature frames; the recogniser needs at least 7 "
                                          "(about 0.06 s of audio)")
         x = self.embed(features) * math.sqrt(self.size)
-        pos_emb = relative_positions(x.size(1), self.size)
+        pos_emb = relative_positions(x.size(1), self.size).to(x.device)
         for layer in self.encoders:
             x = layer(x, pos_emb)
         return self.after_norm(x)
@@ -312,7 +312,7 @@ class TransformerDecoder(nn.Module):
         """ESPnet's ``batch_score``: log-probabilities of the next token for each prefix ``ys`` (n, L) and each
         layer's outputs for the whole prefix (the next step's cache)."""
         length = ys.size(1)
-        table = sinusoids(length, self.size, torch.arange(0, length, dtype=torch.float32)).unsqueeze(0)
+        table = sinusoids(length, self.size, torch.arange(0, length, dtype=torch.float32)).unsqueeze(0).to(ys.device)
         x = self.embed(ys) * math.sqrt(self.size) + table
         new_cache = []
         for index, layer in enumerate(self.decoders):
@@ -351,8 +351,9 @@ def fbank(model: Recogniser, audio_16k: np.ndarray) -> torch.Tensor:
     """Normalised log-mel features (1, frames, n_mels), float32, bit for bit ESPnet's ``DefaultFrontend`` and
     ``GlobalMVN`` for one utterance (same operations in the same order and memory layout)."""
     config = model.config
-    speech = torch.as_tensor(np.asarray(audio_16k, dtype=np.float32)).unsqueeze(0)
-    window = torch.hann_window(config.win_length, dtype=speech.dtype)
+    device = model.frontend.logmel.melmat.device
+    speech = torch.as_tensor(np.asarray(audio_16k, dtype=np.float32)).unsqueeze(0).to(device)
+    window = torch.hann_window(config.win_length, dtype=speech.dtype, device=device)
     spectrum = torch.stft(speech.float(), n_fft=config.n_fft, win_length=config.win_length,
                           hop_length=config.hop_length, center=True, window=window, normalized=False,
                           onesided=True, return_complex=True)
@@ -380,10 +381,10 @@ class CtcPrefixScorer:
         frames = log_probs.unsqueeze(1)
         blanks = frames[:, :, blank].unsqueeze(2).expand(-1, -1, self.odim)
         self.x = torch.stack([frames, blanks])
-        self.dtype = log_probs.dtype
+        self.dtype, self.device = log_probs.dtype, log_probs.device
 
     def initial_state(self, n_hyps: int):
-        r_prev = torch.full((self.input_length, 2, 1, n_hyps), LOG_ZERO, dtype=self.dtype)
+        r_prev = torch.full((self.input_length, 2, 1, n_hyps), LOG_ZERO, dtype=self.dtype, device=self.device)
         r_prev[:, 1] = torch.cumsum(self.x[0, :, :, self.blank], 0).unsqueeze(2)
         return r_prev.view(-1, 2, n_hyps), 0.0
 
@@ -396,19 +397,20 @@ class CtcPrefixScorer:
         r_prev, s_prev = state if state is not None else self.initial_state(n_bh)
         if scoring_ids is not None:
             snum = scoring_ids.size(-1)
-            scoring_idmap = torch.full((n_bh, self.odim), -1, dtype=torch.long)
-            scoring_idmap[torch.arange(n_bh).view(-1, 1), scoring_ids] = torch.arange(snum)
+            scoring_idmap = torch.full((n_bh, self.odim), -1, dtype=torch.long, device=self.device)
+            scoring_idmap[torch.arange(n_bh, device=self.device).view(-1, 1), scoring_ids] = torch.arange(
+                snum, device=self.device)
             x_ = torch.index_select(self.x.view(2, -1, self.odim), 2, scoring_ids.reshape(-1)).view(2, -1, n_bh, snum)
         else:
             snum, scoring_idmap = self.odim, None
             x_ = self.x.unsqueeze(3).repeat(1, 1, 1, n_bh, 1).view(2, -1, n_bh, snum)
-        r = torch.full((self.input_length, 2, n_bh, snum), LOG_ZERO, dtype=self.dtype)
+        r = torch.full((self.input_length, 2, n_bh, snum), LOG_ZERO, dtype=self.dtype, device=self.device)
         if output_length == 0:
             r[0, 0] = x_[0, 0]
         r_sum = torch.logsumexp(r_prev, 1)
         log_phi = r_sum.unsqueeze(2).repeat(1, 1, snum)
-        for idx in range(n_bh):
-            pos = scoring_idmap[idx, last_ids[idx]] if scoring_idmap is not None else last_ids[idx]
+        positions = scoring_idmap[torch.arange(n_bh, device=self.device), last_ids].tolist() if scoring_idmap is not None else last_ids
+        for idx, pos in enumerate(positions):
             if pos >= 0:
                 log_phi[:, idx, pos] = r_prev[:, 1, idx]
         start = max(output_length, 1)
@@ -419,7 +421,7 @@ class CtcPrefixScorer:
         log_phi_x = torch.cat((log_phi[0].unsqueeze(0), log_phi[:-1]), dim=0) + x_[0]
         scored = torch.logsumexp(torch.cat((log_phi_x[start:], r[start - 1, 0].unsqueeze(0)), dim=0), dim=0)
         if scoring_ids is not None:
-            log_psi = torch.full((n_bh, self.odim), LOG_ZERO, dtype=self.dtype)
+            log_psi = torch.full((n_bh, self.odim), LOG_ZERO, dtype=self.dtype, device=self.device)
             for si in range(n_bh):
                 log_psi[si, scoring_ids[si]] = scored[si]
         else:
@@ -463,18 +465,19 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
     beam, ctc_weight = config.beam_size, config.ctc_weight
     pre_beam_size = int(1.5 * beam)
     pre_beam = pre_beam_size < n_vocab
+    device = encoded.device
     with torch.inference_mode():
         memory = encoded.unsqueeze(0)
         sources = [layer.source_keys(memory) for layer in model.decoder.decoders]
         ctc = CtcPrefixScorer(torch.log_softmax(model.ctc.ctc_lo(memory), dim=2)[0], blank=0, eos=eos)
         maxlen = encoded.size(0)
-        yseq = torch.tensor([[sos]])
-        score = torch.zeros(1, dtype=encoded.dtype)
+        yseq = torch.tensor([[sos]], device=device)
+        score = torch.zeros(1, dtype=encoded.dtype, device=device)
         cache, ctc_state = None, None
         ended: list[tuple[torch.Tensor, float, torch.Tensor]] = []
         for i in range(maxlen):
             decoder_scores, new_cache = model.decoder.score(yseq, cache, sources)
-            weighted = torch.zeros(yseq.size(0), n_vocab, dtype=encoded.dtype)
+            weighted = torch.zeros(yseq.size(0), n_vocab, dtype=encoded.dtype, device=device)
             weighted += (1.0 - ctc_weight) * decoder_scores
             part_ids = torch.topk(weighted, pre_beam_size, dim=-1)[1] if pre_beam else None
             ctc_scores, ctc_full = ctc(yseq, ctc_state, part_ids)
@@ -484,11 +487,11 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
             hyp_ids = torch.div(top, n_vocab, rounding_mode="trunc").tolist()
             token_ids = (top % n_vocab).tolist()
             score = torch.stack([weighted[h, t] for h, t in zip(hyp_ids, token_ids)])
-            yseq = torch.cat([yseq[hyp_ids], torch.tensor(token_ids).unsqueeze(1)], dim=1)
+            yseq = torch.cat([yseq[hyp_ids], torch.tensor(token_ids, device=device).unsqueeze(1)], dim=1)
             cache = [layer[hyp_ids] for layer in new_cache]
             ctc_state = CtcPrefixScorer.select(ctc_full, hyp_ids, token_ids)
             if i == maxlen - 1:
-                yseq = torch.cat([yseq, torch.full((yseq.size(0), 1), eos)], dim=1)
+                yseq = torch.cat([yseq, torch.full((yseq.size(0), 1), eos, device=device)], dim=1)
             is_eos = (yseq[:, -1] == eos).tolist()
             for b, finished in enumerate(is_eos):
                 if finished:
