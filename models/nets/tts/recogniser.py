@@ -8,9 +8,10 @@ then a joint CTC/attention beam search: a Transformer decoder scores every token
 them (``pre_beam_size``) are scored by CTC prefix probabilities, and ``(1 - ctc_weight) · decoder + ctc_weight ·
 ctc`` ranks the beam. Each step and the end rule (``end_detect``: three lengths in a row whose best ended
 hypothesis is 10 nats behind the best one) follow ESPnet's ``BatchBeamSearch`` operation by operation, so the
-best hypothesis is ESPnet's. Two things are computed once instead of at every step: the decoder's source
-attention keys and values (ESPnet recomputes them for each hypothesis and step), which changes the last bits
-of scores only.
+best hypothesis is ESPnet's. What does not change from step to step is computed once: the decoder's source
+attention keys and values (ESPnet recomputes them for every hypothesis at every step) and its self-attention
+keys and values of past positions (ESPnet recomputes the whole prefix). That changes the last bits of scores
+only (the tests check the hypotheses are ESPnet's).
 
 The text: token ids → tokens → ESPnet's tokenizer's ``tokens2text`` (sentencepiece pieces, characters or phones)
 wrapped in the recipe's ``utt_start_token`` / ``utt_end_token`` (``~`` and ``~#``).
@@ -285,17 +286,24 @@ class DecoderLayer(nn.Module):
         """The source attention's keys and values for one utterance's encoding (1, T, D): the same at every step."""
         return self.src_attn.heads(self.src_attn.linear_k, memory), self.src_attn.heads(self.src_attn.linear_v, memory)
 
-    def step(self, x: torch.Tensor, last_only: bool, source: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """ESPnet's ``DecoderLayer.forward`` with a cache: the newest position's output (n, 1, D), attending to
-        the whole prefix ``x`` (n, L, D); ``last_only`` False on the first step, when the prefix is <sos> alone."""
+    def step(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+             source: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """ESPnet's ``DecoderLayer.forward`` with a cache, for the newest position ``x`` (n, 1, D): its output
+        and the self-attention keys and values of the whole prefix (``past``'s and its own). ESPnet recomputes
+        the past positions' keys and values at every step; they do not change."""
+        attention = self.self_attn
         normed = self.norm1(x)
-        query, residual = (normed[:, -1:], x[:, -1:]) if last_only else (normed, x)
-        x = residual + self.self_attn(query, normed, normed)
+        keys, values = attention.heads(attention.linear_k, normed), attention.heads(attention.linear_v, normed)
+        if past is not None:
+            keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
+        q = attention.heads(attention.linear_q, normed)
+        x = x + attention.attend(torch.matmul(q, keys.transpose(-2, -1)) / math.sqrt(attention.d_k), values)
         attention = self.src_attn
         q = attention.heads(attention.linear_q, self.norm2(x))
-        keys, values = source
-        x = x + attention.attend(torch.matmul(q, keys.transpose(-2, -1)) / math.sqrt(attention.d_k), values)
-        return x + self.feed_forward(self.norm3(x))
+        source_keys, source_values = source
+        x = x + attention.attend(torch.matmul(q, source_keys.transpose(-2, -1)) / math.sqrt(attention.d_k),
+                                 source_values)
+        return x + self.feed_forward(self.norm3(x)), (keys, values)
 
 
 class TransformerDecoder(nn.Module):
@@ -307,19 +315,17 @@ class TransformerDecoder(nn.Module):
         self.after_norm = LayerNorm(config.output_size)
         self.output_layer = nn.Linear(config.output_size, config.vocab_size)
 
-    def score(self, ys: torch.Tensor, cache: list[torch.Tensor] | None,
-              sources: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """ESPnet's ``batch_score``: log-probabilities of the next token for each prefix ``ys`` (n, L) and each
-        layer's outputs for the whole prefix (the next step's cache)."""
-        length = ys.size(1)
-        table = sinusoids(length, self.size, torch.arange(0, length, dtype=torch.float32)).unsqueeze(0).to(ys.device)
-        x = self.embed(ys) * math.sqrt(self.size) + table
-        new_cache = []
+    def score(self, ys: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]] | None,
+              sources: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, list]:
+        """ESPnet's ``batch_score``: log-probabilities of the next token for each prefix ``ys`` (n, L), and each
+        layer's self-attention keys and values for the whole prefix (the next step's ``past``)."""
+        position = torch.tensor([ys.size(1) - 1], dtype=torch.float32)
+        x = self.embed(ys[:, -1:]) * math.sqrt(self.size) + sinusoids(1, self.size, position).to(ys.device)
+        new_past = []
         for index, layer in enumerate(self.decoders):
-            newest = layer.step(x, cache is not None, sources[index])
-            x = newest if cache is None else torch.cat([cache[index], newest], dim=1)
-            new_cache.append(x)
-        return torch.log_softmax(self.output_layer(self.after_norm(x[:, -1])), dim=-1), new_cache
+            x, layer_past = layer.step(x, None if past is None else past[index], sources[index])
+            new_past.append(layer_past)
+        return torch.log_softmax(self.output_layer(self.after_norm(x[:, -1])), dim=-1), new_past
 
 
 class Ctc(nn.Module):
@@ -473,10 +479,10 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
         maxlen = encoded.size(0)
         yseq = torch.tensor([[sos]], device=device)
         score = torch.zeros(1, dtype=encoded.dtype, device=device)
-        cache, ctc_state = None, None
+        past, ctc_state = None, None
         ended: list[tuple[torch.Tensor, float, torch.Tensor]] = []
         for i in range(maxlen):
-            decoder_scores, new_cache = model.decoder.score(yseq, cache, sources)
+            decoder_scores, new_past = model.decoder.score(yseq, past, sources)
             weighted = torch.zeros(yseq.size(0), n_vocab, dtype=encoded.dtype, device=device)
             weighted += (1.0 - ctc_weight) * decoder_scores
             part_ids = torch.topk(weighted, pre_beam_size, dim=-1)[1] if pre_beam else None
@@ -488,7 +494,7 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
             token_ids = (top % n_vocab).tolist()
             score = torch.stack([weighted[h, t] for h, t in zip(hyp_ids, token_ids)])
             yseq = torch.cat([yseq[hyp_ids], torch.tensor(token_ids, device=device).unsqueeze(1)], dim=1)
-            cache = [layer[hyp_ids] for layer in new_cache]
+            past = [(keys[hyp_ids], values[hyp_ids]) for keys, values in new_past]
             ctc_state = CtcPrefixScorer.select(ctc_full, hyp_ids, token_ids)
             if i == maxlen - 1:
                 yseq = torch.cat([yseq, torch.full((yseq.size(0), 1), eos, device=device)], dim=1)
@@ -502,7 +508,7 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
             if not keep:
                 break
             yseq, score = yseq[keep], score[keep]
-            cache = [layer[keep] for layer in cache]
+            past = [(keys[keep], values[keep]) for keys, values in past]
             ctc_state = (ctc_state[0][:, :, keep], ctc_state[1][keep])
     if not ended:
         raise NoHypothesisError("the beam search ended without a finished hypothesis")
