@@ -310,7 +310,10 @@ class TransformerDecoder(nn.Module):
     def __init__(self, config: RecogniserConfig):
         super().__init__()
         self.size = config.output_size
-        self.embed = nn.Sequential(nn.Embedding(config.vocab_size, config.output_size))
+        # Given an uninitialised table: nn.Embedding's own normal_ init, built on the meta device (as model sets
+        # are), first imports torch's decompositions, seconds per process.
+        table = torch.empty(config.vocab_size, config.output_size)
+        self.embed = nn.Sequential(nn.Embedding(config.vocab_size, config.output_size, _weight=table))
         self.decoders = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_num_blocks))
         self.after_norm = LayerNorm(config.output_size)
         self.output_layer = nn.Linear(config.output_size, config.vocab_size)
