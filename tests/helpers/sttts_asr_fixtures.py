@@ -335,3 +335,54 @@ def write_asr_zip(path: Path, size: str = "tiny", seed: int = 0, state_override:
         archive.writestr(STATS_NAME, stats_npz(config.n_mels, seed))
         archive.writestr(BPE_NAME, sentencepiece_model(list(config.token_list)))
     return path
+
+
+def espnet_speech2text(path: Path, workdir: Path):
+    """ESPnet's own ``Speech2Text`` on the zip, built as ``ims_asr.py`` builds it (None where ESPnet is not
+    installed: it is no dependency of voxanon's), from the zip unpacked into ``workdir``."""
+    try:
+        from espnet2.bin.asr_inference import Speech2Text
+    except ImportError:
+        return None
+    with zipfile.ZipFile(path) as archive:
+        archive.extractall(workdir)
+    # espnet_model_zoo's unpack rewrites the config's recipe-relative paths to the unpacked files.
+    config_path = workdir / CONFIG_NAME
+    values = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    values["normalize_conf"]["stats_file"] = str(workdir / values["normalize_conf"]["stats_file"])
+    values["bpemodel"] = str(workdir / values["bpemodel"])
+    config_path.write_text(yaml.safe_dump(values, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return Speech2Text(asr_train_config=str(config_path), asr_model_file=str(workdir / MODEL_NAME), device="cpu",
+                       minlenratio=0.0, maxlenratio=0.0, ctc_weight=0.2, beam_size=15, batch_size=1, nbest=1,
+                       quantize_asr_model=False)
+
+
+def benchmark_recogniser(path: Path, audios: list[np.ndarray], workdir: Path) -> dict:
+    """Seconds to recognise ``audios`` (16 kHz float32) one thread, side by side on the same weights: ours,
+    the transcription of ESPnet (tests/reference/espnet_asr.py) and ESPnet's ``Speech2Text`` itself where
+    installed; each checked to give the same phone strings. Returns the audio's length and the three costs."""
+    import time
+
+    from tests.reference.espnet_asr import Speech2Text as TranscribedSpeech2Text
+    from voxanon.models.checkpoints.sttts_asr import build_asr, convert_asr, read_asr
+    from voxanon.models.nets.tts.recogniser import recognise
+    torch.set_num_threads(1)
+    checkpoint = read_asr(path)
+    state, config = convert_asr(checkpoint, path)
+    ours = build_asr(config)
+    ours.load_state_dict(state)
+    ours.eval()
+    systems = {"ours": lambda audio: recognise(ours, audio)}
+    transcribed = TranscribedSpeech2Text(config, state, checkpoint["bpe_model"])
+    systems["transcription"] = lambda audio: "~" + transcribed(torch.tensor(audio))[0][0] + "~#"
+    espnet = espnet_speech2text(path, workdir)
+    if espnet is not None:
+        systems["espnet"] = lambda audio: "~" + espnet(torch.tensor(audio))[0][0] + "~#"
+    costs, texts = {}, {}
+    for name, run in systems.items():
+        start = time.perf_counter()
+        texts[name] = [run(audio) for audio in audios]
+        costs[f"{name}_s"] = time.perf_counter() - start
+    if any(values != texts["ours"] for values in texts.values()):
+        raise AssertionError(f"the recognisers disagree: {texts}")
+    return {"audio_s": sum(len(audio) for audio in audios) / 16000, **costs}

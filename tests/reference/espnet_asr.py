@@ -12,7 +12,7 @@ model does not use. Masks are kept as ESPnet computes them. Checked once against
 throw-away venv, the fixture zip, tiny and full sizes): identical features, encodings and hypotheses.
 """
 import math
-from typing import Any, Dict, List, NamedTuple, Union
+from typing import Any, Dict, NamedTuple, Union
 
 import numpy as np
 import torch

@@ -8,9 +8,10 @@ then a joint CTC/attention beam search: a Transformer decoder scores every token
 them (``pre_beam_size``) are scored by CTC prefix probabilities, and ``(1 - ctc_weight) · decoder + ctc_weight ·
 ctc`` ranks the beam. Each step and the end rule (``end_detect``: three lengths in a row whose best ended
 hypothesis is 10 nats behind the best one) follow ESPnet's ``BatchBeamSearch`` operation by operation, so the
-best hypothesis is ESPnet's. Two things are computed once instead of at every step: the decoder's source
-attention keys and values (ESPnet recomputes them for each hypothesis and step), which changes the last bits
-of scores only.
+best hypothesis is ESPnet's. What does not change from step to step is computed once: the decoder's source
+attention keys and values (ESPnet recomputes them for every hypothesis at every step) and its self-attention
+keys and values of past positions (ESPnet recomputes the whole prefix). That changes the last bits of scores
+only (the tests check the hypotheses are ESPnet's).
 
 The text: token ids → tokens → ESPnet's tokenizer's ``tokens2text`` (sentencepiece pieces, characters or phones)
 wrapped in the recipe's ``utt_start_token`` / ``utt_end_token`` (``~`` and ``~#``).
@@ -254,7 +255,7 @@ class BranchformerEncoder(nn.Module):
             raise UtteranceTooShortError(f"{features.size(1)} feature frames; the recogniser needs at least 7 "
                                          "(about 0.06 s of audio)")
         x = self.embed(features) * math.sqrt(self.size)
-        pos_emb = relative_positions(x.size(1), self.size)
+        pos_emb = relative_positions(x.size(1), self.size).to(x.device)
         for layer in self.encoders:
             x = layer(x, pos_emb)
         return self.after_norm(x)
@@ -285,41 +286,49 @@ class DecoderLayer(nn.Module):
         """The source attention's keys and values for one utterance's encoding (1, T, D): the same at every step."""
         return self.src_attn.heads(self.src_attn.linear_k, memory), self.src_attn.heads(self.src_attn.linear_v, memory)
 
-    def step(self, x: torch.Tensor, last_only: bool, source: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """ESPnet's ``DecoderLayer.forward`` with a cache: the newest position's output (n, 1, D), attending to
-        the whole prefix ``x`` (n, L, D); ``last_only`` False on the first step, when the prefix is <sos> alone."""
+    def step(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+             source: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """ESPnet's ``DecoderLayer.forward`` with a cache, for the newest position ``x`` (n, 1, D): its output
+        and the self-attention keys and values of the whole prefix (``past``'s and its own). ESPnet recomputes
+        the past positions' keys and values at every step; they do not change."""
+        attention = self.self_attn
         normed = self.norm1(x)
-        query, residual = (normed[:, -1:], x[:, -1:]) if last_only else (normed, x)
-        x = residual + self.self_attn(query, normed, normed)
+        keys, values = attention.heads(attention.linear_k, normed), attention.heads(attention.linear_v, normed)
+        if past is not None:
+            keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
+        q = attention.heads(attention.linear_q, normed)
+        x = x + attention.attend(torch.matmul(q, keys.transpose(-2, -1)) / math.sqrt(attention.d_k), values)
         attention = self.src_attn
         q = attention.heads(attention.linear_q, self.norm2(x))
-        keys, values = source
-        x = x + attention.attend(torch.matmul(q, keys.transpose(-2, -1)) / math.sqrt(attention.d_k), values)
-        return x + self.feed_forward(self.norm3(x))
+        source_keys, source_values = source
+        x = x + attention.attend(torch.matmul(q, source_keys.transpose(-2, -1)) / math.sqrt(attention.d_k),
+                                 source_values)
+        return x + self.feed_forward(self.norm3(x)), (keys, values)
 
 
 class TransformerDecoder(nn.Module):
     def __init__(self, config: RecogniserConfig):
         super().__init__()
         self.size = config.output_size
-        self.embed = nn.Sequential(nn.Embedding(config.vocab_size, config.output_size))
+        # Given an uninitialised table: nn.Embedding's own normal_ init, built on the meta device (as model sets
+        # are), first imports torch's decompositions, seconds per process.
+        table = torch.empty(config.vocab_size, config.output_size)
+        self.embed = nn.Sequential(nn.Embedding(config.vocab_size, config.output_size, _weight=table))
         self.decoders = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_num_blocks))
         self.after_norm = LayerNorm(config.output_size)
         self.output_layer = nn.Linear(config.output_size, config.vocab_size)
 
-    def score(self, ys: torch.Tensor, cache: list[torch.Tensor] | None,
-              sources: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """ESPnet's ``batch_score``: log-probabilities of the next token for each prefix ``ys`` (n, L) and each
-        layer's outputs for the whole prefix (the next step's cache)."""
-        length = ys.size(1)
-        table = sinusoids(length, self.size, torch.arange(0, length, dtype=torch.float32)).unsqueeze(0)
-        x = self.embed(ys) * math.sqrt(self.size) + table
-        new_cache = []
+    def score(self, ys: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]] | None,
+              sources: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, list]:
+        """ESPnet's ``batch_score``: log-probabilities of the next token for each prefix ``ys`` (n, L), and each
+        layer's self-attention keys and values for the whole prefix (the next step's ``past``)."""
+        position = torch.tensor([ys.size(1) - 1], dtype=torch.float32)
+        x = self.embed(ys[:, -1:]) * math.sqrt(self.size) + sinusoids(1, self.size, position).to(ys.device)
+        new_past = []
         for index, layer in enumerate(self.decoders):
-            newest = layer.step(x, cache is not None, sources[index])
-            x = newest if cache is None else torch.cat([cache[index], newest], dim=1)
-            new_cache.append(x)
-        return torch.log_softmax(self.output_layer(self.after_norm(x[:, -1])), dim=-1), new_cache
+            x, layer_past = layer.step(x, None if past is None else past[index], sources[index])
+            new_past.append(layer_past)
+        return torch.log_softmax(self.output_layer(self.after_norm(x[:, -1])), dim=-1), new_past
 
 
 class Ctc(nn.Module):
@@ -351,8 +360,9 @@ def fbank(model: Recogniser, audio_16k: np.ndarray) -> torch.Tensor:
     """Normalised log-mel features (1, frames, n_mels), float32, bit for bit ESPnet's ``DefaultFrontend`` and
     ``GlobalMVN`` for one utterance (same operations in the same order and memory layout)."""
     config = model.config
-    speech = torch.as_tensor(np.asarray(audio_16k, dtype=np.float32)).unsqueeze(0)
-    window = torch.hann_window(config.win_length, dtype=speech.dtype)
+    device = model.frontend.logmel.melmat.device
+    speech = torch.as_tensor(np.asarray(audio_16k, dtype=np.float32)).unsqueeze(0).to(device)
+    window = torch.hann_window(config.win_length, dtype=speech.dtype, device=device)
     spectrum = torch.stft(speech.float(), n_fft=config.n_fft, win_length=config.win_length,
                           hop_length=config.hop_length, center=True, window=window, normalized=False,
                           onesided=True, return_complex=True)
@@ -380,10 +390,10 @@ class CtcPrefixScorer:
         frames = log_probs.unsqueeze(1)
         blanks = frames[:, :, blank].unsqueeze(2).expand(-1, -1, self.odim)
         self.x = torch.stack([frames, blanks])
-        self.dtype = log_probs.dtype
+        self.dtype, self.device = log_probs.dtype, log_probs.device
 
     def initial_state(self, n_hyps: int):
-        r_prev = torch.full((self.input_length, 2, 1, n_hyps), LOG_ZERO, dtype=self.dtype)
+        r_prev = torch.full((self.input_length, 2, 1, n_hyps), LOG_ZERO, dtype=self.dtype, device=self.device)
         r_prev[:, 1] = torch.cumsum(self.x[0, :, :, self.blank], 0).unsqueeze(2)
         return r_prev.view(-1, 2, n_hyps), 0.0
 
@@ -396,19 +406,20 @@ class CtcPrefixScorer:
         r_prev, s_prev = state if state is not None else self.initial_state(n_bh)
         if scoring_ids is not None:
             snum = scoring_ids.size(-1)
-            scoring_idmap = torch.full((n_bh, self.odim), -1, dtype=torch.long)
-            scoring_idmap[torch.arange(n_bh).view(-1, 1), scoring_ids] = torch.arange(snum)
+            scoring_idmap = torch.full((n_bh, self.odim), -1, dtype=torch.long, device=self.device)
+            scoring_idmap[torch.arange(n_bh, device=self.device).view(-1, 1), scoring_ids] = torch.arange(
+                snum, device=self.device)
             x_ = torch.index_select(self.x.view(2, -1, self.odim), 2, scoring_ids.reshape(-1)).view(2, -1, n_bh, snum)
         else:
             snum, scoring_idmap = self.odim, None
             x_ = self.x.unsqueeze(3).repeat(1, 1, 1, n_bh, 1).view(2, -1, n_bh, snum)
-        r = torch.full((self.input_length, 2, n_bh, snum), LOG_ZERO, dtype=self.dtype)
+        r = torch.full((self.input_length, 2, n_bh, snum), LOG_ZERO, dtype=self.dtype, device=self.device)
         if output_length == 0:
             r[0, 0] = x_[0, 0]
         r_sum = torch.logsumexp(r_prev, 1)
         log_phi = r_sum.unsqueeze(2).repeat(1, 1, snum)
-        for idx in range(n_bh):
-            pos = scoring_idmap[idx, last_ids[idx]] if scoring_idmap is not None else last_ids[idx]
+        positions = scoring_idmap[torch.arange(n_bh, device=self.device), last_ids].tolist() if scoring_idmap is not None else last_ids
+        for idx, pos in enumerate(positions):
             if pos >= 0:
                 log_phi[:, idx, pos] = r_prev[:, 1, idx]
         start = max(output_length, 1)
@@ -419,7 +430,7 @@ class CtcPrefixScorer:
         log_phi_x = torch.cat((log_phi[0].unsqueeze(0), log_phi[:-1]), dim=0) + x_[0]
         scored = torch.logsumexp(torch.cat((log_phi_x[start:], r[start - 1, 0].unsqueeze(0)), dim=0), dim=0)
         if scoring_ids is not None:
-            log_psi = torch.full((n_bh, self.odim), LOG_ZERO, dtype=self.dtype)
+            log_psi = torch.full((n_bh, self.odim), LOG_ZERO, dtype=self.dtype, device=self.device)
             for si in range(n_bh):
                 log_psi[si, scoring_ids[si]] = scored[si]
         else:
@@ -463,18 +474,19 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
     beam, ctc_weight = config.beam_size, config.ctc_weight
     pre_beam_size = int(1.5 * beam)
     pre_beam = pre_beam_size < n_vocab
+    device = encoded.device
     with torch.inference_mode():
         memory = encoded.unsqueeze(0)
         sources = [layer.source_keys(memory) for layer in model.decoder.decoders]
         ctc = CtcPrefixScorer(torch.log_softmax(model.ctc.ctc_lo(memory), dim=2)[0], blank=0, eos=eos)
         maxlen = encoded.size(0)
-        yseq = torch.tensor([[sos]])
-        score = torch.zeros(1, dtype=encoded.dtype)
-        cache, ctc_state = None, None
+        yseq = torch.tensor([[sos]], device=device)
+        score = torch.zeros(1, dtype=encoded.dtype, device=device)
+        past, ctc_state = None, None
         ended: list[tuple[torch.Tensor, float, torch.Tensor]] = []
         for i in range(maxlen):
-            decoder_scores, new_cache = model.decoder.score(yseq, cache, sources)
-            weighted = torch.zeros(yseq.size(0), n_vocab, dtype=encoded.dtype)
+            decoder_scores, new_past = model.decoder.score(yseq, past, sources)
+            weighted = torch.zeros(yseq.size(0), n_vocab, dtype=encoded.dtype, device=device)
             weighted += (1.0 - ctc_weight) * decoder_scores
             part_ids = torch.topk(weighted, pre_beam_size, dim=-1)[1] if pre_beam else None
             ctc_scores, ctc_full = ctc(yseq, ctc_state, part_ids)
@@ -484,11 +496,11 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
             hyp_ids = torch.div(top, n_vocab, rounding_mode="trunc").tolist()
             token_ids = (top % n_vocab).tolist()
             score = torch.stack([weighted[h, t] for h, t in zip(hyp_ids, token_ids)])
-            yseq = torch.cat([yseq[hyp_ids], torch.tensor(token_ids).unsqueeze(1)], dim=1)
-            cache = [layer[hyp_ids] for layer in new_cache]
+            yseq = torch.cat([yseq[hyp_ids], torch.tensor(token_ids, device=device).unsqueeze(1)], dim=1)
+            past = [(keys[hyp_ids], values[hyp_ids]) for keys, values in new_past]
             ctc_state = CtcPrefixScorer.select(ctc_full, hyp_ids, token_ids)
             if i == maxlen - 1:
-                yseq = torch.cat([yseq, torch.full((yseq.size(0), 1), eos)], dim=1)
+                yseq = torch.cat([yseq, torch.full((yseq.size(0), 1), eos, device=device)], dim=1)
             is_eos = (yseq[:, -1] == eos).tolist()
             for b, finished in enumerate(is_eos):
                 if finished:
@@ -499,7 +511,7 @@ def beam_search(model: Recogniser, encoded: torch.Tensor) -> list[int]:
             if not keep:
                 break
             yseq, score = yseq[keep], score[keep]
-            cache = [layer[keep] for layer in cache]
+            past = [(keys[keep], values[keep]) for keys, values in past]
             ctc_state = (ctc_state[0][:, :, keep], ctc_state[1][keep])
     if not ended:
         raise NoHypothesisError("the beam search ended without a finished hypothesis")

@@ -14,6 +14,7 @@ from tests.helpers.sttts_tts_fixtures import write_fastspeech2, write_hifigan
 from tests.reference.toucan.fastspeech2 import FastSpeech2 as ReferenceFastSpeech2
 from tests.reference.toucan.hifigan import HiFiGANGenerator as ReferenceHiFiGAN
 from tests.reference.toucan.synthesis import ImsTTS
+from voxanon.data_prep.errors import VoxanonError
 from voxanon.models.checkpoints import sttts_tts
 from voxanon.models.checkpoints.safe import CheckpointError, UnsafeCheckpointError, built_with_weights
 from voxanon.models.nets.tts.fastspeech2 import VOICED_DIM
@@ -219,7 +220,7 @@ def test_random_sizes():
         again, _ = getattr(sttts_tts, f"random_{component}")("tiny", 3)
         assert all(torch.equal(state[key], again[key]) for key in state)
         built_with_weights(lambda: getattr(sttts_tts, f"build_{component}")(config), state)
-    with pytest.raises(Exception, match="full' or 'tiny"):
+    with pytest.raises(VoxanonError, match="full' or 'tiny"):
         sttts_tts.random_hifigan("huge", 0)
 
 
