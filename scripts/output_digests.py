@@ -55,7 +55,7 @@ def collect(work: Path, systems: set[str] | None = None) -> dict[str, str]:
         if main(arguments) != 0:
             sys.exit(f"output_digests: 'voxanon {' '.join(arguments)}' failed")
 
-    for name in ("ssl-sas", "zllr-vc", "nac"):
+    for name in ("ssl-sas", "zllr-vc", "nac", "sttts"):
         run(["models", "import", name, "--random-init", "--size", "tiny"])
     for tag in ("hifigan_bn_tdnnf_wav2vec2_vq_48_v1", "hifigan_bn_tdnnf_600h_vq_48_v1"):
         run(["models", "import", "sa-toolkit", "--random-init", "--tag", tag, "--size", "tiny"])

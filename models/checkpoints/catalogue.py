@@ -180,6 +180,25 @@ def _random_nac(size: str, seed: int, *, name: str | None = None) -> Imported:
     return Imported(name or "nac", components, config, f"random-init size={size} seed={seed}")
 
 
+def _import_sttts(source, *, name: str | None = None) -> Imported:
+    from pathlib import Path
+
+    from ...data_prep.digest import sha256_file
+    from .sttts import find_release_files, import_sttts
+
+    components, config = import_sttts(source)
+    files = find_release_files(Path(source))
+    origin = "VoicePrivacy 2024 B3 " + ", ".join(f"{path} (sha256 {sha256_file(path)})" for path in files.values())
+    return Imported(name or "sttts", components, config, origin)
+
+
+def _random_sttts(size: str, seed: int, *, name: str | None = None) -> Imported:
+    from .sttts import random_sttts
+
+    components, config = random_sttts(size, seed)
+    return Imported(name or "sttts", components, config, f"random-init size={size} seed={seed}")
+
+
 def _ssl_sas_loaders(model_set) -> dict:
     """The SSL-SAS layout's components (SSL-SAS, zLLR-VC and HuBERT-soft sets hold some of them)."""
     from ..nets.hifigan import load_vocoder
@@ -211,6 +230,12 @@ def _nac_loaders(model_set) -> dict:
     return loaders
 
 
+def _sttts_loaders(model_set) -> dict:
+    from .sttts import COMPONENTS, load_component
+
+    return {component: lambda c=component: load_component(model_set, c) for component in COMPONENTS}
+
+
 def _check_ssl_sas_folder(folder: Path, read) -> CheckReport:
     from .release_check import check_release
 
@@ -236,6 +261,16 @@ def _check_nac_folder(folder: Path, read) -> CheckReport:
 
 def _holds_nac(folder: Path) -> bool:
     return next(folder.rglob("coarse_2.pt"), None) is not None
+
+
+def _check_sttts_folder(folder: Path, read) -> CheckReport:
+    from .sttts import check_sttts_release
+
+    return check_sttts_release(folder, read)
+
+
+def _holds_sttts(folder: Path) -> bool:
+    return next(folder.rglob("asr_branchformer_tts-phn_en.zip"), None) is not None
 
 
 def _sa_toolkit_set_hint(set_name: str) -> str:
@@ -355,6 +390,23 @@ CATALOGUE: dict[str, Release] = {release.name: release for release in (
                      "holding B4's coarse_2.pt, fine_2.pt, encodec_24khz-d7cc33bc.th, the HuBERT quantiser, "
                      "hubert-base-ls960's pytorch_model.bin and the unpacked nac_speaker_mappings.zip; see docs/b4.md), "
                      "or voxanon models import nac --random-init for plumbing tests"),
+    Release(
+        "sttts", "VoicePrivacy 2024 B3 (STTTS): the ESPnet phone recogniser zip, IMS-Toucan's style embedding, "
+                 "WGAN, aligner, FastSpeech2 and HiFi-GAN (release v2.0 of DigitalPhonetics/speaker-anonymization)",
+        "GPL-3.0 (the release's repository; IMS-Toucan Apache-2.0)",
+        files=tuple(RemoteFile(f"https://github.com/DigitalPhonetics/speaker-anonymization/releases/download/v2.0/"
+                               f"{name}.zip", f"{name}.zip", size=size)
+                    for name, size in (("anonymization", 850_894), ("asr", 408_472_040), ("tts", 748_014_864))),
+        source="the recipe's exp/sttts_models folder (asr/asr_branchformer_tts-phn_en.zip, tts/Embedding/"
+               "embedding_function.pt, anonymization/gan_style-embed/style-embed_wgan.pt, tts/Aligner/aligner.pt, "
+               "tts/FastSpeech2_Multi/prosody_cloning.pt, tts/HiFiGAN_combined/best.pt), read as data",
+        import_options=frozenset({"name"}), importer=_import_sttts, random_init=_random_sttts,
+        folder_check=FolderCheck(_check_sttts_folder, _holds_sttts), set_loaders=_sttts_loaders,
+        fetched_source=_download_folder,
+        install_hint="voxanon models fetch sttts --import (downloads B3's three zips), or voxanon models import "
+                     "sttts DIR (DIR the recipe's exp/sttts_models, holding B3's asr_branchformer_tts-phn_en.zip, embedding_function.pt, style-embed_wgan.pt, aligner.pt, "
+                     "prosody_cloning.pt and best.pt; see docs/b3.md), or voxanon models import sttts --random-init "
+                     "for plumbing tests"),
 )}
 
 
