@@ -204,6 +204,14 @@ def check_state_fits(module: torch.nn.Module, state: dict, what: str, source: st
         raise CheckpointError(f"{source}: {what}: " + "; ".join(details))
 
 
+def check_state_builds(build, state: dict, what: str, source: str) -> None:
+    """:func:`check_state_fits` on ``build()`` made on the meta device: the importer's key-by-key check of a
+    published file without memory for a second copy of its weights."""
+    with torch.device("meta"):
+        module = build()
+    check_state_fits(module, state, what, source)
+
+
 def built_with_weights(build, state: dict[str, torch.Tensor], source: str = "weights", what: str = "") -> nn.Module:
     """``build()`` made on the meta device (no parameter initialisation), then given ``state``'s tensors
     themselves (``load_state_dict(assign=True)``): a full-size HuBERT skips about 2 s of random initialisation

@@ -22,7 +22,7 @@ import yaml
 
 from ...data_prep.errors import VoxanonError
 from ..nets.tts.recogniser import Recogniser, RecogniserConfig, build_recogniser
-from .safe import CheckpointError, UnsafeCheckpointError, check_state_fits
+from .safe import CheckpointError, UnsafeCheckpointError, check_state_builds
 
 RELEASE_FILE = "asr/asr_branchformer_tts-phn_en.zip"
 """Where the recipe's models_dir (``exp/sttts_models``) keeps the zip."""
@@ -174,10 +174,9 @@ def convert_asr(checkpoint: dict, path: Path) -> tuple[dict[str, torch.Tensor], 
     if config.output_size % config.attention_heads or config.output_size % config.decoder_attention_heads:
         raise CheckpointError(f"{path}: output_size {config.output_size} is not divisible by the attention heads")
     state = dict(checkpoint["state"])
-    with torch.device("meta"):
-        module = build_recogniser(config)
-    check_state_fits(module, state, "not the Branchformer recogniser its config.yaml describes",
-                     f"{path} ({checkpoint.get('model_name', 'model')})")
+    check_state_builds(lambda: build_recogniser(config), state,
+                       "not the Branchformer recogniser its config.yaml describes",
+                       f"{path} ({checkpoint.get('model_name', 'model')})")
     return {key: value.contiguous() for key, value in state.items()}, config.to_dict()
 
 

@@ -16,7 +16,7 @@ import torch
 from ..nets.tts.aligner import Aligner, AlignerConfig
 from ..nets.tts.articulatory import NUM_SYMBOLS
 from ..nets.tts.audio import N_MELS
-from .safe import CheckpointError, check_state_fits, safe_load
+from .safe import CheckpointError, check_state_builds, safe_load
 
 ALIGNER_ENTRY = "asr_model"
 STATE_DICT_ENTRIES = ("tts_model",)
@@ -77,9 +77,7 @@ def convert_aligner(checkpoint, path: Path) -> tuple[dict[str, torch.Tensor], di
         raise CheckpointError(f"{path}: {ALIGNER_ENTRY} is not a state dict of tensors")
     _check_training_entries(checkpoint, path)
     config = _config_from_state(state, path)
-    with torch.device("meta"):
-        module = Aligner(config)
-    check_state_fits(module, state, ALIGNER_ENTRY, str(path))
+    check_state_builds(lambda: Aligner(config), state, ALIGNER_ENTRY, str(path))
     return {key: value.float() if value.is_floating_point() else value for key, value in state.items()}, \
         config.to_dict()
 

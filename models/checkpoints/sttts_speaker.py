@@ -20,7 +20,7 @@ from ...data_prep.errors import VoxanonError
 from ..nets.tts.style import StyleConfig, StyleEmbedding
 from ..nets.tts.vad import SileroVad
 from ..nets.tts.wgan import EmbeddingGenerator, WganConfig
-from .safe import CheckpointError, check_state_fits, safe_load
+from .safe import CheckpointError, check_state_builds, safe_load
 
 STYLE_ENTRY = "style_emb_func"
 WGAN_GENERATOR_ENTRY = "generator_state_dict"
@@ -76,9 +76,7 @@ def convert_style(checkpoint, path: Path) -> tuple[dict[str, torch.Tensor], dict
     (a FastSpeech2 checkpoint's ``model``, ``default_emb``, optimizer, ...) are dropped."""
     state = _tensor_state(_entry(checkpoint, STYLE_ENTRY, path), STYLE_ENTRY, path)
     config = _style_config_from_state(state, path)
-    with torch.device("meta"):
-        module = StyleEmbedding(config)
-    check_state_fits(module, state, STYLE_ENTRY, str(path))
+    check_state_builds(lambda: StyleEmbedding(config), state, STYLE_ENTRY, str(path))
     return {key: value.float() if value.is_floating_point() else value for key, value in state.items()}, \
         config.to_dict()
 
@@ -119,9 +117,7 @@ def convert_wgan(checkpoint, path: Path) -> tuple[dict[str, torch.Tensor], dict]
     state = {key[len(DATA_PARALLEL_PREFIX):]: value for key, value in generator.items()}
     state["mean"] = _normalisation(checkpoint, "mean", path)
     state["std"] = _normalisation(checkpoint, "std", path)
-    with torch.device("meta"):
-        module = EmbeddingGenerator(config)
-    check_state_fits(module, state, WGAN_GENERATOR_ENTRY, str(path))
+    check_state_builds(lambda: EmbeddingGenerator(config), state, WGAN_GENERATOR_ENTRY, str(path))
     return state, config.to_dict()
 
 
@@ -200,9 +196,7 @@ def read_vad(path: Path) -> dict[str, torch.Tensor]:
 
 def convert_vad(checkpoint, path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     state = _tensor_state(checkpoint, "Silero VAD weights", path)
-    with torch.device("meta"):
-        module = SileroVad()
-    check_state_fits(module, state, "Silero VAD weights", str(path))
+    check_state_builds(SileroVad, state, "Silero VAD weights", str(path))
     return state, {}
 
 

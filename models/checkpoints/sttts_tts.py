@@ -28,7 +28,7 @@ from ...data_prep.errors import VoxanonError
 from ..nets.hifigan import GeneratorConfig, HifiganGenerator
 from ..nets.tts.fastspeech2 import FastSpeech2, FastSpeech2Config
 from ..nets.tts.hifigan import TOUCAN_GENERATOR, jik876_key
-from .safe import CheckpointError, check_state_fits, fold_weight_norm, key_list, safe_load
+from .safe import CheckpointError, check_state_builds, fold_weight_norm, key_list, safe_load
 
 FASTSPEECH2_ENTRIES = {"model", "default_emb"}
 FASTSPEECH2_TRAINING = {"optimizer", "scheduler", "scaler", "step_counter"}
@@ -120,7 +120,7 @@ def convert_fastspeech2(checkpoint: dict, path: Path) -> tuple[dict[str, torch.T
             ("chans", _dim(state, f"{name}_predictor.conv.0.0.weight", 0, path)),
             ("kernel_size", _dim(state, f"{name}_predictor.conv.0.0.weight", 2, path)))},
         utt_embed_dim=_dim(state, "encoder.embedding_expansion.weight", 1, path))
-    _check_fits(lambda: FastSpeech2(config), state, path, "model")
+    check_state_builds(lambda: FastSpeech2(config), state, "model", str(path))
     default = checkpoint["default_emb"]
     if not isinstance(default, torch.Tensor) or default.shape != (config.utt_embed_dim,):
         shape = tuple(default.shape) if isinstance(default, torch.Tensor) else type(default).__name__
@@ -145,14 +145,8 @@ def convert_hifigan(checkpoint: dict, path: Path) -> tuple[dict[str, torch.Tenso
     config = GeneratorConfig(**{**TOUCAN_GENERATOR.to_dict(),
                                 "in_channels": int(state["conv_pre.weight"].shape[1]),
                                 "upsample_initial_channel": int(state["conv_pre.weight"].shape[0])})
-    _check_fits(lambda: HifiganGenerator(config), state, path, "generator")
+    check_state_builds(lambda: HifiganGenerator(config), state, "generator", str(path))
     return state, config.to_dict()
-
-
-def _check_fits(build, state: dict, path: Path, what: str) -> None:
-    with torch.device("meta"):
-        module = build()
-    check_state_fits(module, state, what, str(path))
 
 
 def build_fastspeech2(config: dict) -> FastSpeech2:
