@@ -52,27 +52,34 @@ def _peak_of(step) -> int:
 
 
 def measure_once(system_name: str, seconds: float, overrides: list[str]) -> dict[str, int]:
-    """In this process: each step's peak for one utterance of ``seconds``."""
+    """In this process: each step's peak for one utterance of ``seconds``. A system with a stage that draws on the
+    whole set (B3's GAN deal, B1's speaker means) is prepared first on the one-utterance set, as the runner does."""
     from voxanon.data_prep.audio import load_audio
+    from voxanon.data_prep.corpus import load_corpus
     from voxanon.pipeline.execution.batches import load_stage_models
+    from voxanon.pipeline.runner import prepare_set
     from voxanon.pipeline.systems.recipes import build_system, load_system_config
 
     system = build_system(load_system_config(system_name, overrides))
-    load_stage_models(system, system.stages, device_models=True)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "noise.wav"
+        path = Path(folder) / "set" / "s" / "u.wav"
+        path.parent.mkdir(parents=True)
         soundfile.write(path, (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32), 16000,
                         subtype="PCM_16")
+        data = load_corpus(path.parent.parent)
+        if any(stage.prepares_from_set() for stage in system.stages):
+            system = build_system(prepare_set(system, data, Path(folder) / "prepared", progress=False))
+        load_stage_models(system, system.stages, device_models=True)
         loaded = {}
 
         def load():
             loaded["audio"] = load_audio(path, system.sample_rate).samples
 
         peaks = {"load": _peak_of(load)}
-    utterance = system.new_utterance("u", "s", "f", loaded.pop("audio"))
-    for stage in system.stages:
-        peaks[stage.name] = _peak_of(lambda: stage.process_batch([utterance]))
+        utterance = system.new_utterance(data.utterances[0], "s", "f", loaded.pop("audio"))
+        for stage in system.stages:
+            peaks[stage.name] = _peak_of(lambda: stage.process_batch([utterance]))
     return peaks
 
 

@@ -120,6 +120,9 @@ class SttsRecogniseStage(_SttsStage):
 
     name = "sttts_recognise"
     component = "asr"
+    # 2251 measured (benchmarks/stage_memory.py, 10 and 30 s at 16 kHz): the attention grows faster than the
+    # length, so near max_seconds (120 s) this is an underestimate; a 30/90 s measurement ran past 11 minutes.
+    bytes_per_sample = 2260.0
 
     def process_batch(self, batch: list[Utterance]) -> None:
         from ....models.nets.tts.recogniser import recognise
@@ -138,6 +141,7 @@ class SttsSpeakerStage(_SttsStage):
 
     name = "sttts_speaker"
     component = "wgan"
+    bytes_per_sample = 0.0  # measured -31.5 (10 and 30 s): the utterance's embedding was made for the set beforehand
 
     def __init__(self, models: str = MODELS, vectors: int = GAN_VECTORS, threshold: float = SIMILARITY_THRESHOLD,
                  tries: int = TRIES, cache_dir: str | None = None, originals: str | None = None):
@@ -245,6 +249,7 @@ class SttsProsodyStage(_SttsStage):
 
     name = "sttts_prosody"
     component = "aligner"
+    bytes_per_sample = 715.0  # 714.6 measured (benchmarks/stage_memory.py, 10 and 30 s at 16 kHz)
     inputs = ("phones",)
 
     def __init__(self, models: str = MODELS, device: str = "cpu", lower: int = 60, upper: int = 140):
@@ -285,6 +290,7 @@ class SttsSynthesiseStage(_SttsStage):
 
     name = "sttts_synthesise"
     component = "fastspeech2"
+    bytes_per_sample = 946.0  # 945.7 measured (benchmarks/stage_memory.py, 10 and 30 s at 16 kHz)
     inputs = ("phones", "style", "prosody")
 
     def load_models(self) -> None:
