@@ -459,7 +459,9 @@ def load_voice(model, voice, extra_voice_dirs=[]):  # pylint: disable=dangerous-
 
     if len(paths) == 1 and paths[0].endswith(".npz"):
         return load_npz(path[0])
-    raise NotImplementedError("generate_voice (a prompt from an audio file) is not transcribed")
+    # The fork would make a prompt from an audio file here (generate_voice); the recipe's voices are .npz
+    # prompts, and voxanon reads no other kind, so this reference refuses what it was not given to compare.
+    raise ValueError(f"voice {voice!r}: {paths[0]} is not a .npz prompt, the only voices the recipe and voxanon use")
 
 
 def _flatten_codebooks(arr, offset_size):
