@@ -46,6 +46,7 @@ from ....data_prep.atomic import atomic_write_text
 from ....data_prep.errors import VoxanonError
 from ....data_prep.paths import contained_path
 from ...model_service import cached_model, model_set, resolve_device
+from ...stage_settings import Number, SettingError, checked
 from ..stage import ModelStage, Utterance
 
 log = logging.getLogger(__name__)
@@ -142,18 +143,15 @@ class SttsSpeakerStage(_SttsStage):
     name = "sttts_speaker"
     component = "wgan"
     bytes_per_sample = 0.0  # measured -31.5 (10 and 30 s): the utterance's embedding was made for the set beforehand
+    SETTINGS = {"vectors": Number(1, integer=True), "threshold": Number(-1.0, 1.0), "tries": Number(1, integer=True)}
 
     def __init__(self, models: str = MODELS, vectors: int = GAN_VECTORS, threshold: float = SIMILARITY_THRESHOLD,
                  tries: int = TRIES, cache_dir: str | None = None, originals: str | None = None):
         # No device: the embedding of the set and the deal run on the CPU, so the deal cannot depend on it.
         super().__init__(models, "cpu")
-        if int(vectors) < 1:
-            raise ValueError(f"sttts_speaker.vectors must be at least 1, got {vectors}")
-        if int(tries) < 1:
-            raise ValueError(f"sttts_speaker.tries must be at least 1, got {tries}")
-        if not -1.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"sttts_speaker.threshold is a cosine similarity in [-1, 1], got {threshold}")
-        self.vectors, self.threshold, self.tries = int(vectors), float(threshold), int(tries)
+        values = checked(self.name, self.SETTINGS, dict(vectors=vectors, threshold=threshold, tries=tries),
+                         {"threshold": "a cosine similarity"})
+        self.vectors, self.threshold, self.tries = values["vectors"], values["threshold"], values["tries"]
         self.cache_dir = cache_dir
         self.originals = originals
 
@@ -251,13 +249,16 @@ class SttsProsodyStage(_SttsStage):
     component = "aligner"
     bytes_per_sample = 715.0  # 714.6 measured (benchmarks/stage_memory.py, 10 and 30 s at 16 kHz)
     inputs = ("phones",)
+    SETTINGS = {"lower": Number(0, low_inclusive=False, integer=True, unit="(%)"),
+                "upper": Number(0, low_inclusive=False, integer=True, unit="(%)")}
 
     def __init__(self, models: str = MODELS, device: str = "cpu", lower: int = 60, upper: int = 140):
         super().__init__(models, device)
-        if not 0 < int(lower) < int(upper):
-            raise ValueError(f"sttts_prosody.lower and upper are percentages with 0 < lower < upper, got {lower}, "
-                             f"{upper}")
-        self.lower, self.upper = int(lower), int(upper)
+        values = checked(self.name, self.SETTINGS, dict(lower=lower, upper=upper))
+        if not values["lower"] < values["upper"]:
+            raise SettingError(f"sttts_prosody.lower and upper are percentages with 0 < lower < upper, got {lower}, "
+                               f"{upper}")
+        self.lower, self.upper = values["lower"], values["upper"]
 
     def load_models(self) -> None:
         super().load_models()
