@@ -43,6 +43,12 @@ def derive_seed(run_seed: int, system: str, key: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def stream_seed(seed: int, stream: int) -> int:
+    """A seed for stream number ``stream`` of the draws made from ``seed`` (an utterance's, a speaker's or the
+    run's): each stage of a family numbers its own streams, so no two share a sequence."""
+    return int(np.random.default_rng([seed, stream]).integers(2 ** 63))
+
+
 @dataclass
 class Utterance:
     utt_id: str

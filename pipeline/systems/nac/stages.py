@@ -40,7 +40,7 @@ import numpy as np
 
 from ....data_prep.errors import VoxanonError
 from ...model_service import cached_model, check_precision, model_set, model_set_config, resolve_device
-from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target
+from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target, stream_seed
 
 SELECTIONS = TARGET_SELECTIONS
 EMPTY_PROMPT = "random"
@@ -71,8 +71,7 @@ def generator(utt: Utterance, stage: str):
     """A CPU :class:`torch.Generator` for ``stage``'s draws on ``utt``, from the utterance's seed."""
     import torch
 
-    seed = int(np.random.default_rng([utt.seeds["utterance"], STREAMS[stage]]).integers(2 ** 63))
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(stream_seed(utt.seeds["utterance"], STREAMS[stage]))
 
 
 class NacVoiceStage(Stage):

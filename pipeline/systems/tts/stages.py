@@ -47,7 +47,7 @@ from ....data_prep.errors import VoxanonError
 from ....data_prep.paths import contained_path
 from ...model_service import cached_model, model_set, resolve_device
 from ...stage_settings import Number, SettingError, checked
-from ..stage import ModelStage, Utterance
+from ..stage import ModelStage, Utterance, stream_seed
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +78,16 @@ def load_component(name: str, component: str, device: str = "cpu"):
     return cached_model(name, component, "float32", device, build)
 
 
-def stream_seed(seed: int, stream: str) -> int:
-    return int(np.random.default_rng([seed, STREAMS[stream]]).integers(2 ** 63))
-
-
 def rng(utt: Utterance, stream: str, level: str = "utterance") -> np.random.Generator:
     """A NumPy generator for ``stream``'s draws on ``utt``, from the utterance's (or the run's) seed."""
-    return np.random.default_rng(stream_seed(utt.seeds[level], stream))
+    return np.random.default_rng(stream_seed(utt.seeds[level], STREAMS[stream]))
 
 
 def generator(utt: Utterance, stream: str, level: str = "utterance"):
     """A CPU :class:`torch.Generator` for ``stream``'s draws on ``utt``, from the utterance's (or the run's) seed."""
     import torch
 
-    return torch.Generator().manual_seed(stream_seed(utt.seeds[level], stream))
+    return torch.Generator().manual_seed(stream_seed(utt.seeds[level], STREAMS[stream]))
 
 
 def unembedded_path(originals: Path) -> Path:
