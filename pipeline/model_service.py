@@ -173,6 +173,20 @@ def cached_model(name: str, component: str, precision: str, device: str, build: 
     return _loaded[key]
 
 
+def cached_float32_model(name: str, component: str, device: str, load: Callable[[], Any], movable: bool = True):
+    """The float32 network ``load()`` reads, once per process and device (:func:`cached_model`), moved to ``device``
+    when ``movable``; ``cpu:N`` keeps it on the CPU (the device form's code path, the CPU's memory)."""
+    device = resolve_device(device)
+
+    def build():
+        model = load()
+        if movable and device != "cpu":
+            model = model.to(device.partition(":")[0] if device.startswith("cpu:") else device)
+        return model
+
+    return cached_model(name, component, "float32", device, build)
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, as taskset or a batch scheduler set it)."""
     try:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ....data_prep.errors import VoxanonError
-from ...model_service import cached_model, check_precision, model_set, model_set_config, resolve_device
+from ...model_service import cached_float32_model, check_precision, model_set, model_set_config, resolve_device
 from ..stage import TARGET_SELECTIONS, ModelStage, Stage, Utterance, choose_target, stream_seed
 
 SELECTIONS = TARGET_SELECTIONS
@@ -54,17 +54,10 @@ STREAMS = {"nac_coarse": 1, "nac_fine": 2}
 
 def load_component(name: str, component: str, device: str = "cpu"):
     """A component of an installed B4 set (:func:`voxanon.models.checkpoints.nac.load_component`), once per process and device."""
-    device = resolve_device(device)
+    from ....models.checkpoints import nac
 
-    def build():
-        from ....models.checkpoints import nac
-
-        model = nac.load_component(model_set(name, "nac"), component)
-        if component != "voices" and device != "cpu":
-            model = model.to(device.partition(":")[0] if device.startswith("cpu:") else device)
-        return model
-
-    return cached_model(name, component, "float32", device, build)
+    return cached_float32_model(name, component, device, lambda: nac.load_component(model_set(name, "nac"), component),
+                                movable=component != "voices")
 
 
 def generator(utt: Utterance, stage: str):

@@ -45,7 +45,7 @@ import numpy as np
 from ....data_prep.atomic import atomic_write_text
 from ....data_prep.errors import VoxanonError
 from ....data_prep.paths import contained_path
-from ...model_service import cached_model, model_set, resolve_device
+from ...model_service import cached_float32_model, model_set, resolve_device
 from ...stage_settings import Number, SettingError, checked
 from ..stage import ModelStage, Utterance, stream_seed
 
@@ -65,17 +65,9 @@ INPUTS_HINT = "B3's stages run in the order sttts_recognise, sttts_speaker, sttt
 def load_component(name: str, component: str, device: str = "cpu"):
     """A network of an installed B3 set (:func:`voxanon.models.checkpoints.sttts.load_component`), once per process
     and device."""
-    device = resolve_device(device)
+    from ....models.checkpoints import sttts
 
-    def build():
-        from ....models.checkpoints import sttts
-
-        model = sttts.load_component(model_set(name, RELEASE), component)
-        if device != "cpu":
-            model = model.to(device.partition(":")[0] if device.startswith("cpu:") else device)
-        return model
-
-    return cached_model(name, component, "float32", device, build)
+    return cached_float32_model(name, component, device, lambda: sttts.load_component(model_set(name, RELEASE), component))
 
 
 def rng(utt: Utterance, stream: str, level: str = "utterance") -> np.random.Generator:
