@@ -223,7 +223,11 @@ class SpectralConvolution(WeightsPlan):
         padding = d * (self.kernel - 1) // 2
         blocks = -(-(-(-length // d)) // hop)
         phase_length = (blocks - 1) * hop + block
-        padded = F.pad(signal, (0, 0, padding, phase_length * d - length - padding))
+        # Zeros written only where the padding lies (F.pad fills the whole tensor, then copies the signal over it).
+        padded = signal.new_empty(phase_length * d, channels)
+        padded[:padding].zero_()
+        padded[padding + length:].zero_()
+        padded[padding:padding + length] = signal
         # windows[m, r, i, c] = padded[(m·hop + i)·d + r, c]: block m of phase r
         windows = padded.as_strided((blocks, d, block, channels), (hop * d * channels, channels, d * channels, 1))
         rows = self.mixing.shape[0]
@@ -232,10 +236,14 @@ class SpectralConvolution(WeightsPlan):
         out_channels = products.shape[2]
         products = products.view(rows, blocks, d, out_channels).permute(1, 2, 0, 3)
         out = torch.matmul(self.inverse_transform, products)               # (blocks, d, hop, C_out)
-        out = out.transpose(1, 2).reshape(blocks * hop * d, out_channels)[:length]
-        if self.bias is not None:
-            out = out.add_(self.bias)  # out belongs to this call alone
-        return out.T[None, :, None, :]
+        # Back to time order in one pass, the bias added on the way.
+        in_time = out.new_empty(blocks * hop * d, out_channels)
+        ordered = in_time.view(blocks, hop, d, out_channels)
+        if self.bias is None:
+            ordered.copy_(out.transpose(1, 2))
+        else:
+            torch.add(out.transpose(1, 2), self.bias, out=ordered)
+        return in_time[:length].T[None, :, None, :]
 
 
 spectral_convolutions: "weakref.WeakKeyDictionary[nn.Conv1d, SpectralConvolution]" = weakref.WeakKeyDictionary()
