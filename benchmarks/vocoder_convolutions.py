@@ -23,12 +23,17 @@ Printed:
    at most ``--phase-channels`` channels and kernels of at least ``--phase-kernel``, and with those dilations set
    to 1 (the bound, a different network); the SNR of the fused form's waveform to today's.
 
+3. The upsampling layers (transposed convolutions of stride u) as regular convolutions on their input: per output
+   phase r, the taps of the transposed kernel that reach it, all phases as u x C_out outputs of one convolution
+   whose channels-last output, read as u times as many rows of C_out, is the upsampled signal (no copy). Kernel
+   3 for every SSL-SAS layer, some of its taps zero. CPU ms of each form and the largest difference.
+
 Every figure is the median of ``--rounds`` rounds in which the variants alternate (which goes first rotates),
 and each ratio the median of the per-round ratios with its quartiles: other processes on the machine move CPU
 times by several per cent from one round to the next.
 
     .venv/bin/python -m benchmarks.vocoder_convolutions [--rounds 15] [--frames 512] [--phase-channels 32]
-                                                        [--phase-kernel 7]
+                                                        [--phase-kernel 7] [--generator-only]
 """
 from __future__ import annotations
 
@@ -188,13 +193,56 @@ def whole_generator(config: GeneratorConfig, frames: int, rounds: int) -> None:
           f"{np.abs(phased_wave - today_wave).max():.1e}")
 
 
+def transposed_as_regular(up: nn.ConvTranspose1d) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """The weight (u·C_out, C_in, 1, L), bias and padding of the regular convolution computing ``up`` (part 3).
+
+    Output sample q·u + r takes input q + s - i through tap i·u + t of the transposed kernel, where
+    r + padding = s·u + t."""
+    weight, rate, padding = up.weight.detach(), up.stride[0], up.padding[0]
+    in_channels, out_channels, kernel = weight.shape
+    taps = {}
+    for phase in range(rate):
+        shift, first = divmod(phase + padding, rate)
+        for i in range(-(-(kernel - first) // rate)):
+            taps[(phase, shift - i)] = i * rate + first
+    half = max(abs(offset) for _, offset in taps)
+    regular = weight.new_zeros(rate, out_channels, in_channels, 2 * half + 1)
+    for (phase, offset), tap in taps.items():
+        regular[phase, :, :, offset + half] = weight[:, :, tap].T
+    bias = None if up.bias is None else up.bias.detach().repeat(rate)
+    return regular.reshape(rate * out_channels, in_channels, 1, 2 * half + 1), bias, half
+
+
+def upsampling(config: GeneratorConfig, frames: int, rounds: int) -> None:
+    print(f"3. upsampling layers, a {frames}-frame window, one thread: CPU ms (median of {rounds}), ratio to today")
+    channels, samples = config.upsample_initial_channel, frames
+    for rate, kernel in zip(config.upsample_rates, config.upsample_kernel_sizes):
+        torch.manual_seed(rate * 100 + channels)
+        up = nn.ConvTranspose1d(channels, channels // 2, kernel, rate, padding=(kernel - rate) // 2)
+        weight, bias, half = transposed_as_regular(up)
+        x = torch.randn(1, channels, 1, samples).contiguous(memory_format=torch.channels_last)
+
+        def regular():
+            out = F.conv2d(x, weight, bias, 1, (0, half))   # (1, u·C_out, 1, T) channels-last: T·u rows of C_out
+            return out.permute(0, 2, 3, 1).reshape(1, 1, samples * rate, -1).permute(0, 3, 1, 2)
+
+        reference = _conv(up, x)
+        difference = float((regular() - reference).abs().max() / reference.abs().max())
+        seconds = alternate({"today": lambda: _conv(up, x), "regular": regular}, rounds)
+        print(f"  {channels:3d} -> {channels // 2:3d}, u={rate} K={kernel:2d}, {samples:6d} input samples: transposed "
+              f"{1e3 * statistics.median(seconds['today']):6.2f}  regular (kernel {2 * half + 1}) "
+              f"{1e3 * statistics.median(seconds['regular']):6.2f} {ratio_text(seconds['today'], seconds['regular'])}  "
+              f"difference {difference:.0e}", flush=True)
+        channels, samples = channels // 2, samples * rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--frames", type=int, default=512, help="window length in frames (the largest CPU window)")
     parser.add_argument("--phase-channels", type=int, default=PHASED["channels"])
     parser.add_argument("--phase-kernel", type=int, default=PHASED["kernel"])
-    parser.add_argument("--generator-only", action="store_true", help="skip the per-shape table")
+    parser.add_argument("--generator-only", action="store_true", help="only part 2")
     args = parser.parse_args()
     PHASED.update(channels=args.phase_channels, kernel=args.phase_kernel)
     torch.set_num_threads(1)
@@ -203,6 +251,9 @@ def main() -> None:
         with torch.inference_mode():
             per_shape(config, args.frames, args.rounds)
     whole_generator(config, args.frames, args.rounds)
+    if not args.generator_only:
+        with torch.inference_mode():
+            upsampling(config, args.frames, args.rounds)
 
 
 if __name__ == "__main__":

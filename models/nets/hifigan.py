@@ -35,6 +35,12 @@ core, 2.5x faster at 256 channels, 1.7x for a kernel of 7, 1.1-1.2x for 11 at 64
 output is the same convolution, to float rounding (relative 1e-6). The precomputed per-frequency
 weights take about 200 MB for the SSL-SAS generator; they are built once per process
 (:func:`plan_spectral_convolutions`), before the runner forks its workers, which then share them.
+
+Dilated convolutions that are not spectral stay oneDNN's direct ones. The same convolution as the undilated
+kernel over the signal's d interleaved phases was measured (``benchmarks/vocoder_convolutions.py``, one core): oneDNN
+runs dilation as fast as the undilated kernel from 64 channels up, and the 1.4-1.6x left at 16-32 channels (kernels
+7 and 11) is mostly spent reordering into and out of the phases, so the whole generator was no faster (x0.98, SNR
+135 dB to the direct form). The upsampling layers as regular convolutions on their input were slower as well.
 """
 from __future__ import annotations
 
