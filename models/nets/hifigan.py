@@ -35,6 +35,12 @@ core, 2.5x faster at 256 channels, 1.7x for a kernel of 7, 1.1-1.2x for 11 at 64
 output is the same convolution, to float rounding (relative 1e-6). The precomputed per-frequency
 weights take about 200 MB for the SSL-SAS generator; they are built once per process
 (:func:`plan_spectral_convolutions`), before the runner forks its workers, which then share them.
+
+Dilated convolutions that are not spectral stay oneDNN's direct ones. The same convolution as the undilated
+kernel over the signal's d interleaved phases was measured (``benchmarks/vocoder_convolutions.py``, one core): oneDNN
+runs dilation as fast as the undilated kernel from 64 channels up, and the 1.4-1.6x left at 16-32 channels (kernels
+7 and 11) is mostly spent reordering into and out of the phases, so the whole generator was no faster (x0.98, SNR
+135 dB to the direct form). The upsampling layers as regular convolutions on their input were slower as well.
 """
 from __future__ import annotations
 
@@ -223,7 +229,11 @@ class SpectralConvolution(WeightsPlan):
         padding = d * (self.kernel - 1) // 2
         blocks = -(-(-(-length // d)) // hop)
         phase_length = (blocks - 1) * hop + block
-        padded = F.pad(signal, (0, 0, padding, phase_length * d - length - padding))
+        # Zeros written only where the padding lies (F.pad fills the whole tensor, then copies the signal over it).
+        padded = signal.new_empty(phase_length * d, channels)
+        padded[:padding].zero_()
+        padded[padding + length:].zero_()
+        padded[padding:padding + length] = signal
         # windows[m, r, i, c] = padded[(m·hop + i)·d + r, c]: block m of phase r
         windows = padded.as_strided((blocks, d, block, channels), (hop * d * channels, channels, d * channels, 1))
         rows = self.mixing.shape[0]
@@ -232,10 +242,14 @@ class SpectralConvolution(WeightsPlan):
         out_channels = products.shape[2]
         products = products.view(rows, blocks, d, out_channels).permute(1, 2, 0, 3)
         out = torch.matmul(self.inverse_transform, products)               # (blocks, d, hop, C_out)
-        out = out.transpose(1, 2).reshape(blocks * hop * d, out_channels)[:length]
-        if self.bias is not None:
-            out = out.add_(self.bias)  # out belongs to this call alone
-        return out.T[None, :, None, :]
+        # Back to time order in one pass, the bias added on the way.
+        in_time = out.new_empty(blocks * hop * d, out_channels)
+        ordered = in_time.view(blocks, hop, d, out_channels)
+        if self.bias is None:
+            ordered.copy_(out.transpose(1, 2))
+        else:
+            torch.add(out.transpose(1, 2), self.bias, out=ordered)
+        return in_time[:length].T[None, :, None, :]
 
 
 spectral_convolutions: "weakref.WeakKeyDictionary[nn.Conv1d, SpectralConvolution]" = weakref.WeakKeyDictionary()
