@@ -13,10 +13,11 @@ models their parent loaded. torch is imported only when a model is.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..data_prep.errors import VoxanonError
 
@@ -122,20 +123,40 @@ def models_home() -> str:
 
 def model_set(name: str, release: str | None = None):
     """The installed set ``name``, its checksums verified once per process; with ``release``, a set that release's
-    importer wrote (else a user fault naming how to install one)."""
+    importer wrote (else a user fault naming how to install one). The runner verifies its sets ahead, beside other
+    start-up work (:func:`model_sets_verified_meanwhile`)."""
     key = (models_home(), name)
     if key not in _loaded:
-        from concurrent.futures import ThreadPoolExecutor
-
         from ..models.checkpoints.registry import load_model_set
 
-        # The checksums (about 0.5 s for the SSL-SAS set) are computed while torch is imported (about 1 s):
-        # hashing releases the interpreter lock. The thread has ended before the runner forks.
-        with ThreadPoolExecutor(1) as verifier:
-            checked = verifier.submit(load_model_set, name)
-        _loaded[key] = checked.result()
+        _loaded[key] = load_model_set(name)
     _check_release(name, _loaded[key].config, release)
     return _loaded[key]
+
+
+@contextlib.contextmanager
+def model_sets_verified_meanwhile(names: Iterable[str]) -> Iterator[None]:
+    """The checksums of the installed sets ``names`` (those this process has not verified yet) computed in a
+    thread while the body runs, and kept for :func:`model_set`: hashing releases the interpreter lock, so the
+    SSL-SAS set's (about 0.5 CPU s) runs on another core beside the body's work (the runner's: the F0 tracker's
+    imports and kernels, before any model loads). A set that fails its check (not installed, a damaged file) is
+    not kept: :func:`model_set` checks it again and raises, where the stage that loads it names it. The thread
+    has ended when the body has (nothing else runs when the runner forks next)."""
+    home = models_home()
+    todo = [name for name in dict.fromkeys(names) if (home, name) not in _loaded]
+    if not todo:
+        yield
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..models.checkpoints.registry import load_model_set
+
+    with ThreadPoolExecutor(1) as verifier:
+        checks = {name: verifier.submit(load_model_set, name) for name in todo}
+        yield
+    for name, check in checks.items():
+        if check.exception() is None:
+            _loaded[(home, name)] = check.result()
 
 
 def model_set_config(name: str, release: str | None = None) -> dict:

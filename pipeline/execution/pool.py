@@ -99,7 +99,7 @@ def run_parallel(system: System, batches: list[list[Job]], workers: int, allow_p
         # neural chain, each worker's first two utterances took 0.3-0.4 s longer in HuBERT, and the set
         # 0.8 s longer, with them.
         head_start = init_worker(system, allow_pipes, [job for batch in batches for job in batch],
-                                  device_models=False)
+                                  device_models=False, before_fork=True)
         pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=init_forked_worker,
                                    initargs=(device_models,))
         return _PoolRun(pool, batches, workers, head_start)

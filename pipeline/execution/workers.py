@@ -4,6 +4,7 @@ models load."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import platform
 import queue
@@ -12,7 +13,8 @@ from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
-from ..systems.stage import RunFault
+from ..model_service import model_sets_verified_meanwhile
+from ..systems.stage import RunFault, Stage
 from ..systems.recipes import System, build_system
 
 
@@ -85,23 +87,61 @@ def _reuse_freed_memory(single_threaded: bool = False) -> None:
         libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
 
 
+@contextlib.contextmanager
+def collections_deferred(freeze: bool) -> Iterator[None]:
+    """No garbage collection while the body loads libraries and models, then one; with ``freeze``, what survives
+    it is moved out of every later collection (``gc.freeze``), in this process and in those forked from it.
+
+    Loading the neural chain's models (torch's import, the networks, the vocoder's plans) makes about 420 000
+    objects, and the collector walked them all in each of its 5 full collections on the way: 0.5 of the main
+    process's CPU seconds before its first utterance, where this one collection takes 0.2. It finds 120 000
+    objects of garbage (about 60 MB), which a freeze without it would keep for good. Frozen, the models' objects
+    are not walked again, and a forked worker's collections do not write to their headers (which copied the
+    pages it shares with its parent). ``freeze`` is for processes of our own (the parent of forked workers, a
+    worker), not a caller's that runs batches in its own process: its later garbage among the frozen objects
+    would never be collected."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        gc.collect()
+        if freeze:
+            gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _model_sets(stages: list[Stage], device_models: bool) -> list[str]:
+    """The installed model sets that loading ``stages`` here reads (their ``checkpoint:`` needs; with
+    ``device_models`` false, those of stages on the CPU only)."""
+    return [need.partition(":")[2] for stage in stages if device_models or stage.device == "cpu"
+            for need in stage.needs() if need.startswith("checkpoint:")]
+
+
 def init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] | None = None,
-                 device_models: bool = True) -> "HeadStart | None":
+                device_models: bool = True, before_fork: bool = False) -> "HeadStart | None":
     """Set up a process that runs batches (this one, a spawned pool worker, a Ray actor, or the parent of
     forked workers): ``system`` with every stage's models loaded and checked now, before any work
     (:func:`load_stage_models`; ``device_models`` false in the parent of forked workers: a CUDA context does
-    not survive a fork, so each worker loads those itself).
+    not survive a fork, so each worker loads those itself). The model sets' checksums are computed beside the
+    model-free stages' loading (:func:`voxanon.pipeline.model_service.model_sets_verified_meanwhile`), and the
+    garbage collector waits for the loading to end (:func:`collections_deferred`; ``before_fork``: the parent of
+    forked workers, which also freezes what it loaded).
 
     Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
     system that opens with model-free stages and then loads models, it starts a :class:`HeadStart`
     on them once the model-free stages are loaded, and returns it."""
     _reuse_freed_memory()
     model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
-    load_stage_models(system, system.stages[:model_free], device_models)
+    with (model_sets_verified_meanwhile(_model_sets(system.stages[model_free:], device_models)),
+          collections_deferred(before_fork)):
+        load_stage_models(system, system.stages[:model_free], device_models)
     head_start = (HeadStart(system, model_free, head_start_jobs, allow_pipes)
                   if head_start_jobs and 0 < model_free < len(system.stages) else None)
     try:
-        load_stage_models(system, system.stages[model_free:], device_models)
+        with collections_deferred(before_fork):
+            load_stage_models(system, system.stages[model_free:], device_models)
     except BaseException:
         if head_start:
             head_start.close()
@@ -232,7 +272,8 @@ def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None 
     start, stop = stages or (0, len(system.stages))
     _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
     try:
-        load_stage_models(system, system.stages[start:stop], True)
+        with collections_deferred(freeze=True):
+            load_stage_models(system, system.stages[start:stop], True)
     except RunFault as fault:
         _worker_state["fault"] = fault
 
