@@ -39,7 +39,8 @@ import logging
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -135,7 +136,9 @@ class WhisperASR:
     previous text, no VAD, no timestamps within a 30 s window, and no "no speech"
     skipping, so a transcript depends on its utterance alone.
 
-    ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on.
+    ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on. On the CPU they are replicas
+    of one thread each (CTranslate2's ``inter_threads``), each decoding its own batch of windows: the same transcripts
+    as one model on as many threads, in less CPU time (no threads waiting on each other within a window).
     ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``decoding``: ``packed`` or
     ``per-utterance`` (see the module's notes; :meth:`transcribe` is always per utterance). ``device``: ``cpu``, or
     ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
@@ -158,7 +161,7 @@ class WhisperASR:
         self.name = DEFAULT_ASR if is_default else f"whisper:{self.model_dir.name}"
         self.beam_size = beam_size
         self.batch_size = batch_size
-        self._model = self._load(compute_type, threads or _usable_cpus(), device)
+        self._model, self._replicas = self._load(compute_type, threads or _usable_cpus(), device)
         self.language = self._checked_language(language)
 
     def _load(self, compute_type: str, threads: int, device: str):
@@ -172,9 +175,10 @@ class WhisperASR:
         from faster_whisper import WhisperModel
 
         device, index = whisper_device(device)
+        replicas = threads if device == "cpu" else 1
         try:
             return WhisperModel(str(self.model_dir), device=device, device_index=index, compute_type=compute_type,
-                                cpu_threads=threads, local_files_only=True)
+                                cpu_threads=threads // replicas, num_workers=replicas, local_files_only=True), replicas
         except (RuntimeError, ValueError, OSError) as error:
             raise ASRError(f"{self.model_dir}: cannot load the Whisper model "
                            f"({type(error).__name__}: {error})") from None
@@ -215,9 +219,9 @@ class WhisperASR:
             elif self.decoding == "short-window":
                 fits = [i for i in short if len(checked[i]) + SHORT_WINDOW_SPARE_SAMPLES <= SHORT_WINDOW_SAMPLES]
                 repeated = []
-                for start in range(0, len(fits), self.batch_size):
-                    block = fits[start:start + self.batch_size]
-                    for i, text in zip(block, self._decode_short_windows([checked[i] for i in block])):
+                for block, texts in self._decoded_blocks(
+                        lambda block: self._decode_short_windows([checked[i] for i in block]), fits):
+                    for i, text in zip(block, texts):
                         if repeats_words(text):
                             repeated.append(i)
                         else:
@@ -225,15 +229,27 @@ class WhisperASR:
                             bar.update(1)
                 # The longer ones, and those whose short window made Whisper say a phrase again, in 30 s windows.
                 short = sorted(short[len(fits):] + repeated, key=lambda i: len(checked[i]))
-            for start in range(0, len(short), self.batch_size):
-                block = short[start:start + self.batch_size]
-                for i, text in zip(block, self._transcribe_windows([checked[i] for i in block])):
+            for block, texts in self._decoded_blocks(lambda block: self._transcribe_windows([checked[i] for i in block]),
+                                                     short):
+                for i, text in zip(block, texts):
                     transcripts[i] = text
                 bar.update(len(block))
-            for i in long:
-                transcripts[i] = self.transcribe(checked[i])
-                bar.update(1)
+            for block, texts in self._decoded_blocks(lambda block: [self.transcribe(checked[i]) for i in block], long):
+                for i, text in zip(block, texts):
+                    transcripts[i] = text
+                bar.update(len(block))
         return transcripts
+
+    def _decoded_blocks(self, decode, items: list) -> Iterator[tuple[list, list]]:
+        """``(block, decode(block))`` for consecutive blocks of ``items``, in order, one block per replica at a time:
+        at most ``batch_size`` items a block, fewer where that gives every replica one."""
+        size = max(1, min(self.batch_size, math.ceil(len(items) / self._replicas)))
+        blocks = [items[start:start + size] for start in range(0, len(items), size)]
+        if self._replicas == 1 or len(blocks) < 2:
+            yield from ((block, decode(block)) for block in blocks)
+            return
+        with ThreadPoolExecutor(self._replicas) as pool:
+            yield from zip(blocks, pool.map(decode, blocks))
 
     def _transcribe_packed(self, checked: list[np.ndarray], indices: list[int], transcripts: list[str],
                            bar) -> list[int]:
@@ -246,9 +262,9 @@ class WhisperASR:
             alone += [left[window[0]] for window in windows if len(window) == 1]
             shared = [[left[p] for p in window] for window in windows if len(window) > 1]
             left = []
-            for start in range(0, len(shared), self.batch_size):
-                block = shared[start:start + self.batch_size]
-                for window, texts in zip(block, self._decode_packed([[checked[i] for i in w] for w in block])):
+            for block, decoded in self._decoded_blocks(
+                    lambda block: self._decode_packed([[checked[i] for i in w] for w in block]), shared):
+                for window, texts in zip(block, decoded):
                     for i, text in zip(window, texts):
                         if text is None:
                             left.append(i)

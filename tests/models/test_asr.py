@@ -91,9 +91,11 @@ def test_short_window_decoding_reads_short_utterances_in_a_10_second_window(whis
     together = np.concatenate(audio)
     assert SHORT_WINDOW_SAMPLES - 16000 < len(together) <= WHISPER_WINDOW_SAMPLES
     transcripts = short_window.transcribe_many([*audio, together])
-    assert [frames for _, _, frames in encoded] == [1000, 1000, 3000]
     order = sorted(range(6), key=lambda i: len(audio[i]))
     said_again = {order[k] for k, text in enumerate(in_short_windows) if repeats_words(text)}
+    # Windows encoded per length (the batches may be split between CTranslate2's replicas).
+    windows = {frames: sum(batch for batch, _, f in encoded if f == frames) for _, _, frames in encoded}
+    assert windows == {1000: 6, 3000: 1 + len(said_again)}
     for i in range(6):
         assert transcripts[i] == (batched_transcripts[i] if i in said_again else in_short_windows[order.index(i)])
     assert transcripts[-1] == whisper.transcribe(together)
