@@ -2,13 +2,14 @@
 speaker-embedding throughput.
 
 - ASR: Whisper tiny.en on the original demo utterances, ``per-utterance`` (each utterance its own 30 s
-  window, the decoding before packing) and ``packed`` (several to a window), alternating in the same run,
-  ``--rounds`` each: the median in audio seconds per second per core (the cores this process may use), the
-  WER of each, and how many transcripts differ after normalisation.
+  window, the decoding before packing), ``packed`` (several to a window) and ``short-window`` (each its own 10 s
+  window where it fits), alternating in the same run, ``--rounds`` each: the median in audio seconds per CPU second
+  (per core: a CPU second is one core busy for one second) and per second of wall time per core (the cores this
+  process may use), the WER of each, and how many transcripts differ from ``per-utterance`` after normalisation.
 - cold: ``voxanon evaluate`` (vpc2022: GE2E ASV, similarity matrices, rho_F0, Whisper tiny.en WER) of
   B2 against the original demo corpus with an empty cache, with each decoding; warm: the same run again,
   served from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
-  Audio seconds per second per core count both sides (original and B2).
+  Audio seconds per CPU second and per second per core count both sides (original and B2).
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -42,15 +44,21 @@ from voxanon.pipeline.systems.recipes import load_system_config
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def timed_evaluation(sets, protocol, cache: ContentCache) -> tuple[float, int]:
-    start = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its finished children, user and system."""
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(usage.ru_utime + usage.ru_stime for usage in used)
+
+
+def timed_evaluation(sets, protocol, cache: ContentCache) -> tuple[float, float, int]:
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     found = evaluate_sets(sets, protocol, "b2", embedder=make_embedder(protocol["asv"]), cache=cache,
                           asr=make_transcriber(protocol.get("asr"), decoding=protocol.get("asr_decoding")))
-    return time.perf_counter() - start, found.computed
+    return time.perf_counter() - start, cpu_seconds() - cpu_start, found.computed
 
 
 def compare_decodings(data, rounds: int, utterances: int | None) -> None:
-    """Both Whisper decodings on the same utterances, alternating, each model loaded once beforehand."""
+    """The Whisper decodings on the same utterances, alternating, each model loaded once beforehand."""
     utts = data.utterances[:utterances]
     waves = [load_audio(data.audio_path(u), 16000).samples for u in utts]
     audio_seconds = sum(map(len, waves)) / 16000
@@ -69,23 +77,28 @@ def compare_decodings(data, rounds: int, utterances: int | None) -> None:
 
     packed._decode_packed = counted
     seconds: dict[str, list[float]] = {decoding: [] for decoding in models}
+    cpu: dict[str, list[float]] = {decoding: [] for decoding in models}
     texts: dict[str, list[str]] = {}
     for round_ in range(rounds):
-        for decoding in (models if round_ % 2 == 0 else reversed(models)):
-            start = time.perf_counter()
+        for decoding in (list(models) if round_ % 2 == 0 else list(reversed(models))):
+            start, cpu_start = time.perf_counter(), cpu_seconds()
             texts[decoding] = models[decoding].transcribe_many(waves)
             seconds[decoding].append(time.perf_counter() - start)
+            cpu[decoding].append(cpu_seconds() - cpu_start)
     print(f"Whisper tiny.en on {len(utts)} original demo utterances ({audio_seconds:.0f} s), {rounds} alternating "
           f"rounds, {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     references = {u: data.text[u] for u in utts}
-    for decoding in ("per-utterance", "packed"):
-        median = statistics.median(seconds[decoding])
+    before = texts["per-utterance"]
+    for decoding in models:
+        median, median_cpu = statistics.median(seconds[decoding]), statistics.median(cpu[decoding])
         wer = word_error_rate(references, dict(zip(utts, texts[decoding]))).wer
-        print(f"  {decoding:14s} median {median:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[decoding])})  "
-              f"{audio_seconds / median / CORES:5.1f} audio s/s per core   WER {wer:.2f} %")
-    speed_up = statistics.median(seconds["per-utterance"]) / statistics.median(seconds["packed"])
-    differ = sum(normalise_english(a) != normalise_english(b) for a, b in zip(texts["per-utterance"], texts["packed"]))
-    print(f"  packed / per-utterance: {speed_up:.2f}x faster; {differ} of {len(utts)} transcripts differ; per round "
+        differ = sum(normalise_english(a) != normalise_english(b) for a, b in zip(before, texts[decoding]))
+        print(f"  {decoding:14s} median {median:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[decoding])}), "
+              f"CPU {median_cpu:6.1f} s: {audio_seconds / median_cpu:5.2f} audio s per CPU s, "
+              f"{audio_seconds / median / CORES:5.2f} audio s/s per core; WER {wer:.2f} %, {differ} of {len(utts)} "
+              f"transcripts differ from per-utterance; CPU {statistics.median(cpu['per-utterance']) / median_cpu:.2f}x "
+              f"less than per-utterance")
+    print(f"  packed: per round "
           f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
           f"{len(utts) - attributed['packed'] / rounds:.0f} decoded alone; {attributed['in doubt'] / rounds:.0f} "
           f"times an utterance was in doubt (first or second packing)")
@@ -117,17 +130,17 @@ def main() -> None:
         anonymise_set(data, load_system_config("b2"), work / "demo_b2", progress=False)
         sets = discover_sets(corpus, work / "demo_b2")
         timings = {}
-        for decoding in ("per-utterance", "packed"):
+        for decoding in WHISPER_DECODINGS:
             protocol = load_protocol("vpc2022", [f"asr_decoding={decoding}"])
             cache = ContentCache(work / f"cache-{decoding}")
             timings[decoding] = (timed_evaluation(sets, protocol, cache), timed_evaluation(sets, protocol, cache))
     audio_seconds = sum(data.utt2dur.values())
     print(f"evaluate (vpc2022, GE2E + Whisper tiny.en) of B2 on the demo corpus ({audio_seconds:.0f} s of audio "
           f"each side), {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    for decoding, ((cold, computed_cold), (warm, computed_warm)) in timings.items():
-        print(f"  {decoding:14s} cold: {cold:7.1f} s  ({computed_cold} embeddings/transcripts computed, "
-              f"{2 * audio_seconds / cold / CORES:.1f} audio s/s per core)   warm: {warm:5.1f} s  ({computed_warm} "
-              f"computed)")
+    for decoding, ((cold, cold_cpu, computed_cold), (warm, _, computed_warm)) in timings.items():
+        print(f"  {decoding:14s} cold: {cold:7.1f} s, CPU {cold_cpu:7.1f} s  ({computed_cold} embeddings/transcripts "
+              f"computed, {2 * audio_seconds / cold_cpu:.2f} audio s per CPU s, {2 * audio_seconds / cold / CORES:.2f} "
+              f"audio s/s per core)   warm: {warm:5.1f} s  ({computed_warm} computed)")
 
     waves = [load_audio(data.audio_path(u), 16000).samples for u in data.utterances[:args.utterances]]
     encoders = {}

@@ -102,10 +102,10 @@ def test_demo_asr_decoding_reaches_the_protocol(monkeypatch, tmp_path):
         raise SystemExit(0)
 
     monkeypatch.setattr(benchmark, "compare", compare)  # the demo imports it when it runs
-    for extra in ([], ["--asr-decoding", "packed"]):
+    for extra in ([], ["--asr-decoding", "packed"], ["--asr-decoding", "short-window"]):
         with pytest.raises(SystemExit):
             main(["demo", "--out", str(tmp_path / "demo"), "--quiet", *extra])
-    assert seen == ["per-utterance", "packed"]
+    assert seen == ["per-utterance", "packed", "short-window"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["demo", "--asr-decoding", "joined"])
     assert exit_info.value.code == 2

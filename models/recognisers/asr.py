@@ -38,7 +38,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -51,8 +53,16 @@ SAMPLE_RATE = 16000
 DEFAULT_ASR = "whisper-tiny.en"
 WHISPER_WINDOW_SAMPLES = 30 * SAMPLE_RATE
 WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
-WHISPER_DECODINGS = ("packed", "per-utterance")
+WHISPER_DECODINGS = ("packed", "per-utterance", "short-window")
 DEFAULT_WHISPER_DECODING = "per-utterance"
+# short-window: an utterance with at least SHORT_WINDOW_SPARE_SAMPLES of the window to spare gets this window instead
+# of 30 s. Whisper needs that much padding after the speech: with one or two seconds it repeats the sentence or misreads
+# it (on the demo's original utterances WER 277 % and 225 % against 29.4 %), with 10 s its WER is 29.3 %.
+SHORT_WINDOW_SAMPLES = 10 * SAMPLE_RATE
+SHORT_WINDOW_SPARE_SAMPLES = SAMPLE_RATE
+# With a short window Whisper now and then says a sentence twice (2 of the demo's 182 original utterances; never in its
+# 30 s window there): a transcript in which this many words in a row come again is decoded in the 30 s window instead.
+REPEATED_RUN_WORDS = 3
 # Silence between packed utterances: Whisper's word alignment is off by a few 20 ms frames, far less than this.
 PACK_GAP_SAMPLES = SAMPLE_RATE
 # Longer than any word of read speech: an aligned word this long spans audio the decoder skipped.
@@ -126,7 +136,9 @@ class WhisperASR:
     previous text, no VAD, no timestamps within a 30 s window, and no "no speech"
     skipping, so a transcript depends on its utterance alone.
 
-    ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on.
+    ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on. On the CPU they are replicas
+    of one thread each (CTranslate2's ``inter_threads``), each decoding its own batch of windows: the same transcripts
+    as one model on as many threads, in less CPU time (no threads waiting on each other within a window).
     ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``decoding``: ``packed`` or
     ``per-utterance`` (see the module's notes; :meth:`transcribe` is always per utterance). ``device``: ``cpu``, or
     ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
@@ -149,7 +161,7 @@ class WhisperASR:
         self.name = DEFAULT_ASR if is_default else f"whisper:{self.model_dir.name}"
         self.beam_size = beam_size
         self.batch_size = batch_size
-        self._model = self._load(compute_type, threads or _usable_cpus(), device)
+        self._model, self._replicas = self._load(compute_type, threads or _usable_cpus(), device)
         self.language = self._checked_language(language)
 
     def _load(self, compute_type: str, threads: int, device: str):
@@ -163,9 +175,10 @@ class WhisperASR:
         from faster_whisper import WhisperModel
 
         device, index = whisper_device(device)
+        replicas = threads if device == "cpu" else 1
         try:
             return WhisperModel(str(self.model_dir), device=device, device_index=index, compute_type=compute_type,
-                                cpu_threads=threads, local_files_only=True)
+                                cpu_threads=threads // replicas, num_workers=replicas, local_files_only=True), replicas
         except (RuntimeError, ValueError, OSError) as error:
             raise ASRError(f"{self.model_dir}: cannot load the Whisper model "
                            f"({type(error).__name__}: {error})") from None
@@ -203,15 +216,40 @@ class WhisperASR:
         with tqdm(total=len(checked), desc="ASR", unit="utt", disable=not progress) as bar:
             if self.decoding == "packed":
                 short = self._transcribe_packed(checked, short, transcripts, bar)
-            for start in range(0, len(short), self.batch_size):
-                block = short[start:start + self.batch_size]
-                for i, text in zip(block, self._transcribe_windows([checked[i] for i in block])):
+            elif self.decoding == "short-window":
+                fits = [i for i in short if len(checked[i]) + SHORT_WINDOW_SPARE_SAMPLES <= SHORT_WINDOW_SAMPLES]
+                repeated = []
+                for block, texts in self._decoded_blocks(
+                        lambda block: self._decode_short_windows([checked[i] for i in block]), fits):
+                    for i, text in zip(block, texts):
+                        if repeats_words(text):
+                            repeated.append(i)
+                        else:
+                            transcripts[i] = text
+                            bar.update(1)
+                # The longer ones, and those whose short window made Whisper say a phrase again, in 30 s windows.
+                short = sorted(short[len(fits):] + repeated, key=lambda i: len(checked[i]))
+            for block, texts in self._decoded_blocks(lambda block: self._transcribe_windows([checked[i] for i in block]),
+                                                     short):
+                for i, text in zip(block, texts):
                     transcripts[i] = text
                 bar.update(len(block))
-            for i in long:
-                transcripts[i] = self.transcribe(checked[i])
-                bar.update(1)
+            for block, texts in self._decoded_blocks(lambda block: [self.transcribe(checked[i]) for i in block], long):
+                for i, text in zip(block, texts):
+                    transcripts[i] = text
+                bar.update(len(block))
         return transcripts
+
+    def _decoded_blocks(self, decode, items: list) -> Iterator[tuple[list, list]]:
+        """``(block, decode(block))`` for consecutive blocks of ``items``, in order, one block per replica at a time:
+        at most ``batch_size`` items a block, fewer where that gives every replica one."""
+        size = max(1, min(self.batch_size, math.ceil(len(items) / self._replicas)))
+        blocks = [items[start:start + size] for start in range(0, len(items), size)]
+        if self._replicas == 1 or len(blocks) < 2:
+            yield from ((block, decode(block)) for block in blocks)
+            return
+        with ThreadPoolExecutor(self._replicas) as pool:
+            yield from zip(blocks, pool.map(decode, blocks))
 
     def _transcribe_packed(self, checked: list[np.ndarray], indices: list[int], transcripts: list[str],
                            bar) -> list[int]:
@@ -224,9 +262,9 @@ class WhisperASR:
             alone += [left[window[0]] for window in windows if len(window) == 1]
             shared = [[left[p] for p in window] for window in windows if len(window) > 1]
             left = []
-            for start in range(0, len(shared), self.batch_size):
-                block = shared[start:start + self.batch_size]
-                for window, texts in zip(block, self._decode_packed([[checked[i] for i in w] for w in block])):
+            for block, decoded in self._decoded_blocks(
+                    lambda block: self._decode_packed([[checked[i] for i in w] for w in block]), shared):
+                for window, texts in zip(block, decoded):
                     for i, text in zip(window, texts):
                         if text is None:
                             left.append(i)
@@ -273,6 +311,27 @@ class WhisperASR:
                           for k in range(len(window_spans))])
         return texts
 
+    def _decode_short_windows(self, utterances: list[np.ndarray]) -> list[str]:
+        """One batched pass, each utterance in a window of ``SHORT_WINDOW_SAMPLES``: the features and decoding of
+        ``per-utterance`` (faster-whisper's batched pipeline: the utterance's log-mel frames, zero frames after
+        them, the prompt without timestamps, beam search at temperature 0), over a third of the encoder's frames."""
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        model = self._model
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                              language=self.language)
+        features = np.zeros((len(utterances), model.model.n_mels,
+                             SHORT_WINDOW_SAMPLES // model.feature_extractor.hop_length), dtype=np.float32)
+        for row, samples in enumerate(utterances):
+            frames = model.feature_extractor(samples)[..., :-1]
+            features[row, :, :frames.shape[-1]] = frames
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=True)
+        results = model.model.generate(model.encode(features), [prompt] * len(utterances), beam_size=self.beam_size,
+                                       max_length=model.max_length, suppress_blank=True,
+                                       suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])))
+        return [tokenizer.decode(result.sequences_ids[0]).strip() for result in results]
+
     def _transcribe_windows(self, utterances: list[np.ndarray]) -> list[str]:
         """One batched pass; every utterance (at most 30 s) is a window of its own.
 
@@ -300,6 +359,18 @@ class WhisperASR:
         for segment in segments:
             texts[segment.seek].append(segment.text)
         return ["".join(texts[int(s) * frames_per_second]).strip() for s in starts_seconds]
+
+
+def repeats_words(text: str, run: int = REPEATED_RUN_WORDS) -> bool:
+    """Whether ``run`` words in a row (lower case, letters, digits and apostrophes) come again later in ``text``,
+    after the first ones end."""
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    first: dict[tuple[str, ...], int] = {}
+    for start in range(len(words) - run + 1):
+        key = tuple(words[start:start + run])
+        if start - first.setdefault(key, start) >= run:
+            return True
+    return False
 
 
 def pack_windows(lengths: Sequence[int], capacity: int = WHISPER_WINDOW_SAMPLES,

@@ -99,9 +99,10 @@ def add_parser(subparsers) -> None:
                              "the other speakers (voxanon challenge on the demo; no WER)")
     parser.add_argument("--attacker-epochs", type=int, default=None, metavar="N",
                         help="with --semi-informed: attacker training epochs (default 20)")
-    parser.add_argument("--asr-decoding", choices=("packed", "per-utterance"), default=None,
+    parser.add_argument("--asr-decoding", choices=("packed", "per-utterance", "short-window"), default=None,
                         help="Whisper's decoding (default: the protocol's, per-utterance): several utterances to a 30 s "
-                             "window, or each its own window as before 2026-12 (docs/evaluation.md, ASR decoding)")
+                             "window, each its own window as before 2026-12, or each its own 10 s window where it "
+                             "fits (docs/evaluation.md, ASR decoding)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(run=run)
 

@@ -121,8 +121,9 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device
     cached (Whisper on CUDA where CTranslate2 has it, :func:`voxanon.models.recognisers.asr.whisper_device`).
 
     ``decoding`` (the protocol's ``asr_decoding``; None: ``per-utterance``) is Whisper's: ``packed`` transcripts are
-    tagged (labelled and cached) ``<model>-packed``, ``per-utterance`` ones ``<model>`` as before packing, so the
-    cache never hands one decoding's transcript to the other. Other ASR models ignore it.
+    tagged (labelled and cached) ``<model>-packed``, ``short-window`` ones ``<model>-short-window``, ``per-utterance``
+    ones ``<model>`` as before the other two, so the cache never hands one decoding's transcript to another. Other ASR
+    models ignore it.
 
     ``trust_model_code``: let speechbrain build a model directory whose hyperparams.yaml names code
     outside voxanon's allow-list (see :mod:`voxanon.models.checkpoints.speechbrain_dirs`). The spec and its folder
@@ -136,7 +137,8 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device
     if decoding not in WHISPER_DECODINGS:
         raise VoxanonError(f"asr_decoding {decoding!r}: expected one of {', '.join(WHISPER_DECODINGS)}")
     asr_kind = check_asr_model(str(spec), trust_model_code)
-    packed = asr_kind == "whisper" and decoding == "packed"
+    whisper_tag = "" if asr_kind != "whisper" or decoding == "per-utterance" else f"-{decoding}"
+    packed = whisper_tag == "-packed"
     model = {}
 
     def transcribe(waves):
@@ -148,7 +150,7 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device
                                     decoding=decoding)
         return model["asr"].transcribe_many(waves)
 
-    tag = (Path(spec).name if os.sep in str(spec) else str(spec)) + ("-packed" if packed else "")
+    tag = (Path(spec).name if os.sep in str(spec) else str(spec)) + whisper_tag
     # Packed: enough utterances per batch to fill several 30 s windows (about ten demo utterances each).
     return CachedComputation(tag, transcribe, kind="text", batch_size=PACKED_ASR_BATCH if packed else 8,
                              bytes_per_sample=COMPUTE_BYTES_PER_SAMPLE.get(asr_kind, 0.0))

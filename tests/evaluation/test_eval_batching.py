@@ -158,11 +158,13 @@ def test_whisper_decodings_are_tagged_apart_and_chosen_by_the_protocol(monkeypat
                         type("Stub", (), {"transcribe_many": lambda self, waves: ["x"] * len(waves)})())
     before = make_transcriber(protocol["asr"], decoding=protocol["asr_decoding"])
     packed = make_transcriber("whisper-tiny.en", decoding="packed")
-    # Today's decoding keeps its tag, so its cached transcripts stay valid; packed ones are cached apart.
+    short_window = make_transcriber("whisper-tiny.en", decoding="short-window")
+    # Today's decoding keeps its tag, so its cached transcripts stay valid; the others are cached apart.
     assert (before.tag, before.batch_size) == ("whisper-tiny.en", 8)
     assert (packed.tag, packed.batch_size) == ("whisper-tiny.en-packed", PACKED_ASR_BATCH)
-    assert before.compute([SIGNALS[0]]) == packed.compute([SIGNALS[0]]) == ["x"]
-    assert [options["decoding"] for options in loaded] == ["per-utterance", "packed"]
+    assert (short_window.tag, short_window.batch_size) == ("whisper-tiny.en-short-window", 8)
+    assert before.compute([SIGNALS[0]]) == packed.compute([SIGNALS[0]]) == short_window.compute([SIGNALS[0]]) == ["x"]
+    assert [options["decoding"] for options in loaded] == ["per-utterance", "packed", "short-window"]
     with pytest.raises(VoxanonError, match="asr_decoding 'joined': expected one of packed, per-utterance"):
         make_transcriber("whisper-tiny.en", decoding="joined")
 

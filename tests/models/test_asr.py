@@ -12,8 +12,9 @@ from voxanon.data_prep.audio import load_audio
 from voxanon.data_prep.corpus import read_data_dir
 from voxanon.data_prep.errors import VoxanonError
 from voxanon.eval.wer import normalise_english, word_error_rate
-from voxanon.models.recognisers.asr import (DEFAULT_ASR, PACK_GAP_SAMPLES, WHISPER_WINDOW_SAMPLES, SpeechBrainASR,
-                                            WhisperASR, assign_words, default_whisper_dir, load_asr, pack_windows)
+from voxanon.models.recognisers.asr import (DEFAULT_ASR, PACK_GAP_SAMPLES, SHORT_WINDOW_SAMPLES, WHISPER_WINDOW_SAMPLES,
+                                            SpeechBrainASR, WhisperASR, assign_words, default_whisper_dir, load_asr,
+                                            pack_windows, repeats_words)
 from tests.helpers.asr_dirs import write_tiny_encoder_asr
 
 DEMO_CORPUS = Path(__file__).resolve().parents[2] / "data_prep" / "demo" / "corpus"
@@ -73,6 +74,42 @@ def test_utterance_over_30_seconds_is_decoded_whole(whisper, batched_transcripts
     words = normalise_english(long_text).split()
     assert words.count("box") == 2
     assert words.count("horn") == 2
+
+
+def test_short_window_decoding_reads_short_utterances_in_a_10_second_window(whisper, batched_transcripts, demo,
+                                                                           monkeypatch):
+    references, audio = demo
+    short_window = WhisperASR(batch_size=4, decoding="short-window")
+    encoded, in_short_windows = [], []
+    encode = short_window._model.encode
+    monkeypatch.setattr(short_window._model, "encode", lambda features: encoded.append(features.shape) or
+                        encode(features))
+    monkeypatch.setattr(short_window, "_decode_short_windows", lambda utterances: in_short_windows.extend(
+        WhisperASR._decode_short_windows(short_window, utterances)) or in_short_windows[-len(utterances):])
+    # The six (about 3 s each) in 10 s windows; the six in a row (too long to leave a second spare) in a 30 s one,
+    # with any of the six whose short window made Whisper say a phrase again.
+    together = np.concatenate(audio)
+    assert SHORT_WINDOW_SAMPLES - 16000 < len(together) <= WHISPER_WINDOW_SAMPLES
+    transcripts = short_window.transcribe_many([*audio, together])
+    order = sorted(range(6), key=lambda i: len(audio[i]))
+    said_again = {order[k] for k, text in enumerate(in_short_windows) if repeats_words(text)}
+    # Windows encoded per length (the batches may be split between CTranslate2's replicas).
+    windows = {frames: sum(batch for batch, _, f in encoded if f == frames) for _, _, frames in encoded}
+    assert windows == {1000: 6, 3000: 1 + len(said_again)}
+    for i in range(6):
+        assert transcripts[i] == (batched_transcripts[i] if i in said_again else in_short_windows[order.index(i)])
+    assert transcripts[-1] == whisper.transcribe(together)
+    result = word_error_rate(references, dict(zip(DEMO_UTTERANCES, transcripts)))
+    before = word_error_rate(references, dict(zip(DEMO_UTTERANCES, batched_transcripts)))
+    assert result.n_utterances == 6 and result.wer <= before.wer + 10.0
+
+
+def test_repeats_words_finds_a_run_of_words_said_again():
+    assert repeats_words("Adding fast leads to wrong sons. Adding fast leads to wrong sons.")
+    assert repeats_words("that you know that you know that you can reach up the world.")
+    assert not repeats_words("The box was thrown beside the parked truck.")
+    assert not repeats_words("the the the")  # overlapping runs of one word: a stutter, not a phrase said again
+    assert not repeats_words("")
 
 
 def test_packed_decoding_gives_each_utterance_its_own_words(packed_whisper, batched_transcripts, demo, monkeypatch):
