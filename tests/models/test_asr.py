@@ -80,24 +80,31 @@ def test_short_window_decoding_reads_short_utterances_in_a_10_second_window(whis
                                                                            monkeypatch):
     references, audio = demo
     short_window = WhisperASR(batch_size=4, decoding="short-window")
-    encoded, in_short_windows = [], []
-    encode = short_window._model.encode
+    encoded, short_texts = [], {}  # short_texts: an utterance's length -> its transcript in a 10 s window
+    encode, decode_short = short_window._model.encode, short_window._decode_short_windows
+
+    def recorded_short_windows(utterances):
+        # Called from the replicas' threads, in any order: each call records its own utterances' texts.
+        texts = decode_short(utterances)
+        short_texts.update({len(samples): text for samples, text in zip(utterances, texts)})
+        return texts
+
     monkeypatch.setattr(short_window._model, "encode", lambda features: encoded.append(features.shape) or
                         encode(features))
-    monkeypatch.setattr(short_window, "_decode_short_windows", lambda utterances: in_short_windows.extend(
-        WhisperASR._decode_short_windows(short_window, utterances)) or in_short_windows[-len(utterances):])
+    monkeypatch.setattr(short_window, "_decode_short_windows", recorded_short_windows)
     # The six (about 3 s each) in 10 s windows; the six in a row (too long to leave a second spare) in a 30 s one,
     # with any of the six whose short window made Whisper say a phrase again.
     together = np.concatenate(audio)
     assert SHORT_WINDOW_SAMPLES - 16000 < len(together) <= WHISPER_WINDOW_SAMPLES
+    assert len({len(samples) for samples in audio}) == 6
     transcripts = short_window.transcribe_many([*audio, together])
-    order = sorted(range(6), key=lambda i: len(audio[i]))
-    said_again = {order[k] for k, text in enumerate(in_short_windows) if repeats_words(text)}
+    assert sorted(short_texts) == sorted(len(samples) for samples in audio)
+    said_again = {i for i in range(6) if repeats_words(short_texts[len(audio[i])])}
     # Windows encoded per length (the batches may be split between CTranslate2's replicas).
     windows = {frames: sum(batch for batch, _, f in encoded if f == frames) for _, _, frames in encoded}
     assert windows == {1000: 6, 3000: 1 + len(said_again)}
     for i in range(6):
-        assert transcripts[i] == (batched_transcripts[i] if i in said_again else in_short_windows[order.index(i)])
+        assert transcripts[i] == (batched_transcripts[i] if i in said_again else short_texts[len(audio[i])])
     assert transcripts[-1] == whisper.transcribe(together)
     result = word_error_rate(references, dict(zip(DEMO_UTTERANCES, transcripts)))
     before = word_error_rate(references, dict(zip(DEMO_UTTERANCES, batched_transcripts)))
