@@ -139,8 +139,9 @@ class WhisperASR:
     ``threads``: CPU threads for CTranslate2; 0 uses every core this process may run on. On the CPU they are replicas
     of one thread each (CTranslate2's ``inter_threads``), each decoding its own batch of windows: the same transcripts
     as one model on as many threads, in less CPU time (no threads waiting on each other within a window).
-    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``decoding``: ``packed`` or
-    ``per-utterance`` (see the module's notes; :meth:`transcribe` is always per utterance). ``device``: ``cpu``, or
+    ``batch_size``: 30 s windows decoded together by :meth:`transcribe_many`. ``decoding``: one of
+    :data:`WHISPER_DECODINGS` (see the module's notes and docs/evaluation.md; :meth:`transcribe` is always per
+    utterance). ``device``: ``cpu``, or
     ``cuda[:N]`` through CTranslate2's CUDA build where this machine has one (:func:`whisper_device`);
     ``int8`` weights on either, so a transcript differs between them by float rounding only.
     """
