@@ -10,17 +10,25 @@ speaker-embedding throughput.
   B2 against the original demo corpus with an empty cache, with each decoding; warm: the same run again,
   served from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
   Audio seconds per CPU second and per second per core count both sides (original and B2).
+- ``--heap-comparison``: Whisper's per-utterance decoding alone with glibc's default heap and with the heap the
+  ``voxanon`` command keeps (:mod:`voxanon.pipeline.execution.heap`: one heap for all threads, freed blocks kept),
+  each in a process of its own (the setting must come before any thread allocates), alternating, ``--rounds``
+  each; the transcripts of both must be the same. Every other part runs with the command's heap (``--heap``).
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
     .venv/bin/python -m benchmarks.evaluate [--rounds 3] [--asr-utterances N] [--asr-only] [--utterances 48]
+                                            [--heap-comparison]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +43,7 @@ from voxanon.models.recognisers.asr import WHISPER_DECODINGS, WhisperASR
 from voxanon.pipeline.evaluation.protocols import load_protocol
 from voxanon.pipeline.evaluation.computations import make_embedder, make_transcriber
 from voxanon.pipeline.evaluation.evaluate import evaluate_sets
+from voxanon.pipeline.execution.heap import reuse_freed_memory, share_one_heap
 from voxanon.pipeline.evaluation.sets import discover_sets
 from voxanon.pipeline.feature_cache import ContentCache
 from voxanon.pipeline.runner import anonymise_set
@@ -57,25 +66,27 @@ def timed_evaluation(sets, protocol, cache: ContentCache) -> tuple[float, float,
     return time.perf_counter() - start, cpu_seconds() - cpu_start, found.computed
 
 
-def compare_decodings(data, rounds: int, utterances: int | None) -> None:
-    """The Whisper decodings on the same utterances, alternating, each model loaded once beforehand."""
+def compare_decodings(data, rounds: int, utterances: int | None, decodings=WHISPER_DECODINGS) -> dict:
+    """The Whisper decodings on the same utterances, alternating, each model loaded once beforehand; returns
+    each one's median wall and CPU seconds and transcripts."""
     utts = data.utterances[:utterances]
     waves = [load_audio(data.audio_path(u), 16000).samples for u in utts]
     audio_seconds = sum(map(len, waves)) / 16000
-    models = {decoding: WhisperASR(decoding=decoding) for decoding in WHISPER_DECODINGS}
+    models = {decoding: WhisperASR(decoding=decoding) for decoding in decodings}
     for model in models.values():
         model.transcribe(waves[0])  # CTranslate2's first call sets up its kernels
-    packed = models["packed"]
     attributed = {"packed": 0, "in doubt": 0}
+    if "packed" in models:
+        packed = models["packed"]
 
-    def counted(windows):
-        texts = type(packed)._decode_packed(packed, windows)
-        for window in texts:
-            attributed["packed"] += sum(text is not None for text in window)
-            attributed["in doubt"] += sum(text is None for text in window)
-        return texts
+        def counted(windows):
+            texts = type(packed)._decode_packed(packed, windows)
+            for window in texts:
+                attributed["packed"] += sum(text is not None for text in window)
+                attributed["in doubt"] += sum(text is None for text in window)
+            return texts
 
-    packed._decode_packed = counted
+        packed._decode_packed = counted
     seconds: dict[str, list[float]] = {decoding: [] for decoding in models}
     cpu: dict[str, list[float]] = {decoding: [] for decoding in models}
     texts: dict[str, list[str]] = {}
@@ -88,7 +99,7 @@ def compare_decodings(data, rounds: int, utterances: int | None) -> None:
     print(f"Whisper tiny.en on {len(utts)} original demo utterances ({audio_seconds:.0f} s), {rounds} alternating "
           f"rounds, {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     references = {u: data.text[u] for u in utts}
-    before = texts["per-utterance"]
+    before = texts[decodings[0] if "per-utterance" not in texts else "per-utterance"]
     for decoding in models:
         median, median_cpu = statistics.median(seconds[decoding]), statistics.median(cpu[decoding])
         wer = word_error_rate(references, dict(zip(utts, texts[decoding]))).wer
@@ -96,12 +107,43 @@ def compare_decodings(data, rounds: int, utterances: int | None) -> None:
         print(f"  {decoding:14s} median {median:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[decoding])}), "
               f"CPU {median_cpu:6.1f} s: {audio_seconds / median_cpu:5.2f} audio s per CPU s, "
               f"{audio_seconds / median / CORES:5.2f} audio s/s per core; WER {wer:.2f} %, {differ} of {len(utts)} "
-              f"transcripts differ from per-utterance; CPU {statistics.median(cpu['per-utterance']) / median_cpu:.2f}x "
-              f"less than per-utterance")
-    print(f"  packed: per round "
-          f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
-          f"{len(utts) - attributed['packed'] / rounds:.0f} decoded alone; {attributed['in doubt'] / rounds:.0f} "
-          f"times an utterance was in doubt (first or second packing)")
+              f"transcripts differ from per-utterance; CPU {statistics.median(cpu[decodings[0]]) / median_cpu:.2f}x "
+              f"less than {decodings[0]}")
+    if "packed" in models:
+        print(f"  packed: per round "
+              f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
+              f"{len(utts) - attributed['packed'] / rounds:.0f} decoded alone; {attributed['in doubt'] / rounds:.0f} "
+              f"times an utterance was in doubt (first or second packing)")
+    return {decoding: {"seconds": statistics.median(seconds[decoding]), "cpu": statistics.median(cpu[decoding]),
+                       "audio_seconds": audio_seconds, "texts": texts[decoding]} for decoding in models}
+
+
+def compare_heaps(rounds: int, utterances: int | None) -> None:
+    """Whisper's per-utterance decoding with glibc's default heap and with the command's, a fresh process each
+    (alternating, ``rounds`` each)."""
+    found: dict[str, list[dict]] = {"default": [], "kept": []}
+    for round_ in range(rounds):
+        for heap in (("default", "kept") if round_ % 2 == 0 else ("kept", "default")):
+            command = [sys.executable, "-m", "benchmarks.evaluate", "--asr-only", "--rounds", "1", "--heap", heap,
+                       "--decodings", "per-utterance", "--json"]
+            if utterances is not None:
+                command += ["--asr-utterances", str(utterances)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            found[heap].append(json.loads(output.strip().splitlines()[-1])["per-utterance"])
+    audio_seconds = found["kept"][0]["audio_seconds"]
+    print(f"Whisper per-utterance, glibc's default heap against the command's (one heap, freed blocks kept), "
+          f"{audio_seconds:.0f} s of audio, {rounds} alternating rounds, {CORES} cores")
+    medians = {}
+    for heap, runs in found.items():
+        medians[heap] = (statistics.median(r["seconds"] for r in runs), statistics.median(r["cpu"] for r in runs))
+        walls = ", ".join(f"{r['seconds']:.1f}" for r in runs)
+        cpus = ", ".join(f"{r['cpu']:.1f}" for r in runs)
+        print(f"  {heap:8s} wall {walls} s, CPU {cpus} s: {audio_seconds / medians[heap][1]:.2f} audio s per "
+              f"CPU s, {audio_seconds / medians[heap][0] / CORES:.2f} audio s/s per core")
+    same = all(run["texts"] == found["kept"][0]["texts"] for runs in found.values() for run in runs)
+    print(f"  kept heap: {medians['default'][0] / medians['kept'][0]:.2f}x faster (wall), "
+          f"{medians['default'][1] / medians['kept'][1]:.2f}x less CPU; transcripts "
+          f"{'the same in every run' if same else 'DIFFER between runs'}")
 
 
 def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> float:
@@ -119,10 +161,27 @@ def main() -> None:
     parser.add_argument("--asr-utterances", type=int, default=None,
                         help="original demo utterances for the decodings' comparison (default: all 182)")
     parser.add_argument("--asr-only", action="store_true", help="only the decodings' comparison")
+    parser.add_argument("--decodings", nargs="+", choices=WHISPER_DECODINGS, default=list(WHISPER_DECODINGS),
+                        help="the decodings compared (default: all)")
+    parser.add_argument("--heap", choices=("kept", "default"), default="kept",
+                        help="kept (as the voxanon command: one heap for all threads, freed blocks kept) or glibc's "
+                             "default")
+    parser.add_argument("--heap-comparison", action="store_true",
+                        help="only Whisper per-utterance with each heap, a process each")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)   # compare_heaps' processes
     args = parser.parse_args()
+    if args.heap == "kept":
+        share_one_heap()   # first, as the voxanon command does; the evaluation keeps freed blocks (computations.py)
+    if args.heap_comparison:
+        compare_heaps(args.rounds, args.asr_utterances)
+        return
     corpus = demo_corpus_dir()
     data = read_data_dir(corpus)
-    compare_decodings(data, args.rounds, args.asr_utterances)
+    if args.heap == "kept":
+        reuse_freed_memory(every_block=True)   # as the evaluation does before its transcriber loads
+    found = compare_decodings(data, args.rounds, args.asr_utterances, tuple(args.decodings))
+    if args.json:
+        print(json.dumps(found))
     if args.asr_only:
         return
     with tempfile.TemporaryDirectory() as work:

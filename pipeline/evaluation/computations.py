@@ -144,8 +144,11 @@ def make_transcriber(spec: str | None, trust_model_code: bool = False, *, device
     def transcribe(waves):
         if "asr" not in model:
             from ...models.recognisers.asr import load_asr
+            from ..execution.heap import reuse_freed_memory
             from ..model_service import resolve_device
 
+            # Whisper's encoder makes blocks of 54 MB and more per window: kept on the heap, not mapped afresh.
+            reuse_freed_memory(every_block=True)
             model["asr"] = load_asr(spec, trust_model_code=trust_model_code, device=resolve_device(device),
                                     decoding=decoding)
         return model["asr"].transcribe_many(waves)

@@ -95,7 +95,7 @@ def run_parallel(system: System, batches: list[list[Job]], workers: int, allow_p
     device_models = any(stage.device != "cpu" for stage in system.stages)
     if fork_safe():
         # Not THP_MEM_ALLOC_ENABLE here: forked workers keep every block on their heap
-        # (_reuse_freed_memory), so huge pages only slow the first touch of each block; measured on the
+        # (heap.reuse_freed_memory), so huge pages only slow the first touch of each block; measured on the
         # neural chain, each worker's first two utterances took 0.3-0.4 s longer in HuBERT, and the set
         # 0.8 s longer, with them.
         head_start = init_worker(system, allow_pipes, [job for batch in batches for job in batch],

@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import platform
 import queue
 import sys
 from multiprocessing import get_context
 from typing import Iterator
 
 from .batches import Job, Outcome, Prepared, load_prepared, load_stage_models, process_jobs
+from .heap import reuse_freed_memory
 from ..model_service import model_sets_verified_meanwhile
 from ..systems.stage import RunFault, Stage
 from ..systems.recipes import System, build_system
@@ -65,28 +65,6 @@ def worker_allow_pipes() -> bool:
     return _worker_state["allow_pipes"]
 
 
-def _reuse_freed_memory(single_threaded: bool = False) -> None:
-    """glibc: serve allocations up to 32 MB from the heap and keep freed memory there for reuse; in a
-    ``single_threaded`` process (a forked pool worker), every allocation, however large.
-
-    By default glibc maps each allocation of more than a few MB afresh and unmaps it when freed, so every
-    large tensor (HuBERT's first activations, 50 MB for 8 s, the vocoder's) costs page faults and zeroing on
-    every utterance: an out-of-place GELU over a 50 MB tensor took 36 ms, in place 10 ms. Measured on one
-    core, 6-10 s utterances: content about 10 % and vocoder about 5 % faster, for about 300 MB more resident
-    memory (the peak working set stays mapped). 32 MB is glibc's largest threshold, and blocks above it must
-    stay mappable where threads allocate (their arenas cannot grow past 64 MB); a process of one thread can
-    do without mappings. Set once per process that runs batches; elsewhere than glibc nothing changes."""
-    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD (fixed, no longer adjusted as blocks are freed)
-    libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD: never give the heap's free top back
-    if single_threaded:
-        libc.mallopt(-4, 0)        # M_MMAP_MAX: no mappings at all
-
-
 @contextlib.contextmanager
 def collections_deferred(freeze: bool) -> Iterator[None]:
     """No garbage collection while the body loads libraries and models, then one; with ``freeze``, what survives
@@ -132,7 +110,7 @@ def init_worker(system: System, allow_pipes: bool, head_start_jobs: list[Job] | 
     Given ``head_start_jobs`` (the parent of forked workers, in the order they will be taken), and a
     system that opens with model-free stages and then loads models, it starts a :class:`HeadStart`
     on them once the model-free stages are loaded, and returns it."""
-    _reuse_freed_memory()
+    reuse_freed_memory()
     model_free = next((i for i, stage in enumerate(system.stages) if not stage.model_free), len(system.stages))
     with (model_sets_verified_meanwhile(_model_sets(system.stages[model_free:], device_models)),
           collections_deferred(before_fork)):
@@ -236,7 +214,7 @@ def init_forked_worker(device_models: bool, stages: tuple[int, int] | None = Non
     os.environ.update({name: "1" for name in THREAD_VARIABLES})
     # The libraries the parent loaded keep the thread pools they started with: each is set to one here.
     limit_to_one_cpu_thread()
-    _reuse_freed_memory(single_threaded=True)
+    reuse_freed_memory(every_block=True)
     system = _worker_state["system"]
     try:
         if stages is not None:
@@ -267,7 +245,7 @@ def load_worker(config: dict, allow_pipes: bool, stages: tuple[int, int] | None 
     from ...models.checkpoints.registry import quiet_random_warnings
 
     quiet_random_warnings()
-    _reuse_freed_memory()
+    reuse_freed_memory()
     system = build_system(config)
     start, stop = stages or (0, len(system.stages))
     _worker_state.update(system=system, allow_pipes=allow_pipes, fault=None)
