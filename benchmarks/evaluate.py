@@ -99,7 +99,8 @@ def compare_decodings(data, rounds: int, utterances: int | None, decodings=WHISP
     print(f"Whisper tiny.en on {len(utts)} original demo utterances ({audio_seconds:.0f} s), {rounds} alternating "
           f"rounds, {CORES} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     references = {u: data.text[u] for u in utts}
-    before = texts[decodings[0] if "per-utterance" not in texts else "per-utterance"]
+    baseline = "per-utterance" if "per-utterance" in texts else decodings[0]
+    before = texts[baseline]
     for decoding in models:
         median, median_cpu = statistics.median(seconds[decoding]), statistics.median(cpu[decoding])
         wer = word_error_rate(references, dict(zip(utts, texts[decoding]))).wer
@@ -107,8 +108,8 @@ def compare_decodings(data, rounds: int, utterances: int | None, decodings=WHISP
         print(f"  {decoding:14s} median {median:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[decoding])}), "
               f"CPU {median_cpu:6.1f} s: {audio_seconds / median_cpu:5.2f} audio s per CPU s, "
               f"{audio_seconds / median / CORES:5.2f} audio s/s per core; WER {wer:.2f} %, {differ} of {len(utts)} "
-              f"transcripts differ from per-utterance; CPU {statistics.median(cpu[decodings[0]]) / median_cpu:.2f}x "
-              f"less than {decodings[0]}")
+              f"transcripts differ from {baseline}; CPU {statistics.median(cpu[baseline]) / median_cpu:.2f}x "
+              f"less than {baseline}")
     if "packed" in models:
         print(f"  packed: per round "
               f"{attributed['packed'] / rounds:.0f} utterances attributed in a packed window, "
