@@ -10,10 +10,10 @@ speaker-embedding throughput.
   B2 against the original demo corpus with an empty cache, with each decoding; warm: the same run again,
   served from the embedding/transcript cache. The B2 anonymisation is done beforehand and not timed.
   Audio seconds per CPU second and per second per core count both sides (original and B2).
-- ``--heap-comparison``: Whisper's per-utterance decoding alone with glibc's default heap and with the heap the
-  ``voxanon`` command keeps (:mod:`voxanon.pipeline.execution.heap`: one heap for all threads, freed blocks kept),
+- ``--heap-comparison``: Whisper's per-utterance decoding alone with glibc's default heap and with the heap
+  ``voxanon evaluate`` keeps (:mod:`voxanon.pipeline.execution.heap`: one heap for all threads, freed blocks kept),
   each in a process of its own (the setting must come before any thread allocates), alternating, ``--rounds``
-  each; the transcripts of both must be the same. Every other part runs with the command's heap (``--heap``).
+  each; the transcripts of both must be the same. Every other part runs with the heap of ``voxanon evaluate`` (``--heap``).
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
@@ -132,7 +132,7 @@ def compare_heaps(rounds: int, utterances: int | None) -> None:
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             found[heap].append(json.loads(output.strip().splitlines()[-1])["per-utterance"])
     audio_seconds = found["kept"][0]["audio_seconds"]
-    print(f"Whisper per-utterance, glibc's default heap against the command's (one heap, freed blocks kept), "
+    print(f"Whisper per-utterance, glibc's default heap against voxanon evaluate's (one heap, freed blocks kept), "
           f"{audio_seconds:.0f} s of audio, {rounds} alternating rounds, {CORES} cores")
     medians = {}
     for heap, runs in found.items():
@@ -165,14 +165,14 @@ def main() -> None:
     parser.add_argument("--decodings", nargs="+", choices=WHISPER_DECODINGS, default=list(WHISPER_DECODINGS),
                         help="the decodings compared (default: all)")
     parser.add_argument("--heap", choices=("kept", "default"), default="kept",
-                        help="kept (as the voxanon command: one heap for all threads, freed blocks kept) or glibc's "
+                        help="kept (as voxanon evaluate: one heap for all threads, freed blocks kept) or glibc's "
                              "default")
     parser.add_argument("--heap-comparison", action="store_true",
                         help="only Whisper per-utterance with each heap, a process each")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)   # compare_heaps' processes
     args = parser.parse_args()
     if args.heap == "kept":
-        share_one_heap()   # first, as the voxanon command does; the evaluation keeps freed blocks (computations.py)
+        share_one_heap()   # first, as voxanon evaluate does; the evaluation keeps freed blocks (computations.py)
     if args.heap_comparison:
         compare_heaps(args.rounds, args.asr_utterances)
         return

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..data_prep.errors import VoxanonError
 from . import commands
-from .execution.heap import share_one_heap
 
 # Nothing may reach a model hub at run time: every model is local.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     # A command's clock (run.json's) starts with its process where this is the process's command line (argv
     # None), else (a call from Python) now.
     command_started = process_started() if argv is None else time.time()
-    share_one_heap()
     # At exit, before the interpreter's final garbage collections: they would walk every object torch and
     # the models made (0.3 s at each exit of a neural run), none of which needs collecting when the process
     # is about to end. Objects made by exit handlers that run after it are still collected.

@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation.computations import check_device
     from ..evaluation.outputs import print_table, write_outputs
     from ..evaluation.protocols import load_protocol
+    from ..execution.heap import share_one_heap
+
+    share_one_heap()   # before any thread allocates: Whisper's replicas then keep their blocks
 
     from ..evaluation.sets import discover_sets
 

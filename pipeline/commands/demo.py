@@ -116,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     args.workers = machine_workers(max(1, args.workers))
     if args.semi_informed:
         return run_semi_informed(args)
+    from ..execution.heap import share_one_heap
+
+    share_one_heap()   # before any thread allocates: Whisper's replicas then keep their blocks (not for training)
     from ..evaluation.sets import discover_sets
     from ..feature_cache import ContentCache
 

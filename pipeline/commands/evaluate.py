@@ -36,6 +36,9 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..api import evaluate
+    from ..execution.heap import share_one_heap
+
+    share_one_heap()   # before any thread allocates: Whisper's replicas then keep their blocks
 
     backend = backend_from_args(args)
     try:

@@ -25,14 +25,19 @@ def _glibc() -> ctypes.CDLL | None:
 
 def share_one_heap() -> None:
     """Every thread that has not allocated yet allocates from the main heap (``M_ARENA_MAX`` 1): called first
-    thing by the ``voxanon`` command, before any thread starts, so that every block of a thread of ours (a
-    Whisper replica's, the checksum thread's) may then come from that heap (:func:`reuse_freed_memory`).
+    thing by the commands that transcribe with Whisper and train nothing (``evaluate``, ``benchmark``, ``demo``),
+    before any thread starts, so that every block of a Whisper replica's thread may then come from that heap
+    (:func:`reuse_freed_memory`).
 
     Why: a thread's own arena cannot hold a block above 64 MB, and it unmaps each of its heaps once empty.
     Whisper tiny.en's encoder makes a 54 MB attention matrix per 30 s window and layer (more for a batch of
     windows), so its replica threads mapped and faulted in their blocks afresh at every layer: 27-29 % of
     their CPU time went to the kernel (perf), 3 % with one heap. Threads of ours allocate few blocks, so they
-    hardly wait on each other for the one heap."""
+    hardly wait on each other for the one heap.
+
+    Not for a process that trains: ``train asv``'s ECAPA at batch 32 peaked at 3.47-3.85 GB with one heap
+    against 3.33-3.49 GB without (4 runs each, the same step time; benchmarks/train_asv_memory.py's steps), so
+    ``train`` and ``challenge`` (which trains its attacker in the process that transcribes) leave it."""
     libc = _glibc()
     if libc is not None:
         libc.mallopt(_M_ARENA_MAX, 1)
