@@ -58,3 +58,18 @@ def test_a_threads_large_freed_block_stays_for_the_next_with_the_kept_heap():
 def test_glibcs_default_unmaps_it_each_time():
     # What the settings are for: without them each fill maps the block afresh and faults its pages in again.
     assert max(resident_after_each_fill("default")) < 20
+
+
+def test_the_commands_that_transcribe_share_one_heap_and_training_does_not(monkeypatch, tmp_path):
+    from voxanon.pipeline.cli import main
+    from voxanon.pipeline.execution import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "share_one_heap", lambda: calls.append(True))
+    missing = str(tmp_path / "missing")
+    # Each command stops at its first input check, after its heap setting (which comes before any work).
+    assert main(["evaluate", "--orig", missing, "--anon", missing, "--out", str(tmp_path / "evaluation")]) == 2
+    assert main(["benchmark", "--systems", "b2", "--data", missing, "--out", str(tmp_path / "benchmark")]) == 2
+    assert len(calls) == 2
+    assert main(["train", "asv", "--data", missing, "--out", str(tmp_path / "asv")]) == 2
+    assert len(calls) == 2
