@@ -120,7 +120,7 @@ def compare_decodings(data, rounds: int, utterances: int | None, decodings=WHISP
 
 
 def compare_heaps(rounds: int, utterances: int | None) -> None:
-    """Whisper's per-utterance decoding with glibc's default heap and with the command's, a fresh process each
+    """Whisper's per-utterance decoding with glibc's default heap and with voxanon evaluate's, a fresh process each
     (alternating, ``rounds`` each)."""
     found: dict[str, list[dict]] = {"default": [], "kept": []}
     for round_ in range(rounds):
@@ -166,7 +166,8 @@ def main() -> None:
                         help="the decodings compared (default: all)")
     parser.add_argument("--heap", choices=("kept", "default"), default="kept",
                         help="kept (as voxanon evaluate: one heap for all threads, freed blocks kept) or glibc's "
-                             "default")
+                             "default, for the decodings' comparison (the cold evaluations' transcriber keeps freed "
+                             "blocks either way, as the evaluation does)")
     parser.add_argument("--heap-comparison", action="store_true",
                         help="only Whisper per-utterance with each heap, a process each")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)   # compare_heaps' processes
