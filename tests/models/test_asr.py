@@ -20,6 +20,16 @@ from tests.helpers.asr_dirs import write_tiny_encoder_asr
 DEMO_CORPUS = Path(__file__).resolve().parents[2] / "data_prep" / "demo" / "corpus"
 # One utterance from each of six voices (three TTS engines, male and female sources).
 DEMO_UTTERANCES = ("awb-0001", "joe-0002", "rms-0003", "slt-0004", "us2-0005", "en1-0006")
+# Transcripts of the same windows decoded in other batches (how many windows one encoder call holds, which replica
+# runs them) agree to this word error rate of one against the other, not bit for bit: CTranslate2's matrix products
+# may round differently with the batch's shape on another CPU, and a rounding can move a beam's choice.
+ACROSS_BATCHES_WER = 10.0
+
+
+def agree_across_batches(transcripts: list[str], others: list[str]) -> bool:
+    """Whether ``transcripts`` and ``others`` (the same utterances, decoded in other batches) agree to
+    ``ACROSS_BATCHES_WER``."""
+    return word_error_rate(dict(enumerate(others)), dict(enumerate(transcripts))).wer <= ACROSS_BATCHES_WER
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +66,10 @@ def test_whisper_tiny_en_wer_on_demo_utterances(batched_transcripts, demo):
     assert result.hits > result.n_reference_words / 2
 
 
-def test_per_utterance_decoding_equals_one_at_a_time(whisper, batched_transcripts, demo):
+def test_per_utterance_decoding_agrees_with_one_at_a_time(whisper, batched_transcripts, demo):
     # batch_size 4 over 6 utterances: two batches, and sorting by length reorders them.
     one_at_a_time = [whisper.transcribe(samples) for samples in demo[1]]
-    assert batched_transcripts == one_at_a_time
+    assert agree_across_batches(batched_transcripts, one_at_a_time)
     assert all(batched_transcripts)
 
 
@@ -70,7 +80,7 @@ def test_utterance_over_30_seconds_is_decoded_whole(whisper, batched_transcripts
     long_audio = np.concatenate([part for _ in range(2) for a in audio for part in (a, gap)])
     assert len(long_audio) > 30 * 16000
     short_text, long_text = whisper.transcribe_many([audio[0], long_audio])
-    assert short_text == batched_transcripts[0]
+    assert agree_across_batches([short_text], [batched_transcripts[0]])
     words = normalise_english(long_text).split()
     assert words.count("box") == 2
     assert words.count("horn") == 2
@@ -80,18 +90,24 @@ def test_short_window_decoding_reads_short_utterances_in_a_10_second_window(whis
                                                                            monkeypatch):
     references, audio = demo
     short_window = WhisperASR(batch_size=4, decoding="short-window")
-    encoded, short_texts = [], {}  # short_texts: an utterance's length -> its transcript in a 10 s window
-    encode, decode_short = short_window._model.encode, short_window._decode_short_windows
+    encoded = []
+    # An utterance's length -> its transcript from a 10 s window, and from a 30 s one.
+    short_texts, window_texts = {}, {}
+    encode = short_window._model.encode
 
-    def recorded_short_windows(utterances):
-        # Called from the replicas' threads, in any order: each call records its own utterances' texts.
-        texts = decode_short(utterances)
-        short_texts.update({len(samples): text for samples, text in zip(utterances, texts)})
-        return texts
+    def recorded(decode, texts_by_length):
+        def decode_and_record(utterances):
+            # Called from the replicas' threads, in any order: each call records its own utterances' texts.
+            texts = decode(utterances)
+            texts_by_length.update({len(samples): text for samples, text in zip(utterances, texts)})
+            return texts
+        return decode_and_record
 
     monkeypatch.setattr(short_window._model, "encode", lambda features: encoded.append(features.shape) or
                         encode(features))
-    monkeypatch.setattr(short_window, "_decode_short_windows", recorded_short_windows)
+    monkeypatch.setattr(short_window, "_decode_short_windows", recorded(short_window._decode_short_windows,
+                                                                        short_texts))
+    monkeypatch.setattr(short_window, "_transcribe_windows", recorded(short_window._transcribe_windows, window_texts))
     # The six (about 3 s each) in 10 s windows; the six in a row (too long to leave a second spare) in a 30 s one,
     # with any of the six whose short window made Whisper say a phrase again.
     together = np.concatenate(audio)
@@ -103,9 +119,11 @@ def test_short_window_decoding_reads_short_utterances_in_a_10_second_window(whis
     # Windows encoded per length (the batches may be split between CTranslate2's replicas).
     windows = {frames: sum(batch for batch, _, f in encoded if f == frames) for _, _, frames in encoded}
     assert windows == {1000: 6, 3000: 1 + len(said_again)}
+    assert sorted(window_texts) == sorted([len(together)] + [len(audio[i]) for i in said_again])
     for i in range(6):
-        assert transcripts[i] == (batched_transcripts[i] if i in said_again else short_texts[len(audio[i])])
-    assert transcripts[-1] == whisper.transcribe(together)
+        assert transcripts[i] == (window_texts if i in said_again else short_texts)[len(audio[i])]
+    assert transcripts[-1] == window_texts[len(together)]
+    assert agree_across_batches([transcripts[-1]], [whisper.transcribe(together)])
     result = word_error_rate(references, dict(zip(DEMO_UTTERANCES, transcripts)))
     before = word_error_rate(references, dict(zip(DEMO_UTTERANCES, batched_transcripts)))
     assert result.n_utterances == 6 and result.wer <= before.wer + 10.0
