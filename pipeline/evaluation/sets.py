@@ -96,6 +96,8 @@ def _anonymised_twins(anon: Path, enroll_dir: Path, trials_dir: Path, suffix: st
     if (anon / "wav.scp").is_file():
         twin = _read(anon, allow_pipes)
         return twin, twin
+    if not anon.is_dir():
+        raise VoxanonError(f"anonymised data {anon}: no such folder")
     if suffix is None:
         raise VoxanonError(f"{anon} is a folder of sets: give --suffix to find the anonymised twin of "
                            f"{trials_dir.name}")

@@ -108,6 +108,13 @@ def test_unknown_layout_is_a_clear_error(tmp_path):
         discover_sets(tmp_path)
 
 
+def test_missing_anonymised_folder_is_named_as_missing(small_demo, tmp_path):
+    from voxanon.pipeline.evaluation.sets import discover_sets
+    # Not "a folder of sets: give --suffix", which sent a user with a mistyped --anon after the wrong option.
+    with pytest.raises(VoxanonError, match=f"anonymised data {tmp_path / 'typo'}: no such folder"):
+        discover_sets(small_demo, tmp_path / "typo")
+
+
 @pytest.mark.slow
 def test_seed_table2_relative_versions_and_calibration_distortion(small_demo, benchmark_run, tmp_path):
     out = tmp_path / "table2"
