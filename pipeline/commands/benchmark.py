@@ -33,12 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation.computations import check_device
     from ..evaluation.outputs import print_table, write_outputs
     from ..evaluation.protocols import load_protocol
+    from ..evaluation.sets import discover_sets
     from ..execution.heap import share_one_heap
 
     share_one_heap()   # before any thread allocates: Whisper's replicas then keep their blocks
-
-    from ..evaluation.sets import discover_sets
-
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems:
         raise VoxanonError("--systems: name at least one system")
