@@ -31,9 +31,10 @@ order of operations, so that its output (``samp_values``: Hz, 0 for unvoiced fra
 The sequential parts (peak picking per frame, the NCCF with its running mean removal, both dynamic
 programmes) are compiled with numba (``cache=True``: compiled once per machine, then loaded from the user's
 cache folder, :mod:`voxanon.models.f0.numba_cache`);
-the rest calls the same numpy and scipy functions on the same arrays as pYAAPT (``np.convolve``,
-``np.fft.rfft``, ``np.argsort`` in the refinement, whose order among equal merits is numpy's,
-``medfilt``, ``pchip``, ``lfilter``). Sums follow numpy's pairwise summation exactly, and the NCCF's
+the rest calls the same numpy functions on the same arrays as pYAAPT (``np.convolve``,
+``np.fft.rfft``, ``np.argsort`` in the refinement, whose order among equal merits is numpy's), and
+SciPy's ``firwin``, windows, ``medfilt``, ``pchip`` and ``lfilter`` as :mod:`voxanon.models.f0.scipy_exact`
+computes them, bit for bit, without importing ``scipy.signal``. Sums follow numpy's pairwise summation exactly, and the NCCF's
 products go through the same BLAS routines as numpy's, so every value is pYAAPT's, bit for bit,
 except the NLFER energies (a DFT product instead of 8192-point FFTs: about 6 times cheaper, equal
 to float rounding). Those last bits matter only where pYAAPT's final dynamic programme meets two
@@ -57,6 +58,8 @@ from .numba_cache import use_user_cache_folder
 use_user_cache_folder()
 import numba  # noqa: E402  (after its cache folder is chosen)
 import numpy as np  # noqa: E402
+
+from . import scipy_exact  # noqa: E402
 
 # pYAAPT's defaults for the parameters the SSL-SAS call leaves alone (``yaapt``'s ``parameters``).
 FFT_LENGTH = 8192
@@ -182,23 +185,17 @@ def geometry_of(fs: float, params) -> Geometry:
 @functools.lru_cache(maxsize=4)
 def bandpass_taps(fs: float) -> np.ndarray:
     """pYAAPT's ``BandpassFilter`` taps."""
-    from scipy.signal import firwin
-
-    return firwin(BP_ORDER + 1, [BP_LOW_HZ / (fs / 2), BP_HIGH_HZ / (fs / 2)], pass_zero=False)
+    return scipy_exact.firwin_bandpass(BP_ORDER + 1, BP_LOW_HZ / (fs / 2), BP_HIGH_HZ / (fs / 2))
 
 
 @functools.lru_cache(maxsize=4)
 def nlfer_window(frame_size: int) -> np.ndarray:
-    from scipy.signal.windows import hann
-
-    return hann(frame_size + 2)[1:-1]
+    return scipy_exact.hann(frame_size + 2)[1:-1]
 
 
 @functools.lru_cache(maxsize=4)
 def shc_window(shc_frame: int) -> np.ndarray:
-    from scipy.signal.windows import kaiser
-
-    return kaiser(shc_frame, 0.5)
+    return scipy_exact.kaiser(shc_frame, 0.5)
 
 
 @functools.lru_cache(maxsize=4)
@@ -260,9 +257,6 @@ def spectral_candidates(shc: np.ndarray, voiced: np.ndarray, n_frames: int, geo:
 
 def spectral_track(cand_pitch: np.ndarray, cand_merit: np.ndarray, f0_min: float) -> tuple[np.ndarray, float]:
     """``spec_track``'s smoothed spectral F0 track over all frames, and its spread (``pitch_std``)."""
-    from scipy.interpolate import pchip
-    from scipy.signal import lfilter, medfilt
-
     n_frames = cand_pitch.shape[1]
     spec_pitch = cand_pitch[0].copy()
     voiced = cand_pitch[0] > 0
@@ -272,11 +266,11 @@ def spectral_track(cand_pitch: np.ndarray, cand_merit: np.ndarray, f0_min: float
     # The candidate nearest to 0.8 x the mean (merit-weighted) becomes its median-smoothed self.
     nearest = (abs(pitch - 0.8 * avg_voiced) * (3 - merit)).argmin(0)
     columns = np.arange(n_voiced)
-    pitch[nearest, columns] = medfilt(pitch[nearest, columns], max(1, MEDIAN_VALUE - 2))
+    pitch[nearest, columns] = scipy_exact.medfilt(pitch[nearest, columns], max(1, MEDIAN_VALUE - 2))
     if n_voiced > 2:
         weight = DP5_K1 * std_voiced / avg_voiced
         path = best_path(1 - merit, _dynamic5_costs(pitch, weight, f0_min))
-        voiced_pitch = medfilt(pitch[path, columns], max(1, MEDIAN_VALUE - 2))
+        voiced_pitch = scipy_exact.medfilt(pitch[path, columns], max(1, MEDIAN_VALUE - 2))
     else:
         voiced_pitch = np.full(max(n_voiced, 1), UNVOICED_SPECTRAL_PITCH_HZ)
     pitch_avg = np.mean(voiced_pitch)
@@ -287,8 +281,8 @@ def spectral_track(cand_pitch: np.ndarray, cand_merit: np.ndarray, f0_min: float
     if spec_pitch[-1] < pitch_avg / 2:
         spec_pitch[-1] = pitch_avg
     knots = np.nonzero(spec_pitch)[0]
-    spec_pitch = pchip(knots, spec_pitch[knots])(range(n_frames))
-    spec_pitch = lfilter(np.ones(3) / 3, 1.0, spec_pitch)
+    spec_pitch = scipy_exact.pchip(knots, spec_pitch[knots], np.arange(n_frames))
+    spec_pitch = fir_filtered(spec_pitch, np.ones(3) / 3)
     spec_pitch[0] = spec_pitch[2]
     spec_pitch[1] = spec_pitch[3]
     return spec_pitch, pitch_std
@@ -360,14 +354,12 @@ def refine(time_pitch: np.ndarray, time_merit: np.ndarray, spec_pitch: np.ndarra
            vuv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """pYAAPT's ``refine``: six candidates per frame (both NCCF sets sorted by merit, the median-smoothed
     best, the spectral track), with merits set by the frame's NLFER energy."""
-    from scipy.signal import medfilt
-
     n_cands, n_frames = time_pitch.shape
     # numpy's default sort, as pYAAPT's: which of several equal merits comes first is numpy's choice.
     order = np.argsort(-time_merit, axis=0)
     time_merit = np.sort(time_merit, axis=0)[::-1].copy()
     time_pitch = time_pitch[order, range(n_frames)]
-    best_pitch = medfilt(time_pitch[0], MEDIAN_VALUE) * vuv
+    best_pitch = scipy_exact.medfilt(time_pitch[0], MEDIAN_VALUE) * vuv
     silent = energy <= NLFER_THRESH2
     voiced = (energy > NLFER_THRESH2) & (time_pitch[0] > 0)
     unmatched = (energy > NLFER_THRESH2) & (time_pitch[0] <= 0)
@@ -424,8 +416,8 @@ def _blas_threads():
 
 @contextlib.contextmanager
 def quiet():
-    """Near-silent frames divide by zero and short signals make ``medfilt`` warn, in pYAAPT as here;
-    the results are still what they should be."""
+    """Near-silent frames divide by zero (and short signals make pYAAPT's ``medfilt`` warn); the results are
+    still what they should be."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
