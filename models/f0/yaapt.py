@@ -33,7 +33,7 @@ programmes) are compiled with numba (``cache=True``: compiled once per machine, 
 cache folder, :mod:`voxanon.models.f0.numba_cache`);
 the rest calls the same numpy functions on the same arrays as pYAAPT (``np.convolve``,
 ``np.fft.rfft``, ``np.argsort`` in the refinement, whose order among equal merits is numpy's), and
-SciPy's ``firwin``, windows, ``medfilt``, ``pchip`` and ``lfilter`` as :mod:`voxanon.models.f0.scipy_exact`
+SciPy's ``firwin``, windows, ``medfilt``, ``pchip`` and ``lfilter`` as :mod:`voxanon.models.dsp.scipy_exact`
 computes them, bit for bit, without importing ``scipy.signal``. Sums follow numpy's pairwise summation exactly, and the NCCF's
 products go through the same BLAS routines as numpy's, so every value is pYAAPT's, bit for bit,
 except the NLFER energies (a DFT product instead of 8192-point FFTs: about 6 times cheaper, equal
@@ -59,7 +59,7 @@ use_user_cache_folder()
 import numba  # noqa: E402  (after its cache folder is chosen)
 import numpy as np  # noqa: E402
 
-from . import scipy_exact  # noqa: E402
+from ..dsp import scipy_exact  # noqa: E402
 
 # pYAAPT's defaults for the parameters the SSL-SAS call leaves alone (``yaapt``'s ``parameters``).
 FFT_LENGTH = 8192

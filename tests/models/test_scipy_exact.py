@@ -1,4 +1,4 @@
-"""voxanon.models.f0.scipy_exact against SciPy itself: equal bit for bit, on the cases YAAPT calls and beyond."""
+"""voxanon.models.dsp.scipy_exact against SciPy itself: equal bit for bit, on the cases YAAPT calls and beyond."""
 import subprocess
 import sys
 import warnings
@@ -11,7 +11,7 @@ from scipy.signal import medfilt as scipy_medfilt
 from scipy.signal.windows import hann as scipy_hann
 from scipy.signal.windows import kaiser as scipy_kaiser
 
-from voxanon.models.f0 import scipy_exact
+from voxanon.models.dsp import scipy_exact
 from voxanon.models.f0.yaapt import fir_filtered
 
 
