@@ -14,11 +14,14 @@ speaker-embedding throughput.
   ``voxanon evaluate`` keeps (:mod:`voxanon.pipeline.execution.heap`: one heap for all threads, freed blocks kept),
   each in a process of its own (the setting must come before any thread allocates), alternating, ``--rounds``
   each; the transcripts of both must be the same. Every other part runs with the heap of ``voxanon evaluate`` (``--heap``).
+- ``--ge2e-start``: the time from a fresh process's first GE2E use to its first embedding (model load and the
+  front end's first call, torch already imported), voxanon's front end against Resemblyzer's own (which calls
+  librosa), alternating, ``--rounds`` each, and whether the two embeddings are equal.
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
     .venv/bin/python -m benchmarks.evaluate [--rounds 3] [--asr-utterances N] [--asr-only] [--utterances 48]
-                                            [--heap-comparison]
+                                            [--heap-comparison] [--ge2e-start]
 """
 from __future__ import annotations
 
@@ -147,6 +150,41 @@ def compare_heaps(rounds: int, utterances: int | None) -> None:
           f"{'the same in every run' if same else 'DIFFER between runs'}")
 
 
+GE2E_START = """
+import json, sys, time
+import numpy as np, torch
+wave = np.random.default_rng(0).uniform(-0.5, 0.5, 48_000).astype(np.float32)
+began = time.perf_counter()
+if sys.argv[1] == "voxanon":
+    from voxanon.models.nets.ge2e import GE2EEncoder
+    vector = GE2EEncoder().embed([wave])[0]
+else:
+    from resemblyzer import VoiceEncoder, preprocess_wav
+    vector = VoiceEncoder("cpu", verbose=False).embed_utterance(preprocess_wav(wave, source_sr=16000))
+print(json.dumps({"seconds": time.perf_counter() - began, "vector": vector.tolist()}))
+"""
+
+
+def compare_ge2e_start(rounds: int) -> None:
+    """Seconds from a fresh process's first GE2E use to its first embedding, with each front end."""
+    found: dict[str, list[dict]] = {"voxanon": [], "resemblyzer": []}
+    for round_ in range(rounds):
+        for front_end in (("voxanon", "resemblyzer") if round_ % 2 == 0 else ("resemblyzer", "voxanon")):
+            output = subprocess.run([sys.executable, "-c", GE2E_START, front_end], check=True, capture_output=True,
+                                    text=True).stdout
+            found[front_end].append(json.loads(output.strip().splitlines()[-1]))
+    medians = {name: statistics.median(r["seconds"] for r in runs) for name, runs in found.items()}
+    difference = float(np.max(np.abs(np.array(found["voxanon"][0]["vector"])
+                                      - np.array(found["resemblyzer"][0]["vector"]))))
+    print(f"GE2E, a fresh process's first use to its first embedding (3 s of noise; torch imported before), "
+          f"{rounds} alternating rounds")
+    for name, runs in found.items():
+        seconds = ", ".join(f"{r['seconds']:.2f}" for r in runs)
+        print(f"  {name:12s} {seconds} s (median {medians[name]:.2f})")
+    print(f"  voxanon's front end {medians['resemblyzer'] / medians['voxanon']:.1f}x faster to its first embedding; "
+          f"largest difference between the two embeddings {difference:.1e}")
+
+
 def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> float:
     embed(waves[:2])
     start = time.perf_counter()
@@ -170,12 +208,17 @@ def main() -> None:
                              "blocks either way, as the evaluation does)")
     parser.add_argument("--heap-comparison", action="store_true",
                         help="only Whisper per-utterance with each heap, a process each")
+    parser.add_argument("--ge2e-start", action="store_true",
+                        help="only GE2E's time to a first embedding with each front end, a process each")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)   # compare_heaps' processes
     args = parser.parse_args()
     if args.heap == "kept":
         share_one_heap()   # first, as voxanon evaluate does; the evaluation keeps freed blocks (computations.py)
     if args.heap_comparison:
         compare_heaps(args.rounds, args.asr_utterances)
+        return
+    if args.ge2e_start:
+        compare_ge2e_start(args.rounds)
         return
     corpus = demo_corpus_dir()
     data = read_data_dir(corpus)
