@@ -39,8 +39,6 @@ class GE2EEncoder:
         self.max_partials_per_pass = max_partials_per_pass
 
     def _partial_mels(self, wave: np.ndarray) -> np.ndarray:
-        from resemblyzer import audio
-
         if self.preprocess:
             trimmed = resemblyzer_preprocess(wave.astype(np.float32))
             # Voice-activity trimming can remove everything from very short or quiet input.
