@@ -84,3 +84,12 @@ def test_det_and_calibration_figures():
         det_figure([])
     with pytest.raises(ScoreError, match="no score set"):
         ece_profile_figure([])
+
+
+def test_det_axes_probit_is_the_normal_quantile():
+    from scipy.stats import norm
+
+    from voxanon.eval.plots import probit
+
+    rates = np.concatenate([np.linspace(1e-6, 1 - 1e-6, 10_001), [0.001, 0.5, 0.999]])
+    assert np.array_equal(probit(rates), norm.ppf(rates))
