@@ -9,11 +9,9 @@ the same length, so the batches need no padding, on the CPU or on a GPU (``devic
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from ..dsp.scipy_exact import general_hamming
+from ..dsp.librosa_exact import slaney_mel_basis, stft
 
 SAMPLE_RATE = 16000
 EMBEDDING_DIM = 256
@@ -72,7 +70,8 @@ class GE2EEncoder:
 # Resemblyzer's front end without librosa. ``resemblyzer.preprocess_wav`` and ``wav_to_mel_spectrogram`` call
 # librosa (``resample``, ``feature.melspectrogram``), whose first use imports ``scipy.signal`` and loads numba
 # kernels: 1.7 s of every evaluation process, on one core, before its first embedding. The same computation in
-# NumPy, step for step, gives librosa's values bit for bit (tests/models/test_ge2e_front_end.py compares them).
+# NumPy (:mod:`voxanon.models.dsp.librosa_exact`) gives Resemblyzer's values bit for bit
+# (tests/models/test_ge2e_front_end.py compares them).
 
 MEL_FFT = SAMPLE_RATE * 25 // 1000  # resemblyzer's mel_window_length (25 ms)
 MEL_HOP = SAMPLE_RATE * 10 // 1000  # mel_window_step (10 ms)
@@ -95,58 +94,8 @@ def resemblyzer_preprocess(wave: np.ndarray) -> np.ndarray:
 def mel_spectrogram(wave: np.ndarray) -> np.ndarray:
     """``resemblyzer.audio.wav_to_mel_spectrogram``: librosa's ``melspectrogram`` (power 2, centred frames of
     400 samples every 160, zero padding, periodic Hann window, 40 Slaney mel bands) as (frames, 40) float32."""
-    padded = np.pad(wave, MEL_FFT // 2)
-    frames = np.lib.stride_tricks.sliding_window_view(padded, MEL_FFT)[::MEL_HOP]
-    # As librosa: the float64 window times the samples, a float64 FFT per frame, stored as complex64.
-    spectrum = np.fft.rfft(_stft_window() * frames, axis=-1).astype(np.result_type(wave.dtype, np.complex64))
-    power = np.abs(spectrum) ** 2.0
-    mel = np.einsum("...ft,mf->...mt", power.T, _mel_basis(), optimize=True)
+    power = np.abs(stft(wave, MEL_FFT, MEL_HOP, "constant")) ** 2.0
+    # librosa's own product, on the (bins, frames) spectrum it holds.
+    basis = slaney_mel_basis(SAMPLE_RATE, MEL_FFT, MEL_CHANNELS)
+    mel = np.einsum("...ft,mf->...mt", power.T, basis, optimize=True)
     return mel.astype(np.float32).T
-
-
-@functools.lru_cache(maxsize=1)
-def _stft_window() -> np.ndarray:
-    """``scipy.signal.get_window("hann", 400, fftbins=True)``: the symmetric window one longer, its last point
-    dropped."""
-    return general_hamming(MEL_FFT + 1, 0.5)[:-1]
-
-
-@functools.lru_cache(maxsize=1)
-def _mel_basis() -> np.ndarray:
-    """``librosa.filters.mel(sr=16000, n_fft=400, n_mels=40)``: triangular Slaney-scale filters, Slaney area
-    normalisation, float32."""
-    fft_frequencies = np.fft.rfftfreq(n=MEL_FFT, d=1.0 / SAMPLE_RATE)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(float(SAMPLE_RATE) / 2), MEL_CHANNELS + 2))
-    fdiff = np.diff(mel_f)
-    ramps = np.subtract.outer(mel_f, fft_frequencies)
-    weights = np.zeros((MEL_CHANNELS, 1 + MEL_FFT // 2), dtype=np.float32)
-    for i in range(MEL_CHANNELS):
-        lower = -ramps[i] / fdiff[i]
-        upper = ramps[i + 2] / fdiff[i + 1]
-        weights[i] = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_f[2:MEL_CHANNELS + 2] - mel_f[:MEL_CHANNELS]))[:, np.newaxis]
-    return weights
-
-
-# The Slaney mel scale as librosa writes it: linear below 1 kHz, logarithmic above.
-_MEL_PER_HZ = 200.0 / 3
-_LOG_HZ = 1000.0
-_LOG_MEL = _LOG_HZ / _MEL_PER_HZ
-_LOG_STEP = np.log(6.4) / 27.0
-
-
-def _hz_to_mel(frequency: float) -> np.ndarray:
-    """librosa's ``hz_to_mel`` of one frequency (a 0-d array, as librosa computes it)."""
-    frequency = np.asanyarray(frequency)
-    mel = (frequency - 0.0) / _MEL_PER_HZ
-    if frequency >= _LOG_HZ:
-        mel = _LOG_MEL + np.log(frequency / _LOG_HZ) / _LOG_STEP
-    return mel
-
-
-def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
-    """librosa's ``mel_to_hz`` of an array."""
-    frequencies = 0.0 + _MEL_PER_HZ * mels
-    logarithmic = mels >= _LOG_MEL
-    frequencies[logarithmic] = _LOG_HZ * np.exp(_LOG_STEP * (mels[logarithmic] - _LOG_MEL))
-    return frequencies
