@@ -1,5 +1,6 @@
-"""The SciPy routines YAAPT (and GE2E's front end) use, in NumPy, with SciPy's own arithmetic in SciPy's own order: the same values
-bit for bit (tests/models/test_scipy_exact.py compares each with SciPy itself).
+"""The SciPy routines the F0 tracker (YAAPT) and the librosa front end (:mod:`.librosa_exact`) use, in NumPy, with
+SciPy's own arithmetic in SciPy's own order: the same values bit for bit (tests/models/test_scipy_exact.py compares
+each with SciPy itself).
 
 Why: importing ``scipy.signal`` (which also imports ``scipy.interpolate``) costs every process that tracks F0
 about 0.65 s on the development machine, a tenth of the F0-only command's whole run over the demo corpus
