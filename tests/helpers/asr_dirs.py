@@ -50,3 +50,11 @@ pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
             encoder.head.w.bias[tokenizer.lab2ind[favoured_label]] = 5.0
     torch.save(encoder.state_dict(), directory / "encoder.ckpt")
     return directory
+
+
+def smallest_decision_margin(scores) -> float:
+    """The smallest lead of a frame's best class over its second in (frames, classes) ``scores``. Where it exceeds
+    twice the rounding that another batch shape or another CPU's kernels may bring to each score, greedy CTC
+    decodes the same text from either: a comparison of texts across batches then holds on any CPU."""
+    top = scores.topk(2, dim=-1).values
+    return float((top[..., 0] - top[..., 1]).min())
