@@ -32,15 +32,15 @@ The sequential parts (peak picking per frame, the NCCF with its running mean rem
 programmes) are compiled with numba (``cache=True``: compiled once per machine, then loaded from the user's
 cache folder, :mod:`voxanon.models.f0.numba_cache`);
 the rest calls the same numpy functions on the same arrays as pYAAPT (``np.convolve``, ``np.fft.rfft``,
-``np.argsort`` in the refinement, whose order among equal merits is numpy's), and SciPy's ``firwin``,
-windows, ``medfilt``, ``pchip`` and ``lfilter`` as :mod:`voxanon.models.dsp.scipy_exact` computes them,
-bit for bit, without importing ``scipy.signal``. Sums follow numpy's pairwise summation exactly, and the
-NCCF's products go through the same BLAS routines as numpy's, so every value is pYAAPT's, bit for bit,
-except the NLFER energies (a DFT product instead of 8192-point FFTs: about 6 times cheaper, equal to
-float rounding). Those last bits matter only where pYAAPT's final dynamic programme meets two paths of
-equal cost (typically two candidates one lag apart, visited in either order): on the demo corpus, a frame
-or two in 3 of 182 utterances. With the FFT, the tracks were identical on every utterance tried, at 1.5
-times the cost.
+``np.argsort`` in the refinement, whose order among equal merits is numpy's, and ``lfilter``'s FIR case,
+:func:`fir_filtered`), and SciPy's ``firwin``, windows, ``medfilt`` and ``pchip`` as
+:mod:`voxanon.models.dsp.scipy_exact` computes them, bit for bit, without importing ``scipy.signal``. Sums
+follow numpy's pairwise summation exactly, and the NCCF's products go through the same BLAS routines as
+numpy's, so every value is pYAAPT's, bit for bit, except the NLFER energies (a DFT product instead of
+8192-point FFTs: about 6 times cheaper, equal to float rounding). Those last bits matter only where pYAAPT's
+final dynamic programme meets two paths of equal cost (typically two candidates one lag apart, visited in
+either order): on the demo corpus, a frame or two in 3 of 182 utterances. With the FFT, the tracks were
+identical on every utterance tried, at 1.5 times the cost.
 
 :mod:`voxanon.models.f0.yaapt_torch` computes the same per-frame quantities batched over utterances
 in torch (for a GPU) and takes its decisions with the functions here.
