@@ -151,6 +151,13 @@ def test_workers_are_capped_by_the_machine_and_the_set(tmp_path, monkeypatch, ca
     assert result.ok and sizes and all(size <= 2 for size in sizes), "no more processes than utterances"
 
 
+def test_demo_refuses_fewer_than_one_worker_as_the_other_commands_do(tmp_path, capsys):
+    # It used to run with one worker, silently.
+    assert main(["demo", "--workers", "0", "--out", str(tmp_path / "demo")]) == 2
+    assert "--workers must be at least 1, not 0" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
 def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
     """Item 6: kill -9 leaves atomic_path's temporaries behind; the next run into the set removes them."""
     data = make_corpus(tmp_path, n_speakers=1, n_utts=2)

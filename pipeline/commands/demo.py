@@ -11,6 +11,7 @@ from ...data_prep.corpus import DataDir
 from ...data_prep.demo_corpus import demo_corpus_dir
 from ...data_prep.errors import VoxanonError
 from ..model_service import machine_workers
+from .options import refuse_counts_below_one
 
 
 DEMO_SYSTEMS = ("b2", "b2r")
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation.protocols import load_protocol
 
     ensure_writable_folder(args.out, "--out")
-    args.workers = machine_workers(max(1, args.workers))
+    refuse_counts_below_one(args, "workers")
+    args.workers = machine_workers(args.workers)
     if args.semi_informed:
         return run_semi_informed(args)
     from ..execution.heap import share_one_heap
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     data = sets[0].trials
     print(f"demo corpus: {data.path} ({len(data.wav)} utterances, {len(data.speakers)} speakers)")
     protocol = load_protocol(DEMO_PROTOCOL, [f"asr_decoding={args.asr_decoding}"] if args.asr_decoding else [])
-    evaluation = compare(sets, list(DEMO_SYSTEMS), protocol, args.out, max(1, args.workers),
+    evaluation = compare(sets, list(DEMO_SYSTEMS), protocol, args.out, args.workers,
                          ContentCache(args.out / "cache"), allow_missing=False, progress=not args.quiet)
     for system in DEMO_SYSTEMS:
         print(f"{system}: anonymised speech in {args.out / 'anon' / f'{data.name}_{system}'}")
@@ -162,7 +164,7 @@ def run_semi_informed(args: argparse.Namespace) -> int:
         outcome = run_challenge(ChallengeInputs(
             system=system, train=[train_dir], data=eval_dir, out=root / system, asr="none",
             train_overrides=demo_attacker_overrides(args.attacker_epochs), device="cpu",
-            workers=max(1, args.workers), cache=ContentCache(args.out / "cache"), progress=not args.quiet,
+            workers=args.workers, cache=ContentCache(args.out / "cache"), progress=not args.quiet,
             notes={"attacker data": split_note}))
         results += outcome.evaluation.results
         print(f"{system}:\n  " + stage_summary(outcome.stages).replace("\n", "\n  ") + f"\n  report: {outcome.report}")

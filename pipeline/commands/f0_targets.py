@@ -6,8 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from ...data_prep.atomic import atomic_write_text
+from ...data_prep.atomic import atomic_write_text, ensure_writable_folder
 from ...data_prep.corpus import read_data_dir
+from ...data_prep.errors import VoxanonError
 from ...models.f0.params import DEFAULT_BACKEND, PYAAPT_BACKENDS
 
 SHOWN_IDS = 10
@@ -53,9 +54,16 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     from ..systems.ssl_sas.f0_targets import compute_f0_targets
     from ..model_service import machine_workers
+    from .options import refuse_counts_below_one
 
+    refuse_counts_below_one(args, "workers")
+    if args.out is not None:
+        # Checked before the F0 work, whose result would otherwise have nowhere to go.
+        if args.out.is_dir():
+            raise VoxanonError(f"--out {args.out}: is a folder; give the file to write the targets to")
+        ensure_writable_folder(args.out.parent, "--out")
     sets = [read_data_dir(path, allow_pipes=args.allow_pipes) for path in args.data]
-    targets = compute_f0_targets(sets, workers=machine_workers(max(1, args.workers)), cache_dir=_cache_dir(args),
+    targets = compute_f0_targets(sets, workers=machine_workers(args.workers), cache_dir=_cache_dir(args),
                                  allow_pipes=args.allow_pipes, progress=not args.quiet, backend=args.f0_backend)
     unvoiced = targets.excluded["no_voiced_frames"]
     unusable = targets.excluded["unusable_audio"]

@@ -112,12 +112,17 @@ def add_backend_arguments(parser: argparse.ArgumentParser, workers_help: str) ->
                        help="utterances per batch, i.e. per worker task (default: the recipe's or protocol's)")
 
 
-def backend_from_args(args: argparse.Namespace):
-    """The backend the options name: ``None`` for local, else a :class:`RayBackend` (not yet connected)."""
-    for name in ("workers", "batch_size"):
+def refuse_counts_below_one(args: argparse.Namespace, *names: str) -> None:
+    """One :class:`VoxanonError` for the first of the count options ``names`` (given) that is under 1."""
+    for name in names:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise VoxanonError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+
+
+def backend_from_args(args: argparse.Namespace):
+    """The backend the options name: ``None`` for local, else a :class:`RayBackend` (not yet connected)."""
+    refuse_counts_below_one(args, "workers", "batch_size")
     if args.backend == "local":
         if getattr(args, "workers", None) is not None:
             args.workers = machine_workers(args.workers)

@@ -120,6 +120,21 @@ def test_spk2gender_is_required(tmp_path, capsys):
     assert "speaker 'spk0' has no sex label" in err and str(data.path) in err
 
 
+def test_a_wrong_out_or_workers_is_refused_before_any_f0(tmp_path, capsys, monkeypatch):
+    import voxanon.pipeline.systems.ssl_sas.f0_targets as f0_targets
+
+    data = make_corpus(tmp_path, n_speakers=2, n_utts=1, seconds=0.5)
+    monkeypatch.setattr(f0_targets, "compute_f0_targets", lambda *a, **k: pytest.fail("F0 computed"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for extra, message in ((["--out", str(blocker / "targets.json")], f"--out {blocker}: cannot write there"),
+                           (["--out", str(tmp_path)], f"--out {tmp_path}: is a folder"),
+                           (["--workers", "0"], "--workers must be at least 1, not 0")):
+        code, targets, err = run_cli(["--data", str(data.path), "--no-cache", *extra], capsys)
+        assert code == 2 and targets is None
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_sets_must_agree_on_speakers_and_not_repeat_utterances(tmp_path, capsys):
     first = make_corpus(tmp_path, n_speakers=2, n_utts=1, seconds=0.5, name="one")
     second = make_corpus(tmp_path, n_speakers=2, n_utts=1, seconds=0.5, name="two")
