@@ -109,3 +109,15 @@ def test_demo_asr_decoding_reaches_the_protocol(monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["demo", "--asr-decoding", "joined"])
     assert exit_info.value.code == 2
+
+
+def test_demo_asr_decoding_choices_are_the_recognisers():
+    """demo.py writes the decodings out (parsing the command line imports no NumPy): they must stay the
+    recogniser's own."""
+    import argparse
+
+    from voxanon.models.recognisers.asr import WHISPER_DECODINGS
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    option = next(a for a in commands.choices["demo"]._actions if "--asr-decoding" in a.option_strings)
+    assert tuple(option.choices) == WHISPER_DECODINGS
