@@ -17,11 +17,15 @@ speaker-embedding throughput.
 - ``--ge2e-start``: the time from a fresh process's first GE2E use to its first embedding (model load and the
   front end's first call, torch already imported), voxanon's front end against Resemblyzer's own (which calls
   librosa), alternating, ``--rounds`` each, and whether the two embeddings are equal.
+- ``--blas-comparison``: GE2E's embeddings (batches of 16) and Whisper's per-utterance decoding (blocks of 8) with
+  NumPy's BLAS pool as NumPy leaves it (a thread per core) and on one thread as the two now run
+  (:mod:`voxanon.models.dsp.blas`), alternating in this process, ``--rounds`` each: wall and CPU seconds, and whether
+  the embeddings and transcripts are the same.
 - embeddings per second of GE2E and of an ECAPA of the SSL-SAS size (random weights; timing
   does not depend on weight values) at batch sizes 1 and 16.
 
     .venv/bin/python -m benchmarks.evaluate [--rounds 3] [--asr-utterances N] [--asr-only] [--utterances 48]
-                                            [--heap-comparison] [--ge2e-start]
+                                            [--heap-comparison] [--ge2e-start] [--blas-comparison]
 """
 from __future__ import annotations
 
@@ -185,6 +189,54 @@ def compare_ge2e_start(rounds: int) -> None:
           f"largest difference between the two embeddings {difference:.1e}")
 
 
+def compare_blas_pools(data, rounds: int, utterances: int | None) -> None:
+    """GE2E and Whisper with NumPy's BLAS pool as NumPy leaves it and on one thread, alternating."""
+    import contextlib
+    from unittest import mock
+
+    from voxanon.models.nets import ge2e
+    from voxanon.models.recognisers import asr
+
+    utts = data.utterances[:utterances]
+    waves = [load_audio(data.audio_path(u), 16000).samples for u in utts]
+    audio_seconds = sum(map(len, waves)) / 16000
+    encoder, recogniser = ge2e.GE2EEncoder(), WhisperASR(decoding="per-utterance")
+    jobs = {"GE2E, batches of 16": (lambda batch: encoder.embed(batch), 16),
+            "Whisper per-utterance, blocks of 8": (lambda batch: recogniser.transcribe_many(batch), 8)}
+    for run, _ in jobs.values():
+        run(waves[:2])   # kernels and pools set up
+    @contextlib.contextmanager
+    def numpy_pool():   # the code before: no limit around GE2E's front end and Whisper's decoding
+        with mock.patch.object(ge2e, "one_blas_thread", contextlib.nullcontext), \
+                mock.patch.object(asr, "one_blas_thread", contextlib.nullcontext):
+            yield
+
+    pools = {"NumPy's pool": numpy_pool, "one thread": contextlib.nullcontext}
+    print(f"NumPy's BLAS pool ({CORES} threads) against one thread, {len(utts)} original demo utterances "
+          f"({audio_seconds:.0f} s), {rounds} alternating rounds, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for job, (run, batch_size) in jobs.items():
+        seconds = {pool: [] for pool in pools}
+        cpu = {pool: [] for pool in pools}
+        outputs = {pool: [] for pool in pools}
+        for round_ in range(rounds):
+            for pool in (list(pools) if round_ % 2 == 0 else list(reversed(pools))):
+                with pools[pool]():
+                    start, cpu_start = time.perf_counter(), cpu_seconds()
+                    found = [run(waves[i:i + batch_size]) for i in range(0, len(waves), batch_size)]
+                    seconds[pool].append(time.perf_counter() - start)
+                    cpu[pool].append(cpu_seconds() - cpu_start)
+                outputs[pool].append(np.concatenate(found) if job.startswith("GE2E") else sum(found, []))
+        first = outputs["one thread"][0]
+        same = all(np.array_equal(np.asarray(o), np.asarray(first)) for runs in outputs.values() for o in runs)
+        medians = {pool: (statistics.median(seconds[pool]), statistics.median(cpu[pool])) for pool in pools}
+        print(f"  {job}: " + "; ".join(f"{pool} wall {', '.join(f'{s:.2f}' for s in seconds[pool])} s, "
+                                       f"CPU {', '.join(f'{c:.2f}' for c in cpu[pool])} s" for pool in pools))
+        (pool_wall, pool_cpu), (one_wall, one_cpu) = medians["NumPy's pool"], medians["one thread"]
+        print(f"    one thread {pool_wall / one_wall:.2f}x faster (wall), {pool_cpu / one_cpu:.2f}x less CPU; outputs "
+              f"{'the same in every run' if same else 'DIFFER'}")
+
+
 def embeddings_per_second(embed, waves: list[np.ndarray], batch_size: int) -> float:
     embed(waves[:2])
     start = time.perf_counter()
@@ -210,6 +262,8 @@ def main() -> None:
                         help="only Whisper per-utterance with each heap, a process each")
     parser.add_argument("--ge2e-start", action="store_true",
                         help="only GE2E's time to a first embedding with each front end, a process each")
+    parser.add_argument("--blas-comparison", action="store_true",
+                        help="only GE2E and Whisper with NumPy's BLAS pool and on one BLAS thread, alternating")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)   # compare_heaps' processes
     args = parser.parse_args()
     if args.heap == "kept":
@@ -224,6 +278,9 @@ def main() -> None:
     data = read_data_dir(corpus)
     if args.heap == "kept":
         reuse_freed_memory(every_block=True)   # as the evaluation does before its transcriber loads
+    if args.blas_comparison:
+        compare_blas_pools(data, args.rounds, args.asr_utterances or 128)
+        return
     found = compare_decodings(data, args.rounds, args.asr_utterances, tuple(args.decodings))
     if args.json:
         print(json.dumps(found))

@@ -60,6 +60,7 @@ import numba  # noqa: E402  (after its cache folder is chosen)
 import numpy as np  # noqa: E402
 
 from ..dsp import scipy_exact  # noqa: E402
+from ..dsp.blas import one_blas_thread  # noqa: E402
 
 # pYAAPT's defaults for the parameters the SSL-SAS call leaves alone (``yaapt``'s ``parameters``).
 FFT_LENGTH = 8192
@@ -404,16 +405,6 @@ def final_track(energy: np.ndarray, vuv: np.ndarray, spec_pitch: np.ndarray, pit
     return dynamic(ref_pitch, ref_merit, energy)
 
 
-@functools.lru_cache(maxsize=1)
-def _blas_threads():
-    """The process's BLAS thread pools. This module's products are small (a frame's NCCF, the NLFER of one
-    utterance): on more than one thread they only wait for each other, and 2-3x longer on a busy machine."""
-    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba's np.dot calls, loaded before the look)
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
 @contextlib.contextmanager
 def quiet():
     """Near-silent frames divide by zero (and short signals make pYAAPT's ``medfilt`` warn); the results are
@@ -432,7 +423,9 @@ def yaapt_samp_values(signal: np.ndarray, fs: float, params) -> np.ndarray:
     geo = geometry_of(fs, params)
     x = np.asarray(signal, dtype=np.float64)
     taps = bandpass_taps(geo.fs)
-    with quiet(), _blas_threads().limit(limits=1, user_api="blas"):
+    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba's np.dot calls: loaded before one_blas_thread looks)
+
+    with quiet(), one_blas_thread():
         filtered, nonlinear = fir_filtered(x, taps), fir_filtered(x ** 2, taps)
         energy, vuv = nlfer(filtered, geo)
         voiced = np.flatnonzero(vuv)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dsp.blas import one_blas_thread
 from ..dsp.librosa_exact import slaney_mel_basis, stft
 
 SAMPLE_RATE = 16000
@@ -50,7 +51,8 @@ class GE2EEncoder:
     def embed(self, waves: list[np.ndarray]) -> np.ndarray:
         if not waves:
             return np.zeros((0, self.dim), dtype=np.float32)
-        partials = [self._partial_mels(w) for w in waves]
+        with one_blas_thread():   # the front end's products are small (models/dsp/blas.py)
+            partials = [self._partial_mels(w) for w in waves]
         stacked = np.concatenate(partials)
         outputs = []
         with self._torch.no_grad():
