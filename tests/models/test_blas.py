@@ -1,9 +1,12 @@
 """models/dsp/blas.py: the BLAS libraries on one thread while the context lasts, back to their count after it;
-GE2E's front end runs inside it."""
+GE2E's front end and Whisper's decoding run inside it."""
 import json
 import os
 import subprocess
 import sys
+
+import numpy as np
+import pytest
 
 BLAS_THREADS = ("from threadpoolctl import threadpool_info\n"
                 "def blas_threads():\n"
@@ -31,7 +34,8 @@ def test_one_blas_thread_limits_numpy_then_scipy_and_restores():
             "seen.append(blas_threads())\n"
             "print(json.dumps(seen))\n")
     before, inside, after, inside_with_scipy, after_with_scipy = run_with_two_blas_threads(code)
-    assert before and all(threads == 2 for _, threads in before)
+    if not before or any(threads < 2 for _, threads in before):
+        pytest.skip("BLAS runs one thread on this machine: there is nothing to limit")
     assert [threads for _, threads in inside] == [1] * len(before)
     assert after == before
     assert len(inside_with_scipy) > len(before)   # SciPy's own BLAS, loaded since: limited as well
@@ -39,34 +43,54 @@ def test_one_blas_thread_limits_numpy_then_scipy_and_restores():
     assert all(threads == 2 for _, threads in after_with_scipy)
 
 
-def test_ge2e_front_end_runs_on_one_blas_thread():
-    code = ("import json, numpy as np\n"
-            "from voxanon.models.nets import ge2e\n"
-            "seen, mel_spectrogram = [], ge2e.mel_spectrogram\n"
-            "def watched(wave):\n"
-            "    seen.append(blas_threads())\n"
-            "    return mel_spectrogram(wave)\n"
-            "ge2e.mel_spectrogram = watched\n"
-            "noise = np.random.default_rng(0).standard_normal((2, 32000)).astype(np.float32)\n"
-            "ge2e.GE2EEncoder().embed(list(noise))\n"
-            "print(json.dumps([seen, blas_threads()]))\n")
-    during, after = run_with_two_blas_threads(code)
-    assert len(during) == 2 and all(threads == 1 for call in during for _, threads in call)
-    assert after and all(threads == 2 for _, threads in after)
+def blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
 
 
-def test_whisper_decodes_on_one_blas_thread():
-    code = ("import json, numpy as np\n"
-            "from faster_whisper.feature_extractor import FeatureExtractor\n"
-            "from voxanon.models.recognisers.asr import WhisperASR\n"
-            "seen, extract = [], FeatureExtractor.__call__\n"
-            "def watched(self, *args, **kwargs):\n"
-            "    seen.append(blas_threads())\n"
-            "    return extract(self, *args, **kwargs)\n"
-            "FeatureExtractor.__call__ = watched\n"
-            "noise = np.random.default_rng(0).standard_normal((2, 16000)).astype(np.float32) * 0.1\n"
-            "WhisperASR(threads=2).transcribe_many(list(noise))\n"
-            "print(json.dumps([seen, blas_threads()]))\n")
-    during, after = run_with_two_blas_threads(code)
-    assert during and all(threads == 1 for call in during for _, threads in call)
-    assert after and all(threads == 2 for _, threads in after)
+def test_ge2e_front_end_runs_on_one_blas_thread(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    from voxanon.models.nets import ge2e
+
+    seen, mel_spectrogram = [], ge2e.mel_spectrogram
+
+    def watched(wave):
+        seen.append(blas_threads())
+        return mel_spectrogram(wave)
+
+    monkeypatch.setattr(ge2e, "mel_spectrogram", watched)
+    noise = np.random.default_rng(0).standard_normal((2, 32000)).astype(np.float32)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        ge2e.GE2EEncoder().embed(list(noise))
+        after = blas_threads()
+    if not before or min(before) < 2:
+        pytest.skip("BLAS runs one thread on this machine: there is nothing to limit")
+    assert len(seen) == 2 and all(threads == 1 for call in seen for threads in call)
+    assert after == before
+
+
+def test_whisper_decodes_on_one_blas_thread(monkeypatch):
+    from faster_whisper.feature_extractor import FeatureExtractor
+    from threadpoolctl import threadpool_limits
+
+    from voxanon.models.recognisers.asr import WhisperASR
+
+    seen, extract = [], FeatureExtractor.__call__
+
+    def watched(self, *args, **kwargs):
+        seen.append(blas_threads())
+        return extract(self, *args, **kwargs)
+
+    monkeypatch.setattr(FeatureExtractor, "__call__", watched)
+    noise = np.random.default_rng(0).standard_normal((2, 16000)).astype(np.float32) * 0.1
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        WhisperASR(threads=2).transcribe_many(list(noise))
+        after = blas_threads()
+    if not before or min(before) < 2:
+        pytest.skip("BLAS runs one thread on this machine: there is nothing to limit")
+    assert seen and all(threads == 1 for call in seen for threads in call)
+    assert after == before
