@@ -201,8 +201,8 @@ def compare_blas_pools(data, rounds: int, utterances: int | None) -> None:
     waves = [load_audio(data.audio_path(u), 16000).samples for u in utts]
     audio_seconds = sum(map(len, waves)) / 16000
     encoder, recogniser = ge2e.GE2EEncoder(), WhisperASR(decoding="per-utterance")
-    jobs = {"GE2E, batches of 16": (lambda batch: encoder.embed(batch), 16),
-            "Whisper per-utterance, blocks of 8": (lambda batch: recogniser.transcribe_many(batch), 8)}
+    jobs = {"GE2E, batches of 16": (encoder.embed, 16),
+            "Whisper per-utterance, blocks of 8": (recogniser.transcribe_many, 8)}
     for run, _ in jobs.values():
         run(waves[:2])   # kernels and pools set up
     @contextlib.contextmanager
@@ -226,9 +226,9 @@ def compare_blas_pools(data, rounds: int, utterances: int | None) -> None:
                     found = [run(waves[i:i + batch_size]) for i in range(0, len(waves), batch_size)]
                     seconds[pool].append(time.perf_counter() - start)
                     cpu[pool].append(cpu_seconds() - cpu_start)
-                outputs[pool].append(np.concatenate(found) if job.startswith("GE2E") else sum(found, []))
+                outputs[pool].append(found)
         first = outputs["one thread"][0]
-        same = all(np.array_equal(np.asarray(o), np.asarray(first)) for runs in outputs.values() for o in runs)
+        same = all(all(map(np.array_equal, run_batches, first)) for runs in outputs.values() for run_batches in runs)
         medians = {pool: (statistics.median(seconds[pool]), statistics.median(cpu[pool])) for pool in pools}
         print(f"  {job}: " + "; ".join(f"{pool} wall {', '.join(f'{s:.2f}' for s in seconds[pool])} s, "
                                        f"CPU {', '.join(f'{c:.2f}' for c in cpu[pool])} s" for pool in pools))

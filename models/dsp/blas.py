@@ -4,8 +4,8 @@ On more than one thread such products only wait for each other, and the pool's i
 each call, on the cores that torch's threads (or other workers) need. Measured on the 2-core development machine:
 the F0 tracker (a frame's NCCF, the NLFER of one utterance) ran 2-3x longer on a busy machine; with NumPy's pool
 on both cores, GE2E (its front end's mel filterbank product) took 1.8x the CPU for a batch of 16 embeddings and
-2.4x the time one at a time, and Whisper's decoding 6 % more time (``benchmarks/evaluate.py --blas-comparison``). BLAS splits a product over rows and columns, never along the sum, so the values
-are the same on one thread.
+2.4x the time one at a time, and Whisper's decoding 6 % more time (``benchmarks/evaluate.py --blas-comparison``).
+BLAS splits a product over rows and columns, never along the sum, so the values are the same on one thread.
 """
 from __future__ import annotations
 

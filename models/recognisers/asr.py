@@ -215,8 +215,8 @@ class WhisperASR:
         # Similar lengths decode to similar token counts, so a batch's beam search ends together.
         short.sort(key=lambda i: len(checked[i]))
         long = [i for i, samples in enumerate(checked) if len(samples) > WHISPER_WINDOW_SAMPLES]
-        # The replicas' log-mel products are small: NumPy's BLAS pool on both cores only spun beside them
-        # (6 % more time, 3 % more CPU, the same transcripts). One limit for all replicas: threadpoolctl's is process-wide.
+        # The replicas' log-mel products are small: NumPy's BLAS pool on both cores only spun beside them (6 % more
+        # time, 3 % more CPU, the same transcripts). One limit for all replicas: threadpoolctl's is process-wide.
         with one_blas_thread(), tqdm(total=len(checked), desc="ASR", unit="utt", disable=not progress) as bar:
             if self.decoding == "packed":
                 short = self._transcribe_packed(checked, short, transcripts, bar)
